@@ -1,0 +1,1 @@
+"""The command line: thin commands that build a config, call one library function, print."""

@@ -1,0 +1,74 @@
+"""Entry point of the ``coldscope`` command.
+
+Sub-commands live in their own modules and are imported only when invoked, so that a quick
+command (``predict``) does not pay for the imports of a heavy one (``profile``).
+To add a command, add one line to ``COMMANDS``:
+name -> ("module:attribute" of a click command, one-line help shown by ``coldscope --help``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from coldscope import __version__
+from coldscope.errors import ColdscopeError
+
+COMMANDS: dict[str, tuple[str, str]] = {
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose commands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None:
+            return None
+        module_name, attr = entry[0].split(":")
+        return getattr(importlib.import_module(module_name), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Listing commands must not import them all: use the static one-line help.
+        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="coldscope")
+def cli() -> None:
+    """Measure, explain, predict and plan the cold start of LLM inference servers."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; user errors become one line on stderr and exit code 2, never a traceback."""
+    try:
+        cli.main(args=argv, prog_name="coldscope", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    except click.ClickException as exc:
+        click.echo(f"error: {exc.format_message()}", err=True)
+        return exc.exit_code if exc.exit_code else 2
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except ColdscopeError as exc:
+        click.echo(f"error: {exc}", err=True)
+        return 2
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return 130
+    except BrokenPipeError:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
