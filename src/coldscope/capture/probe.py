@@ -1,0 +1,200 @@
+"""Read what the in-process probe (``coldscope/probe/sitecustomize.py``) recorded, and turn it
+into timeline spans.
+
+The probe writes ``probe-<pid>.jsonl`` per Python process of the engine. Times there are
+``time.monotonic()`` (one system-wide clock on Linux); the runner gives the monotonic time of
+the launch, so every span here is in seconds since launch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from coldscope.stages import (
+    BOOTSTRAP,
+    CUDA_GRAPH_CAPTURE,
+    KV_CACHE_PROFILING,
+    MODEL_LOADING,
+    SERVER_READY,
+    TOKENIZER,
+    TORCH_COMPILE,
+)
+from coldscope.timeline import Span
+
+PROBE_DIR = Path(__file__).resolve().parent.parent / "probe"
+"""The directory to put first on the engine's PYTHONPATH (it holds ``sitecustomize.py``)."""
+
+
+@dataclass
+class ProbedProcess:
+    """One Python process of the engine as the probe saw it."""
+
+    pid: int
+    ppid: int | None
+    argv: list[str]
+    loaded: float  # monotonic time the probe loaded (after interpreter start-up)
+    start_proc: float | None  # start time from /proc (another clock; see ``probe_spans``)
+    events: list[dict] = field(default_factory=list)
+    role: str = "helper"
+
+    def first(self, ev: str, name: str) -> float | None:
+        return next((e["mono"] for e in self.events if e["ev"] == ev and e["name"] == name), None)
+
+    def intervals(self, name: str) -> list[tuple[float, float]]:
+        """Matched begin/end pairs of ``name`` (outermost calls, in order)."""
+        out, begin = [], None
+        for e in self.events:
+            if e["name"] != name:
+                continue
+            if e["ev"] == "begin":
+                begin = e["mono"]
+            elif e["ev"] == "end" and begin is not None:
+                out.append((begin, e["mono"]))
+                begin = None
+        return out
+
+
+def read_probe_dir(directory: Path) -> list[ProbedProcess]:
+    """Parse every probe file in ``directory``; torn or foreign lines are skipped."""
+    processes: dict[int, ProbedProcess] = {}
+    for path in sorted(Path(directory).glob("probe-*.jsonl")):
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                e = json.loads(line)
+                pid = int(e["pid"])
+                float(e["mono"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            if e.get("ev") == "process":
+                processes[pid] = ProbedProcess(
+                    pid=pid, ppid=e.get("ppid"), argv=list(e.get("argv") or []),
+                    loaded=e["mono"], start_proc=e.get("start_mono"),
+                    events=processes[pid].events if pid in processes else [],
+                )
+            else:
+                processes.setdefault(
+                    pid, ProbedProcess(pid=pid, ppid=None, argv=[], loaded=e["mono"],
+                                       start_proc=None)
+                ).events.append(e)
+    for p in processes.values():
+        p.events.sort(key=lambda e: e["mono"])
+        names = {e["name"] for e in p.events}
+        if "mark:engine_core_main" in names or "mark:engine_core_init" in names:
+            p.role = "engine_core"
+        elif "mark:worker_main" in names or "mark:worker_init" in names:
+            p.role = "worker"
+        elif "bootstrap/model_inspect" in names and p.ppid is None:
+            p.role = "api_server"
+    return sorted(processes.values(), key=lambda p: p.loaded)
+
+
+def probe_spans(
+    processes: list[ProbedProcess],
+    *,
+    launch_mono: float,
+    root_pid: int,
+    ready_at: float | None,
+    compile_enabled: bool,
+) -> list[Span]:
+    """Spans (seconds since launch) from probe data.
+
+    ``bootstrap`` runs from launch to the first model-loading call: everything the engine does
+    before it touches the model (interpreter start, imports, config and model-info resolution,
+    spawning the engine core and workers), with sub-steps for each process's start and imports.
+    The process start times in ``/proc`` use the kernel's boot clock in 10 ms ticks, not
+    ``time.monotonic()``; they are put on the monotonic clock by the root process, whose launch
+    time the runner knows exactly.
+    """
+    if not processes:
+        return []
+    by_pid = {p.pid: p for p in processes}
+    root = by_pid.get(root_pid)
+    if root is not None:
+        root.role = "api_server"
+    offset = 0.0
+    if root is not None and root.start_proc is not None:
+        offset = launch_mono - root.start_proc
+
+    def rel(t: float) -> float:
+        return t - launch_mono
+
+    def started(p: ProbedProcess) -> float:
+        if p is root:
+            return 0.0
+        if p.start_proc is not None:
+            return min(rel(p.start_proc + offset), rel(p.loaded))
+        return rel(p.loaded)
+
+    spans: list[Span] = []
+
+    def add(name: str, a: float, b: float, p: ProbedProcess) -> None:
+        if b > a:
+            spans.append(Span(name, a, b, "probe", p.role, p.pid))
+
+    hooked = {
+        "bootstrap/engine_config", "bootstrap/model_inspect", TOKENIZER, MODEL_LOADING,
+        "model_loading/init_model", "model_loading/weights", KV_CACHE_PROFILING,
+        "kv_cache_profiling/allocate", CUDA_GRAPH_CAPTURE,
+    }
+    loading_starts: list[float] = []
+    engine_ready: float | None = None
+    for p in processes:
+        for name in sorted(hooked):
+            for a, b in p.intervals(name):
+                add(name, rel(a), rel(b), p)
+                if name == MODEL_LOADING:
+                    loading_starts.append(rel(a))
+        for a, b in p.intervals("mark:warmup"):
+            add(f"{TORCH_COMPILE}/warmup" if compile_enabled else f"{KV_CACHE_PROFILING}/warmup",
+                rel(a), rel(b), p)
+            warmup_end = rel(b)
+            # After the warm-up, the rest of KV-cache initialisation (allocation) follows.
+            for ka, kb in _engine_kv_intervals(processes):
+                if ka <= b <= kb:
+                    add(f"{KV_CACHE_PROFILING}/allocate", warmup_end, rel(kb), p)
+        for _, b in p.intervals("mark:initialize_kv_caches"):
+            engine_ready = rel(b) if engine_ready is None else max(engine_ready, rel(b))
+
+    first_loading = min(loading_starts) if loading_starts else None
+    bootstrap_end = first_loading
+    if bootstrap_end is None:
+        bootstrap_end = ready_at if ready_at is not None else None
+    if bootstrap_end is not None and root is not None:
+        add(BOOTSTRAP, 0.0, bootstrap_end, root)
+        add("bootstrap/interpreter", 0.0, rel(root.loaded), root)
+        first_hook = next((e["mono"] for e in root.events if e["ev"] == "begin"), None)
+        if first_hook is not None:
+            add("bootstrap/api_server_imports", rel(root.loaded), rel(first_hook), root)
+        for p in processes:
+            main = p.first("begin", "mark:engine_core_main") or p.first("begin", "mark:worker_main")
+            if main is not None and p.role in ("engine_core", "worker"):
+                add(f"bootstrap/{p.role}_start", started(p), rel(main), p)
+            init = p.first("begin", "mark:worker_init")
+            if p.role == "worker" and init is not None and first_loading is not None:
+                add("bootstrap/worker_init", rel(init), first_loading, p)
+    if engine_ready is not None and ready_at is not None and ready_at > engine_ready:
+        add(SERVER_READY, engine_ready, ready_at, root or processes[0])
+    return spans
+
+
+def _engine_kv_intervals(processes: list[ProbedProcess]) -> list[tuple[float, float]]:
+    out = []
+    for p in processes:
+        out.extend(p.intervals("mark:initialize_kv_caches"))
+    return out
+
+
+def process_table(processes: list[ProbedProcess], launch_mono: float) -> list[dict]:
+    """One row per probed process: pid, parent, role, start (s since launch), argv."""
+    return [
+        {
+            "pid": p.pid,
+            "ppid": p.ppid,
+            "role": p.role,
+            "probe_loaded_s": p.loaded - launch_mono,
+            "argv": p.argv,
+        }
+        for p in processes
+    ]

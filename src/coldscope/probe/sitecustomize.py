@@ -1,0 +1,218 @@
+"""coldscope's in-process start-up probe (standard library only).
+
+The runner puts this directory first on the engine's ``PYTHONPATH`` and sets
+``COLDSCOPE_PROBE_DIR``. Python imports ``sitecustomize`` in every interpreter it starts, so the
+probe runs in the API server and in every process it spawns (engine core, workers).
+
+It writes one JSON line per event to ``$COLDSCOPE_PROBE_DIR/probe-<pid>.jsonl``:
+``{"ev", "name", "mono", "wall", "pid", ...}``. ``mono`` is ``time.monotonic()``, which on Linux
+is one system-wide clock, so events of different processes are comparable with the runner's own
+launch time; ``wall`` is ``time.time()``.
+
+Events:
+- ``process``: once per process at probe load, with argv, ppid and the process start time read
+  from ``/proc/self/stat`` (so interpreter start-up before the probe is counted too).
+- ``begin``/``end`` around the functions of ``HOOKS``, wrapped when their module is imported.
+  A hook whose module or attribute does not exist in this engine version is skipped silently:
+  the probe must never change the engine's behaviour or fail it.
+
+If another ``sitecustomize`` exists further down ``sys.path``, it is loaded afterwards.
+"""
+
+import importlib.abc
+import importlib.machinery
+import json
+import os
+import sys
+import threading
+import time
+
+_DIR = os.environ.get("COLDSCOPE_PROBE_DIR")
+
+# (module, qualified attribute, event name). Names are stage or stage/substep names of
+# coldscope.stages, or "mark:<what>" for boundaries that the timeline interprets.
+HOOKS = (
+    # process roles (first call marks when the process's own work begins)
+    ("vllm.v1.engine.core", "EngineCoreProc.run_engine_core", "mark:engine_core_main"),
+    ("vllm.v1.executor.multiproc_executor", "WorkerProc.worker_main", "mark:worker_main"),
+    ("vllm.v1.executor.multiproc_executor", "WorkerProc.__init__", "mark:worker_init"),
+    ("vllm.v1.engine.core", "EngineCore.__init__", "mark:engine_core_init"),
+    ("vllm.entrypoints.openai.api_server", "run_server", "mark:api_run_server"),
+    ("vllm.entrypoints.openai.api_server", "build_async_engine_client", "mark:api_build_client"),
+    ("vllm.engine.arg_utils", "EngineArgs.create_engine_config", "bootstrap/engine_config"),
+    ("vllm.model_executor.models.registry", "_run_in_subprocess", "bootstrap/model_inspect"),
+    # tokenizer (outermost call only)
+    ("transformers.models.auto.tokenization_auto", "AutoTokenizer.from_pretrained", "tokenizer"),
+    ("transformers.tokenization_utils_base", "PreTrainedTokenizerBase.from_pretrained",
+     "tokenizer"),
+    # model loading
+    ("vllm.v1.worker.cpu_model_runner", "CPUModelRunner.load_model", "model_loading"),
+    ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner.load_model", "model_loading"),
+    ("vllm.model_executor.model_loader.utils", "initialize_model", "model_loading/init_model"),
+    ("vllm.model_executor.model_loader.default_loader", "DefaultModelLoader.load_weights",
+     "model_loading/weights"),
+    # compile / warm-up / KV cache / graphs
+    ("vllm.v1.worker.cpu_model_runner", "CPUModelRunner.warming_up_model", "mark:warmup"),
+    ("vllm.v1.worker.gpu_worker", "Worker.determine_available_memory", "kv_cache_profiling"),
+    ("vllm.v1.worker.gpu_worker", "Worker.initialize_from_config",
+     "kv_cache_profiling/allocate"),
+    ("vllm.v1.worker.gpu_worker", "Worker.compile_or_warm_up_model", "mark:warmup"),
+    ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner.capture_model", "cuda_graph_capture"),
+    ("vllm.v1.engine.core", "EngineCore._initialize_kv_caches", "mark:initialize_kv_caches"),
+)
+
+_local = threading.local()
+_lock = threading.Lock()
+_file = None
+
+
+def _write(record):
+    global _file
+    try:
+        with _lock:
+            if _file is None:
+                _file = open(  # noqa: SIM115 - kept open for the process's life
+                    os.path.join(_DIR, f"probe-{os.getpid()}.jsonl"), "a", buffering=1
+                )
+            _file.write(json.dumps(record) + "\n")
+    except Exception:
+        pass
+
+
+def _event(ev, name, **extra):
+    rec = {"ev": ev, "name": name, "mono": time.monotonic(), "wall": time.time(),
+           "pid": os.getpid()}
+    rec.update(extra)
+    _write(rec)
+
+
+def _process_start_mono():
+    """Process start in the monotonic clock, from /proc/self/stat (10 ms resolution)."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        start_ticks = int(fields[19])  # field 22 of stat(5), counted after the ")"
+        return start_ticks / os.sysconf("SC_CLK_TCK")
+    except Exception:
+        return None
+
+
+def _wrap(func, name):
+    def wrapper(*args, **kwargs):
+        depth = getattr(_local, name, 0)
+        setattr(_local, name, depth + 1)
+        if depth == 0:
+            _event("begin", name)
+        try:
+            return func(*args, **kwargs)
+        finally:
+            setattr(_local, name, depth)
+            if depth == 0:
+                _event("end", name)
+
+    wrapper.__wrapped__ = func
+    for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
+        try:
+            setattr(wrapper, attr, getattr(func, attr))
+        except Exception:
+            pass
+    try:
+        wrapper.__dict__.update(func.__dict__)
+    except Exception:
+        pass
+    return wrapper
+
+
+def _install(module, qualname, name):
+    try:
+        owner = module
+        parts = qualname.split(".")
+        for part in parts[:-1]:
+            owner = getattr(owner, part)
+        attr = parts[-1]
+        raw = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
+        if isinstance(raw, staticmethod):
+            new = staticmethod(_wrap(raw.__func__, name))
+        elif isinstance(raw, classmethod):
+            new = classmethod(_wrap(raw.__func__, name))
+        elif callable(raw):
+            new = _wrap(raw, name)
+        else:
+            return
+        setattr(owner, attr, new)
+    except Exception:
+        pass
+
+
+_BY_MODULE = {}
+for _m, _q, _n in HOOKS:
+    _BY_MODULE.setdefault(_m, []).append((_q, _n))
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, inner, fullname):
+        self._inner = inner
+        self._fullname = fullname
+
+    def create_module(self, spec):
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module):
+        self._inner.exec_module(module)
+        for qualname, name in _BY_MODULE.get(self._fullname, ()):
+            _install(module, qualname, name)
+
+    def __getattr__(self, item):
+        return getattr(self._inner, item)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in _BY_MODULE:
+            return None
+        for finder in sys.meta_path:
+            if finder is self:
+                continue
+            find = getattr(finder, "find_spec", None)
+            if find is None:
+                continue
+            try:
+                spec = find(fullname, path, target)
+            except Exception:
+                return None
+            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                spec.loader = _Loader(spec.loader, fullname)
+                return spec
+            if spec is not None:
+                return spec
+        return None
+
+
+def _chain_next_sitecustomize():
+    here = os.path.dirname(os.path.abspath(__file__))
+    for entry in sys.path:
+        if not entry or os.path.abspath(entry) == here:
+            continue
+        candidate = os.path.join(entry, "sitecustomize.py")
+        if os.path.isfile(candidate):
+            try:
+                spec = importlib.util.spec_from_file_location("_coldscope_next_sitecustomize",
+                                                              candidate)
+                mod = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(mod)
+            except Exception:
+                pass
+            return
+
+
+if _DIR and os.path.isdir(_DIR):
+    _event("process", "process", argv=sys.argv[:8], ppid=os.getppid(),
+           start_mono=_process_start_mono(), executable=sys.executable)
+    sys.meta_path.insert(0, _Finder())
+    import atexit
+
+    atexit.register(lambda: _event("exit", "exit"))
+
+import importlib.util  # noqa: E402  (after the probe is armed; used by the chain)
+
+_chain_next_sitecustomize()
