@@ -1,0 +1,1 @@
+"""Training data and fitting for the startup model (``coldscope.predictor``)."""

@@ -1,0 +1,370 @@
+"""Fitting the startup model: per-bucket least squares, formula choice by leave-one-model-out.
+
+Training data is a list of ``Observation`` (one measured start-up of one model, its bucket
+seconds and total). Replicate runs of a model are averaged into one row, so every model weighs
+the same and leave-one-model-out (LOMO) leaves out all of a model's runs at once.
+
+Which buckets: those with a value in every row. ``unattributed`` is always the remainder
+``total - sum(other buckets)``, so the buckets of a prediction add up to the predicted total.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from coldscope import __version__
+from coldscope.errors import ColdscopeError
+from coldscope.features import ModelFeatures
+from coldscope.predictor import (
+    CANDIDATE_FORMULAS,
+    FEATURES,
+    INTERCEPT,
+    PAPER_FORMULAS,
+    SCHEMA_VERSION,
+    StartupModel,
+    formula_text,
+    t_quantile,
+    term_value,
+)
+from coldscope.stages import BUCKETS, UNATTRIBUTED
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One measured start-up: bucket seconds (None = unknown) and time to ready (seconds)."""
+
+    model: str
+    features: ModelFeatures
+    buckets: Mapping[str, float | None]
+    total_s: float
+
+
+@dataclass
+class _Rows:
+    models: list[str]
+    features: list[ModelFeatures]
+    y: dict[str, np.ndarray]          # bucket -> per-model mean seconds
+    total: np.ndarray
+    within: np.ndarray | None         # pooled within-model covariance of bucket seconds
+    replicates: list[int]
+
+
+def fit_startup_model(model: StartupModel, observations: list[Observation],
+                      environment: Mapping[str, Any], settings: Mapping[str, Any],
+                      source: str, depth: int = 2) -> dict[str, Any]:
+    """The fitted state (the startup model JSON) of ``model`` on ``observations``.
+
+    ``depth`` 1: also refit without each model in turn (formula choice included) - these fold
+    models give the CV+ intervals and the LOMO report. ``depth`` 2: the folds get their own
+    folds, so the report can say whether each held-out model fell inside its fold's interval.
+    """
+    if not observations:
+        raise ColdscopeError("empty training set: no measured start-ups to fit")
+    kinds = tuple(model.kinds)
+    excluded = sorted({o.model for o in observations if o.features.kind not in kinds})
+    used = [o for o in observations if o.features.kind in kinds]
+    if not used:
+        raise ColdscopeError(
+            f"empty training set: none of the {len(observations)} start-ups is of a "
+            f"{'/'.join(kinds)} model (use --kinds to include others)"
+        )
+    buckets = _buckets_present(used)
+    rows = _aggregate(used, buckets)
+    n = len(rows.models)
+    if n < 3:
+        raise ColdscopeError(
+            f"need start-ups of at least 3 different models to fit and cross-validate; got {n}"
+        )
+    level = float(model.level)
+    chosen: dict[str, tuple[str, ...]] = {}
+    reports: dict[str, list[dict[str, Any]]] = {}
+    for b in buckets:
+        usable = [c for c in _candidates(model.formulas, b) if _usable(c, rows, settings)]
+        if not usable:
+            usable = [(INTERCEPT,)]
+        scored = []
+        for terms in usable:
+            res = _lomo_residuals(_design(terms, rows.features, settings), rows.y[b])
+            scored.append({"terms": list(terms), "lomo_rmse": _rms(res),
+                           "lomo_max_abs": float(np.max(np.abs(res)))})
+        best = min(scored, key=lambda s: (round(s["lomo_rmse"], 9), len(s["terms"])))
+        chosen[b] = tuple(best["terms"])
+        reports[b] = scored
+
+    designs = {b: _design(chosen[b], rows.features, settings) for b in buckets}
+    coefs, ginvs, resid = {}, {}, {}
+    for b in buckets:
+        coefs[b], ginvs[b], resid[b] = _ols(designs[b], rows.y[b])
+    p = {b: designs[b].shape[1] for b in buckets}
+    sigma: dict[str, dict[str, float]] = {b: {} for b in buckets}
+    cross: dict[str, list[list[float]]] = {}
+    for i, b in enumerate(buckets):
+        for c in buckets[i:]:
+            cov = float(resid[b] @ resid[c]) / max(n - max(p[b], p[c]), 1)
+            sigma[b][c] = sigma[c][b] = cov
+            if b != c:
+                m = ginvs[b] @ designs[b].T @ designs[c] @ ginvs[c]
+                cross[f"{b}|{c}"] = m.tolist()
+                cross[f"{c}|{b}"] = m.T.tolist()
+    within = None
+    if rows.within is not None:
+        within = {b: {c: float(rows.within[i, j]) for j, c in enumerate(buckets)}
+                  for i, b in enumerate(buckets)}
+    p_max = max(p.values())
+    upper = 1 - (1 - level) / 2
+    state: dict[str, Any] = {
+        "kind": "coldscope-startup-model",
+        "schema_version": SCHEMA_VERSION,
+        "created_by": f"coldscope {__version__}",
+        "trained_on": {
+            "source": source, "models": rows.models, "replicates": rows.replicates,
+            "n_models": n, "kinds": list(kinds), "excluded": excluded,
+            "selection": model.formulas if isinstance(model.formulas, str) else "given",
+        },
+        "environment": dict(environment),
+        "settings": dict(settings),
+        "graph_size_source": _common(f.graph_size_source for f in rows.features),
+        "interval": {"level": level, "t": t_quantile(upper, max(n - p_max, 1)),
+                     "dof": max(n - p_max, 1), "method": "ols"},
+        "buckets": {},
+        "residual_cov": sigma,
+        "within_cov": within,
+        "cross": cross,
+        "feature_ranges": _ranges(rows.features, settings),
+    }
+    for b in buckets:
+        state["buckets"][b] = {
+            "terms": list(chosen[b]),
+            "coef": coefs[b].tolist(),
+            "formula": formula_text(b, chosen[b], coefs[b].tolist()),
+            "t": t_quantile(upper, max(n - p[b], 1)),
+            "xtx_inv": ginvs[b].tolist(),
+            "residual_sd": math.sqrt(sigma[b][b]),
+            "lomo_rmse": next(s["lomo_rmse"] for s in reports[b]
+                              if tuple(s["terms"]) == chosen[b]),
+            "candidates": reports[b],
+            "pcc": _pcc_row(rows.y[b], rows.features, settings),
+            "mean_s": float(np.mean(rows.y[b])),
+        }
+    if depth >= 1 and n >= 4:
+        report, folds, residuals = _cross_validate(model, used, rows, environment, settings,
+                                                   depth - 1)
+        state["lomo"] = report
+        if len(residuals) >= cv_plus_min_points(level):
+            state["interval"]["method"] = "cv+"
+            state["folds"] = folds
+            state["cv_residuals"] = residuals
+    state["interval"]["description"] = INTERVAL_METHODS[state["interval"]["method"]] + (
+        "; plus pooled within-model run-to-run covariance" if within and
+        state["interval"]["method"] == "ols" else "")
+    return state
+
+
+#: How each interval method works, recorded in the startup model file.
+INTERVAL_METHODS = {
+    "cv+": "CV+ (Barber et al. 2021, jackknife+ with one fold per model): the fold models' "
+           "predictions widened by the held-out residuals of every training run, "
+           "order-statistic quantiles",
+    "ols": "OLS prediction interval per bucket; total from the cross-bucket residual covariance "
+           "(SUR); Student t with n - p degrees of freedom",
+}
+
+
+def cv_plus_min_points(level: float) -> int:
+    """Fewest held-out residuals for a finite CV+ interval: ceil(level (n + 1)) <= n."""
+    n = 1
+    while math.ceil(level * (n + 1) - 1e-9) > n:
+        n += 1
+    return n
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _candidates(formulas: Any, bucket: str) -> tuple[tuple[str, ...], ...]:
+    if formulas == "auto":
+        return CANDIDATE_FORMULAS.get(bucket, ((INTERCEPT,),))
+    if formulas == "paper":
+        return (PAPER_FORMULAS.get(bucket, (INTERCEPT,)),)
+    if isinstance(formulas, Mapping):
+        terms = formulas.get(bucket, (INTERCEPT,))
+        unknown = [t for t in terms if t != INTERCEPT and t not in FEATURES]
+        if unknown:
+            raise ColdscopeError(f"unknown feature {unknown[0]!r} in the {bucket} formula; "
+                                 f"known: {', '.join(FEATURES)}")
+        return (tuple(terms),)
+    raise ColdscopeError(f"formulas must be 'auto', 'paper' or a mapping, not {formulas!r}")
+
+
+def _buckets_present(observations: list[Observation]) -> list[str]:
+    present = [b for b in BUCKETS if b != UNATTRIBUTED
+               and all(o.buckets.get(b) is not None for o in observations)]
+    return present + [UNATTRIBUTED]
+
+
+def _aggregate(observations: list[Observation], buckets: list[str]) -> _Rows:
+    by_model: dict[str, list[Observation]] = {}
+    for o in observations:
+        by_model.setdefault(o.model, []).append(o)
+    models = sorted(by_model)
+    per_run: dict[str, list[np.ndarray]] = {}
+    y = {b: np.zeros(len(models)) for b in buckets}
+    total = np.zeros(len(models))
+    deviations: list[np.ndarray] = []
+    replicates = []
+    for i, m in enumerate(models):
+        runs = by_model[m]
+        mat = np.array([_bucket_vector(o, buckets) for o in runs])  # runs x buckets
+        per_run[m] = list(mat)
+        mean = mat.mean(axis=0)
+        for j, b in enumerate(buckets):
+            y[b][i] = mean[j]
+        total[i] = float(np.mean([o.total_s for o in runs]))
+        replicates.append(len(runs))
+        if len(runs) > 1:
+            deviations.extend(mat - mean)
+    within = None
+    dof = sum(r - 1 for r in replicates)
+    if dof > 0:
+        d = np.array(deviations)
+        within = d.T @ d / dof
+    return _Rows(models, [by_model[m][0].features for m in models], y, total, within, replicates)
+
+
+def _bucket_vector(o: Observation, buckets: list[str]) -> list[float]:
+    known = [float(o.buckets[b]) for b in buckets if b != UNATTRIBUTED]  # type: ignore[arg-type]
+    return known + [float(o.total_s) - sum(known)]
+
+
+def _usable(terms: tuple[str, ...], rows: _Rows, settings: Mapping[str, Any]) -> bool:
+    n = len(rows.models)
+    if n < len(terms) + 2:  # LOMO needs n - 1 > p
+        return False
+    try:
+        X = _design(terms, rows.features, settings)
+    except _Missing:
+        return False
+    return bool(np.linalg.matrix_rank(X) == X.shape[1])
+
+
+class _Missing(Exception):
+    pass
+
+
+def _design(terms: tuple[str, ...], features: list[ModelFeatures],
+            settings: Mapping[str, Any]) -> np.ndarray:
+    X = np.empty((len(features), len(terms)))
+    for i, f in enumerate(features):
+        for j, t in enumerate(terms):
+            v = term_value(t, f, settings)
+            if v is None:
+                raise _Missing(t)
+            X[i, j] = v
+    return X
+
+
+def _ols(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ginv = np.linalg.pinv(X.T @ X)
+    coef = ginv @ X.T @ y
+    return coef, ginv, y - X @ coef
+
+
+def _lomo_residuals(X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    res = np.empty(len(y))
+    for i in range(len(y)):
+        keep = np.arange(len(y)) != i
+        coef = np.linalg.lstsq(X[keep], y[keep], rcond=None)[0]
+        res[i] = y[i] - X[i] @ coef
+    return res
+
+
+def _rms(x: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(np.square(x))))
+
+
+def _pcc_row(y: np.ndarray, features: list[ModelFeatures],
+             settings: Mapping[str, Any]) -> dict[str, float | None]:
+    """Pearson correlation of a bucket with every candidate feature (the paper's PCC table)."""
+    out: dict[str, float | None] = {}
+    for name in FEATURES:
+        try:
+            x = _design((name,), features, settings)[:, 0]
+        except _Missing:
+            out[name] = None
+            continue
+        if np.std(x) == 0 or np.std(y) == 0:
+            out[name] = None
+        else:
+            out[name] = float(np.corrcoef(x, y)[0, 1])
+    return out
+
+
+def _ranges(features: list[ModelFeatures], settings: Mapping[str, Any]) -> dict[str, list[float]]:
+    out = {}
+    for name in FEATURES:
+        try:
+            x = _design((name,), features, settings)[:, 0]
+        except _Missing:
+            continue
+        out[name] = [float(x.min()), float(x.max())]
+    return out
+
+
+def _common(values: Any) -> Any:
+    distinct = set(values)
+    return distinct.pop() if len(distinct) == 1 else None
+
+
+def _cross_validate(model: StartupModel, observations: list[Observation], rows: _Rows,
+                    environment: Mapping[str, Any], settings: Mapping[str, Any],
+                    depth: int) -> tuple[dict[str, Any], list[Any], list[Any]]:
+    """Leave each model out, refit (choosing formulas again), predict it.
+
+    Returns the LOMO report (held-out errors of each model's mean total, and whether it fell
+    inside its fold's interval when the folds have intervals of their own), the fold models
+    (bucket terms and coefficients) and the CV+ residuals: for every training run, its bucket
+    and total seconds minus the prediction of the fold that left its model out.
+    """
+    per_model: dict[str, Any] = {}
+    folds: list[dict[str, Any]] = []
+    residuals: list[dict[str, Any]] = []
+    covered = checked = 0
+    for i, m in enumerate(rows.models):
+        rest = [o for o in observations if o.model != m]
+        sub = StartupModel(formulas=model.formulas, kinds=model.kinds, level=model.level)
+        state = fit_startup_model(sub, rest, environment, settings, "lomo fold", depth=depth)
+        names = list(state["buckets"])
+        folds.append({"left_out": m, "buckets": {
+            b: {"terms": v["terms"], "coef": v["coef"]} for b, v in state["buckets"].items()}})
+        fold = StartupModel.from_dict(state)
+        fitted = {b: sum(c.values()) for b, c in fold.explain(rows.features[i]).items()}
+        for o in observations:
+            if o.model == m:
+                values = dict(zip(names, _bucket_vector(o, names), strict=True))
+                residuals.append({"fold": i, "total": o.total_s - sum(fitted.values()),
+                                  "buckets": {b: values[b] - fitted[b] for b in names}})
+        actual = float(rows.total[i])
+        entry: dict[str, Any] = {
+            "actual_s": actual, "predicted_s": sum(fitted.values()),
+            "error_s": sum(fitted.values()) - actual,
+            "stages": {b: {"actual_s": float(rows.y[b][i]), "predicted_s": fitted[b]}
+                       for b in names if b in rows.y},
+        }
+        if state["interval"]["method"] == "cv+":
+            pred = fold.predict(rows.features[i])
+            entry["interval"] = list(pred.interval)
+            entry["inside"] = pred.interval[0] <= actual <= pred.interval[1]
+            covered += entry["inside"]
+            checked += 1
+        per_model[m] = entry
+    e = np.array([v["error_s"] for v in per_model.values()])
+    total: dict[str, Any] = {"mse": float(np.mean(e**2)), "rmse": _rms(e),
+                             "max_abs": float(np.max(np.abs(e)))}
+    if checked:
+        total["coverage"] = f"{covered}/{checked}"
+    return {"total": total, "per_model": per_model}, folds, residuals

@@ -1,0 +1,156 @@
+"""The paper's artifact format, mapped onto our buckets at this one edge.
+
+"Breaking the Ice: Analyzing Cold Start Latency in vLLM" (MLSys 2026) publishes
+``*comparison_results.json`` (``{"labels": [log names], "data": {metric: [seconds|null]}}``),
+``models_config.json`` (features per model) and ``params.json`` (published parameter counts).
+
+Metric -> bucket (checked on every row: the six stages plus ``unattributed`` add up to
+``actual_total_time``, because ``total_time`` is the sum of the metrics mapped here):
+
+| bucket | paper metrics |
+|---|---|
+| bootstrap | framework_bootstrap (detect_platform + llm_imports + get_model_info + worker_init) |
+| tokenizer | tokenizer_init |
+| model_loading | model_loading (load_weights + model_init) |
+| torch_compile | dynamo_transform_time + graph_compile_cached + graph_compile_general_shape |
+| kv_cache_profiling | kv_cache_profiling (memory profiling minus compile) |
+| cuda_graph_capture | graph_capturing |
+| unattributed | actual_total_time - total_time (time no log line accounts for) |
+
+Note the paper's ``torch.compile`` metric is the Dynamo transform only; ``init_engine`` is the
+sum of compile, profiling and capture, so neither is used.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from coldscope.errors import ColdscopeError
+from coldscope.features import features_from_paper
+from coldscope.predict.fit import Observation
+from coldscope.stages import (
+    BOOTSTRAP,
+    CUDA_GRAPH_CAPTURE,
+    KV_CACHE_PROFILING,
+    MODEL_LOADING,
+    TOKENIZER,
+    TORCH_COMPILE,
+    UNATTRIBUTED,
+)
+
+#: bucket -> (paper metrics summed; a null metric counts as 0 when others are present)
+PAPER_METRICS: dict[str, tuple[str, ...]] = {
+    BOOTSTRAP: ("framework_bootstrap",),
+    TOKENIZER: ("tokenizer_init",),
+    MODEL_LOADING: ("model_loading",),
+    TORCH_COMPILE: ("dynamo_transform_time", "graph_compile_cached",
+                    "graph_compile_general_shape"),
+    KV_CACHE_PROFILING: ("kv_cache_profiling",),
+    CUDA_GRAPH_CAPTURE: ("graph_capturing",),
+}
+TOTAL_METRIC = "actual_total_time"
+STAGE_SUM_METRIC = "total_time"
+
+#: Mamba-hybrid models of the paper (its README: "granite4.0-h-*"); their features cannot tell.
+HYBRID_PREFIXES = ("granite4.0-h-",)
+
+#: vLLM 0.10.1.1's default number of CUDA-graph capture sizes (the paper's predictor uses 67).
+PAPER_CAPTURE_SIZES = 67
+
+#: The main table's setting (the paper's README for this data).
+PAPER_ENVIRONMENT = {
+    "gpu": "NVIDIA H100 NVL", "cpu": "AMD EPYC 9354", "engine": "vllm 0.10.1.1 (V1 engine)",
+    "torch": "2.7.1", "compile_cache": "warm", "weights": "page cache or PCIe 5.0 SSD",
+    "statistic": "mean of 5 runs per model (a warm-up run excluded)",
+}
+
+DEFAULT_TIMINGS = Path("figures") / "figure-rest" / "avg_comparison_results.json"
+
+_LABEL = re.compile(r"output_model_(.+?)(?:_|\.txt|$)")
+
+
+def model_name(label: str) -> str:
+    """The model of a paper log label: after ``output_model_`` up to the next ``_`` or ``.txt``."""
+    m = _LABEL.search(label)
+    if not m:
+        raise ColdscopeError(f"paper label {label!r} names no model (expected output_model_...)")
+    return m.group(1)
+
+
+def paper_features(paper_dir: str | Path) -> dict[str, Any]:
+    """name -> ModelFeatures of every model in ``models_config.json`` (+ ``params.json``)."""
+    root = Path(paper_dir)
+    configs = _read(root / "models_config.json")
+    params_path = root / "params.json"
+    params = _read(params_path) if params_path.is_file() else {}
+    return {name: features_from_paper(entry, name=name, params=params.get(name),
+                                      hybrid=name.startswith(HYBRID_PREFIXES))
+            for name, entry in configs.items()}
+
+
+def observations_from_paper(paper_dir: str | Path,
+                            timings: str | Path | None = None) -> list[Observation]:
+    """One observation per model row of a paper ``*comparison_results.json``."""
+    root = Path(paper_dir)
+    if not root.is_dir():
+        raise ColdscopeError(f"paper data directory {root} does not exist")
+    path = Path(timings) if timings else root / DEFAULT_TIMINGS
+    results = _read(path)
+    try:
+        labels, data = results["labels"], results["data"]
+    except (KeyError, TypeError) as exc:
+        raise ColdscopeError(f"{path} is not a paper comparison_results.json") from exc
+    features = paper_features(root)
+    observations = []
+    for i, label in enumerate(labels):
+        name = model_name(label)
+        if name not in features:
+            raise ColdscopeError(f"{path}: model {name!r} has no entry in models_config.json")
+        total = _metric(data, TOTAL_METRIC, i)
+        if total is None:
+            continue
+        buckets: dict[str, float | None] = {}
+        for bucket, metrics in PAPER_METRICS.items():
+            values = [_metric(data, m, i) for m in metrics]
+            known = [v for v in values if v is not None]
+            buckets[bucket] = sum(known) if known else None
+        stage_sum = _metric(data, STAGE_SUM_METRIC, i)
+        if stage_sum is not None:
+            buckets[UNATTRIBUTED] = total - stage_sum
+        observations.append(Observation(name, features[name], buckets, float(total)))
+    if not observations:
+        raise ColdscopeError(f"empty training set: no row of {path} has {TOTAL_METRIC}")
+    return observations
+
+
+def paper_environment(paper_dir: str | Path, timings: str | Path | None = None) -> dict[str, Any]:
+    """The measurement setting: the README's facts plus the figure's ``env.json``."""
+    root = Path(paper_dir)
+    path = Path(timings) if timings else root / DEFAULT_TIMINGS
+    env: dict[str, Any] = dict(PAPER_ENVIRONMENT)
+    env_file = path.parent / "env.json"
+    if env_file.is_file():
+        config = _read(env_file)
+        env["env"] = config.get("env", {})
+        env["flags"] = config.get("default_params", {})
+    env["source"] = str(path)
+    return env
+
+
+def _metric(data: dict[str, list[Any]], key: str, i: int) -> float | None:
+    values = data.get(key)
+    if values is None or i >= len(values) or values[i] is None:
+        return None
+    return float(values[i])
+
+
+def _read(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ColdscopeError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ColdscopeError(f"malformed JSON in {path}: {exc}") from exc
