@@ -1,0 +1,161 @@
+"""The budget reproduces the lesson's worked 70B example; engine figures come from three places."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import pytest
+
+from coldscope.errors import ColdscopeError
+from coldscope.plan import budget as bud
+from coldscope.plan.mitigations import apply_layers
+from coldscope.plan.profile import load_profile, parse_count, parse_duration
+from coldscope.stages import CUDA_GRAPH_CAPTURE, MODEL_LOADING, TORCH_COMPILE
+
+
+@pytest.fixture(scope="module")
+def profile():
+    return load_profile()
+
+
+def _budget(profile, params=70e9, layers=(), engine=None):
+    size = bud.size_from_params(params, "bf16")
+    base = bud.baseline_conditions(profile, engine or bud.engine_from_default(profile))
+    return apply_layers(size, profile, base, layers).budget
+
+
+def test_70b_from_zero_is_the_lessons_220_to_510_s(profile):
+    b = _budget(profile)
+    got = {p.name: (p.low, p.high) for p in b.parts}
+    # lesson: provisioning 45-60 + image pull 120-300 + load 45-120 + engine init 10-30
+    expected = {"provisioning": (45, 60), "image_pull": (120, 300), "weight_transfer": (0, 0),
+                "weight_load": (45, 120), "engine_startup": (10, 30)}
+    assert list(got) == list(bud.PARTS)
+    for name, (lo, hi) in expected.items():
+        assert got[name][0] == pytest.approx(lo, abs=0.01), name
+        assert got[name][1] == pytest.approx(hi, abs=0.01), name
+    assert (b.low, b.high) == (pytest.approx(220, abs=0.05), pytest.approx(510, abs=0.05))
+    assert b.dominant() == "image_pull"
+
+
+def test_70b_bf16_from_7_gb_s_nvme_takes_20_s(profile):
+    b = _budget(profile, layers=("preseeded_image",))
+    assert b.part("weight_load").low == pytest.approx(140e9 / 7e9) == pytest.approx(20.0)
+    assert b.part("image_pull").high == 0
+    # pre-seeded 70B: 45-60 s provisioning + 20 s load + 10-30 s engine init
+    assert (b.low, b.high) == (pytest.approx(75.0), pytest.approx(110.0))
+
+
+def test_weights_from_object_store_are_downloaded_then_loaded(profile):
+    p = load_profile(overrides={"image": {"weights_from": "object_store"}})
+    b = _budget(p)
+    assert b.part("image_pull").low == pytest.approx(10e9 / 1.25e9)
+    assert (b.part("weight_transfer").low, b.part("weight_transfer").high) == (
+        pytest.approx(140e9 / 1.25e9), pytest.approx(140e9 / 0.5e9))
+    streamed = _budget(p, layers=("weight_streaming",))
+    # overlapped: the download (112-280 s) is slower than the halved load (22.5-60 s)
+    assert streamed.part("weight_transfer").high == 0
+    assert (streamed.part("weight_load").low, streamed.part("weight_load").high) == (
+        pytest.approx(112.0), pytest.approx(280.0))
+
+
+def _run(ttr, loading, status="ok", cache="cold", **stages):
+    return {"id": "r", "status": status, "cache": cache, "time_to_ready_s": ttr,
+            "stages": {MODEL_LOADING: loading, **stages}}
+
+
+RUNS = [_run(30.0, 5.0, **{TORCH_COMPILE: 4.0}), _run(40.0, 8.0, **{TORCH_COMPILE: 6.0}),
+        _run(35.0, 6.0), _run(99.0, 1.0, status="failed"), _run(None, 1.0)]
+
+
+def test_engine_from_runs_is_median_and_range_without_loading():
+    est = bud.engine_from_runs(RUNS)
+    # values 25, 32, 29 (time to ready minus model_loading); failed and unfinished runs ignored
+    assert (est.low, est.median, est.high) == (25.0, 29.0, 32.0)
+    assert est.stages[TORCH_COMPILE] == (4.0, 6.0)
+    assert est.compile_cold and est.source.startswith("store: median 29.0 s of 3")
+    assert bud.engine_from_runs([_run(None, 1.0)]) is None
+
+
+@dataclass
+class _SP:
+    s: float
+    interval: tuple[float, float]
+
+
+@dataclass
+class _Pred:
+    total_s: float
+    interval: tuple[float, float]
+    stages: dict
+
+
+PRED = _Pred(40.0, (30.0, 50.0), {MODEL_LOADING: _SP(10.0, (8.0, 12.0)),
+                                   TORCH_COMPILE: _SP(5.0, (4.0, 6.0)),
+                                   CUDA_GRAPH_CAPTURE: _SP(2.0, (1.0, 3.0))})
+
+
+def test_engine_from_prediction_drops_model_loading():
+    est = bud.engine_from_prediction(PRED, "m.json")
+    assert (est.low, est.median, est.high) == (20.0, 30.0, 40.0)
+    assert MODEL_LOADING not in est.stages and est.stages[TORCH_COMPILE] == (4.0, 6.0)
+    assert "startup model m.json" in est.source
+
+
+def test_engine_check_against_store_median():
+    check = bud.check_engine_init(RUNS, PRED)
+    assert (check.store_median_s, check.predicted_s, check.interval, check.runs) == (
+        29.0, 30.0, (20.0, 40.0), 3)
+    assert check.within
+    far = [_run(60.0, 5.0), _run(70.0, 5.0)]
+    assert not bud.check_engine_init(far, PRED).within
+    with pytest.raises(ColdscopeError):
+        bud.check_engine_init([], PRED)
+
+
+def test_engine_default_adds_cold_compile_when_asked():
+    p = load_profile(overrides={"engine": {"compile_cache": "cold"}})
+    est = bud.engine_from_default(p)
+    assert (est.low, est.high, est.compile_cold) == (18.0, 45.0, True)
+
+
+def test_gpus_per_replica_smallest_power_of_two_that_fits(profile):
+    # H100 80 GB x 0.9 = 72 GB usable per GPU
+    assert bud.gpus_per_replica(bud.size_from_params(13e9, "bf16"), profile) == 1
+    assert bud.gpus_per_replica(bud.size_from_params(70e9, "bf16"), profile) == 2
+    assert bud.gpus_per_replica(bud.size_from_params(405e9, "bf16"), profile) == 16
+
+
+def test_size_from_features_reads_weight_bytes_and_kv_shape():
+    feats = SimpleNamespace(params=70_553_706_496, weight_bytes=141_107_412_992, dtype="bfloat16",
+                            bytes_per_param=2.0, num_layers=80, hidden_size=8192, num_heads=64,
+                            num_kv_heads=8, head_dim=128)
+    size = bud.size_from_features(feats, "llama-70b", "test")
+    assert size.weight_bytes == 141_107_412_992
+    assert size.kv_bytes_per_token == 2 * 80 * 8 * 128 * 2
+
+
+def test_inputs_parse_or_fail_in_one_line():
+    assert parse_duration("2s") == 2.0 and parse_duration("500ms") == 0.5
+    assert parse_duration("1.5min") == 90.0 and parse_duration(3) == 3.0
+    assert parse_count("70e9") == 70e9 and parse_count("13B") == 13e9
+    for bad in ("fast", "2 parsecs"):
+        with pytest.raises(ColdscopeError):
+            parse_duration(bad)
+    with pytest.raises(ColdscopeError, match="unknown dtype"):
+        bud.size_from_params(1e9, "bf17")
+
+
+def test_profile_file_overrides_and_rejects_unknown_keys(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("provisioning_s: {low: 30, high: 40}\n")
+    p = load_profile(f)
+    assert (p.provisioning_s.low, p.provisioning_s.high) == (30, 40)
+    assert p.bandwidth_bytes_per_s.nvme.low == 7e9  # untouched defaults stay
+    f.write_text("provisioning_s: {low: 30, hihg: 40}\n")
+    with pytest.raises(ColdscopeError, match="provisioning_s"):
+        load_profile(f)
+    f.write_text("gpu: TPU\n")
+    with pytest.raises(ColdscopeError, match="TPU"):
+        load_profile(f)
