@@ -281,16 +281,16 @@ class _CpuSampler(threading.Thread):
         self.launch_mono = launch_mono
         self.t: list[float] = []
         self.per_core: list[list[float]] = []
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self) -> None:
         psutil.cpu_percent(percpu=True)
-        while not self._stop.wait(self.interval):
+        while not self._halt.wait(self.interval):
             self.per_core.append(psutil.cpu_percent(percpu=True))
             self.t.append(round(time.monotonic() - self.launch_mono, 3))
 
     def stop(self) -> dict:
-        self._stop.set()
+        self._halt.set()
         self.join(timeout=2)
         return {"interval_s": self.interval, "t": self.t, "per_core": self.per_core}
 
@@ -434,6 +434,9 @@ def run_once(config: RunConfig, *, run_id: str | None = None, cache_state: str |
         argv += ["--otlp-traces-endpoint", receiver.endpoint]
         env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = "http/protobuf"
         env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = receiver.endpoint
+        # Export spans within 0.2 s (default 5 s), so that the last start-up spans arrive
+        # before the engine is stopped after its first request.
+        env.setdefault("OTEL_BSP_SCHEDULE_DELAY", "200")
 
     page_cache = drop_page_cache(model) if config.drop_page_cache else "not requested"
     engine_python = shutil.which(argv[0], path=env["PATH"])
@@ -526,6 +529,8 @@ def run_once(config: RunConfig, *, run_id: str | None = None, cache_state: str |
             ttft, _text = first_token(base, served, config.prompt, config.max_tokens,
                                       config.request_timeout)
             ev.first_token_at = ev.ready_at + ttft
+        if receiver is not None:
+            time.sleep(0.6)  # > OTEL_BSP_SCHEDULE_DELAY: let the last batch of spans arrive
         record["status"] = "ok"
     except _RunFailed as exc:
         record["reason"] = str(exc)

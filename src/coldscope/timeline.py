@@ -106,6 +106,8 @@ class Timeline:
     spans: tuple[Span, ...] = ()
     not_applicable: frozenset[str] = frozenset()
     origin_unix: float | None = None
+    segments: tuple[tuple[str, float, float], ...] = ()
+    """The cut of [0, time_to_ready] into buckets: (bucket, start, end), in time order."""
 
     def total(self) -> float:
         """Sum of the known buckets (equals ``time_to_ready`` for a profiled run)."""
@@ -161,12 +163,17 @@ def reconcile(
     cuts = sorted({0.0, time_to_ready, *(a for a, _, _ in chosen), *(b for _, b, _ in chosen)})
     rank = {stage: i for i, stage in enumerate(PRIORITY)}
     durations = dict.fromkeys(BUCKETS, 0.0)
+    segments: list[list] = []
     for left, right in zip(cuts, cuts[1:], strict=False):
         if right <= left:
             continue
         covering = [s.stage for a, b, s in chosen if a <= left and b >= right]
         bucket = min(covering, key=lambda st: rank.get(st, len(rank))) if covering else UNATTRIBUTED
         durations[bucket] += right - left
+        if segments and segments[-1][0] == bucket and segments[-1][2] == left:
+            segments[-1][2] = right
+        else:
+            segments.append([bucket, left, right])
 
     stages: dict[str, float | None] = {}
     for bucket in BUCKETS:
@@ -194,6 +201,7 @@ def reconcile(
         spans=tuple(s for _, _, s in chosen),
         not_applicable=not_applicable,
         origin_unix=origin_unix,
+        segments=tuple((b, lo, hi) for b, lo, hi in segments),
     )
 
 
@@ -232,9 +240,11 @@ def timeline_dict(tl: Timeline) -> dict:
     """The JSON shape other tools read (``stages``, ``substeps``, ``sources``, ``intervals``)."""
     return {
         "time_to_ready_s": tl.time_to_ready,
+        "origin_unix": tl.origin_unix,
         "stages": {b: tl.stages.get(b) for b in BUCKETS},
         "not_applicable": sorted(tl.not_applicable),
         "substeps": dict(tl.substeps),
         "sources": dict(tl.sources),
         "intervals": [s.to_dict() for s in tl.spans],
+        "segments": [{"bucket": b, "start": lo, "end": hi} for b, lo, hi in tl.segments],
     }

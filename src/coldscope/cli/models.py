@@ -1,0 +1,36 @@
+"""`coldscope make-model`: a random-weight model with a locally trained tokenizer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command("make-model")
+@click.argument("out_dir", type=click.Path(file_okay=False))
+@click.option("--architecture", default="llama", show_default=True,
+              type=click.Choice(["llama", "qwen2", "mistral", "mixtral"]))
+@click.option("--layers", default=2, show_default=True, type=click.IntRange(1))
+@click.option("--hidden", default=128, show_default=True, type=click.IntRange(64))
+@click.option("--heads", default=2, show_default=True, type=click.IntRange(1))
+@click.option("--kv-heads", default=1, show_default=True, type=click.IntRange(1))
+@click.option("--intermediate", default=None, type=click.IntRange(1))
+@click.option("--vocab", default=512, show_default=True, type=click.IntRange(300))
+@click.option("--experts", default=4, show_default=True, type=click.IntRange(2))
+@click.option("--seed", default=0, show_default=True)
+@click.option("--exist-ok", is_flag=True, help="Succeed quietly if OUT_DIR already has a model.")
+def make_model(out_dir, architecture, layers, hidden, heads, kv_heads, intermediate, vocab,
+               experts, seed, exist_ok):
+    """Make a small model in OUT_DIR (random weights, locally trained BPE tokenizer)."""
+    from coldscope.models import ModelShape
+    from coldscope.models import make_model as make
+
+    if exist_ok and (Path(out_dir) / "config.json").exists():
+        click.echo(f"{out_dir} already holds a model")
+        return
+    shape = ModelShape(architecture=architecture, num_layers=layers, hidden_size=hidden,
+                       num_heads=heads, num_kv_heads=kv_heads, intermediate_size=intermediate,
+                       vocab_size=vocab, num_experts=experts, seed=seed)
+    path = make(shape, Path(out_dir))
+    click.echo(f"made {architecture} model in {path}")

@@ -1,0 +1,266 @@
+"""Commands of the profiler: profile, runs, show, parse, trace, export, demo."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import click
+
+from coldscope.cli.common import console, json_option, parse_env, print_json, store_option
+from coldscope.errors import ColdscopeError
+
+_RUN_KEYS = ("id", "status", "reason", "cache", "time_to_ready_s", "first_token_s", "stages",
+             "substeps", "sources", "environment")
+
+
+def contract(record: dict) -> dict:
+    """A run as the JSON contract promises it (the contract's keys first, then the rest)."""
+    out = {k: record.get(k) for k in _RUN_KEYS}
+    out.update({k: v for k, v in record.items() if k not in out})
+    return out
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.option("--repeat", default=1, show_default=True, type=click.IntRange(1),
+              help="Start-ups to measure.")
+@click.option("--cache", type=click.Choice(["cold", "warm"]), default="cold", show_default=True,
+              help="cold: fresh empty caches and HOME per run; warm: reuse caches of this config.")
+@click.option("--timeout", default=900.0, show_default=True, type=click.FloatRange(min=1),
+              help="Seconds from launch to ready before a run is failed.")
+@click.option("--health-url", default=None, help="Readiness URL (default http://HOST:PORT/health).")
+@click.option("--ready-pattern", default=None, help="Regex on engine output meaning 'ready'.")
+@click.option("--no-request", is_flag=True, help="Do not send the first request.")
+@click.option("--no-probe", is_flag=True, help="Do not load the in-process probe.")
+@click.option("--no-spans", is_flag=True, help="Do not receive the engine's OTLP spans.")
+@click.option("--drop-page-cache", is_flag=True, help="Evict the weights from the page cache first.")
+@click.option("--label", default=None, help="A label stored with the runs.")
+@click.option("--env", "env_pairs", multiple=True, metavar="KEY=VALUE",
+              help="Extra environment for the engine (repeatable).")
+@click.option("--cache-root", default=".coldscope/caches", show_default=True,
+              type=click.Path(file_okay=False), help="Where per-run caches live.")
+@click.option("--otlp-export", default=None, metavar="URL",
+              help="Also send each run's start-up spans to this OTLP/HTTP collector.")
+@click.option("--quiet", is_flag=True, help="Do not echo the engine's output.")
+@store_option
+@json_option
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def profile(repeat, cache, timeout, health_url, ready_pattern, no_request, no_probe, no_spans,
+            drop_page_cache, label, env_pairs, cache_root, otlp_export, quiet, store_path,
+            as_json, command):
+    """Profile the start-up of an engine COMMAND (after `--`), e.g.
+
+    coldscope profile --repeat 3 -- python -m vllm.entrypoints.openai.api_server --model DIR
+    """
+    from coldscope.runner import RunConfig
+    from coldscope.runner import profile as run_profile
+    from coldscope.store import Store
+
+    config = RunConfig(
+        command=list(command), cache=cache, repeat=repeat, timeout=timeout,
+        health_url=health_url, ready_pattern=ready_pattern, first_request=not no_request,
+        probe=not no_probe, spans=not no_spans, drop_page_cache=drop_page_cache, label=label,
+        env=parse_env(env_pairs), cache_root=Path(cache_root),
+    )
+    store = Store(store_path)
+    out = console()
+    echo = None if (quiet or as_json) else (lambda line: click.echo(f"  │ {line}", err=True))
+
+    def on_run(record: dict) -> None:
+        if otlp_export and record["status"] == "ok":
+            from coldscope.trace_export import send_otlp
+
+            send_otlp(record, otlp_export)
+        if not as_json:
+            _print_run(out, record)
+
+    records = run_profile(config, store, on_run=on_run, on_line=echo)
+    if as_json:
+        print_json({"runs": [contract(r) for r in records]})
+    if not any(r["status"] == "ok" for r in records):
+        raise ColdscopeError(f"all {len(records)} run(s) failed; see `coldscope runs`")
+
+
+def _print_run(out, record: dict) -> None:
+    from coldscope.render import failed_detail, timeline_table
+
+    if record["status"] == "ok":
+        out.print(timeline_table(record))
+    else:
+        out.print(failed_detail(record))
+
+
+@click.command()
+@click.option("--status", type=click.Choice(["ok", "failed", "all"]), default="all",
+              show_default=True)
+@click.option("--cache", type=click.Choice(["cold", "warm"]), default=None)
+@click.option("--label", default=None)
+@store_option
+@json_option
+def runs(status, cache, label, store_path, as_json):
+    """The stored runs, one line each."""
+    from coldscope.render import runs_table
+    from coldscope.store import Store
+
+    records = Store(store_path, create=False).runs(
+        status=None if status == "all" else status, cache=cache, label=label)
+    if as_json:
+        print_json({"runs": [contract(r) for r in records]})
+    else:
+        console().print(runs_table(records))
+
+
+@click.command()
+@click.argument("run_id")
+@store_option
+@json_option
+def show(run_id, store_path, as_json):
+    """The timeline of one run: six stages, sub-steps, sources."""
+    from coldscope.store import Store
+
+    record = Store(store_path, create=False).run(run_id)
+    if as_json:
+        print_json(contract(record))
+    else:
+        out = console()
+        _print_run(out, record)
+        procs = record.get("processes") or []
+        if procs:
+            from rich.table import Table
+
+            t = Table(title="processes (probe)", title_justify="left")
+            for c in ("pid", "ppid", "role", "probe loaded at s"):
+                t.add_column(c)
+            for p in procs:
+                if p["role"] != "helper":
+                    t.add_row(str(p["pid"]), str(p["ppid"]), p["role"],
+                              f"{p['probe_loaded_s']:.2f}")
+            out.print(t)
+
+
+@click.command()
+@click.argument("log", type=click.Path(dir_okay=False))
+@json_option
+def parse(log, as_json):
+    """The timeline from a saved vLLM log (stages the log cannot show are unknown)."""
+    from coldscope.capture.logs import log_timeline, missed, paper_metrics, parse_vllm_log
+    from coldscope.timeline import timeline_dict
+
+    try:
+        data = Path(log).read_bytes()
+    except OSError as exc:
+        raise ColdscopeError(f"cannot read {log}: {exc.strerror}") from None
+    lines = data.decode("utf-8", "replace").splitlines()
+    evidence = parse_vllm_log(lines)
+    if not evidence.records and evidence.version is None:
+        raise ColdscopeError(f"{log} does not look like a vLLM log (no known line found)")
+    tl = timeline_dict(log_timeline(evidence))
+    record = {
+        "id": Path(log).name, "status": "ok", "reason": None, "cache": evidence.compile_cache,
+        "first_token_s": None, "environment": {},
+        "engine": {"name": "vllm", "version": evidence.version, "family": evidence.family,
+                   "device": evidence.device, "enforce_eager": evidence.enforce_eager},
+        **tl,
+        "paper_metrics": paper_metrics(evidence),
+        "missed_by_paper_parser": missed(evidence),
+    }
+    if as_json:
+        print_json(contract(record))
+        return
+    from coldscope.render import timeline_table
+
+    out = console()
+    out.print(f"vLLM {evidence.version or 'unknown version'} ({evidence.family}), "
+              f"device {evidence.device or 'unknown'}")
+    out.print(timeline_table(record))
+    if record["missed_by_paper_parser"]:
+        out.print("[bold]what the paper's parser missed:[/bold]")
+        for item in record["missed_by_paper_parser"]:
+            out.print(f"  • {item}")
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="Where to write the Chrome trace JSON (open it in ui.perfetto.dev).")
+@click.option("--otlp-export", default=None, metavar="URL", help="Also send to a collector.")
+@store_option
+def trace(run_id, output, otlp_export, store_path):
+    """Write a run as a Chrome trace / Perfetto file, one track per process."""
+    from coldscope.store import Store
+    from coldscope.trace_export import chrome_trace, send_otlp
+
+    record = Store(store_path, create=False).run(run_id)
+    if record["status"] != "ok":
+        raise ColdscopeError(f"run {record['id']} failed ({record.get('reason')}); no timeline")
+    Path(output).write_text(json.dumps(chrome_trace(record)))
+    if otlp_export:
+        send_otlp(record, otlp_export)
+    click.echo(f"wrote {output}")
+
+
+@click.command()
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="CSV or Parquet file (by extension, or --format).")
+@click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]), default=None)
+@store_option
+def export(output, fmt, store_path):
+    """Export every stored run, one row per run, for sharing."""
+    from coldscope.store import Store
+
+    n = Store(store_path, create=False).export(Path(output), fmt)
+    click.echo(f"wrote {n} runs to {output}")
+
+
+DEMO_COMMAND = [
+    "python", "-m", "vllm.entrypoints.openai.api_server", "--model", "models/tiny",
+    "--host", "127.0.0.1", "--port", "8765", "--max-model-len", "256", "--max-num-seqs", "4",
+    "--dtype", "bfloat16",
+]
+
+
+@click.command()
+@click.option("--model", "model_dir", default="models/tiny", show_default=True,
+              type=click.Path(file_okay=False))
+@click.option("--port", default=8765, show_default=True)
+@store_option
+@json_option
+def demo(model_dir, port, store_path, as_json):
+    """Profile the tiny local model cold, then warm, and print the timelines side by side."""
+    from coldscope.render import compare_table
+    from coldscope.runner import RunConfig
+    from coldscope.runner import profile as run_profile
+    from coldscope.store import Store
+
+    if not (Path(model_dir) / "config.json").exists():
+        raise ColdscopeError(f"no model in {model_dir}; make one with `coldscope make-model`")
+    command = list(DEMO_COMMAND)
+    command[command.index("models/tiny")] = model_dir
+    command[command.index("8765")] = str(port)
+    cache_root = Path(".coldscope") / "demo-caches"
+    shutil.rmtree(cache_root, ignore_errors=True)  # cold must really be cold
+    config = RunConfig(command=command, cache="warm", repeat=1, label="demo",
+                       cache_root=cache_root)
+    out = console()
+    if not as_json:
+        out.print("[bold]coldscope demo[/bold]: one cold start-up (empty caches), then one warm "
+                  "(caches of the cold run); about 2-4 minutes on 2 cores.")
+    store = Store(store_path)
+
+    def on_run(record: dict) -> None:
+        if not as_json:
+            _print_run(out, record)
+
+    records = run_profile(config, store, on_run=on_run)
+    if as_json:
+        print_json({"runs": [contract(r) for r in records]})
+        return
+    ok = [r for r in records if r["status"] == "ok"]
+    if len(ok) == 2:
+        out.print(compare_table(ok))
+    out.print(f"stored {len(records)} runs in {store.path}; try `coldscope runs`, "
+              f"`coldscope show {records[-1]['id']}`, `coldscope trace {records[-1]['id']} "
+              "-o run.json`")
+    if len(ok) < len(records):
+        raise ColdscopeError("a demo run failed; see `coldscope runs`")
