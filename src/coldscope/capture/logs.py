@@ -1,0 +1,961 @@
+"""Version-aware adapters for vLLM start-up logs.
+
+A log is the one piece of evidence every user already has (a pod's log, a saved terminal). Its
+wording changes between vLLM releases, so parsing is split in two:
+
+1. ``parse_vllm_log(lines) -> LogEvidence`` detects the version and the *format family*, then
+   runs that family's small table of ``(regex -> meaning)`` rules over every line. A meaning is
+   a stage or ``stage/substep`` name from :mod:`coldscope.stages` with the seconds the line
+   reports, or a ``marker:<event>`` whose time is the line's arrival. Unknown lines are skipped;
+   nothing in a line can make the parser fail.
+2. Pure consumers of that evidence: ``log_timeline`` (a timeline from a saved log),
+   ``log_spans`` (spans for the profiler, given each line's arrival time), ``paper_metrics`` (the
+   metrics of the parser of "Breaking the Ice", MLSys 2026, for comparison) and ``missed`` (what
+   that parser missed).
+
+Times: durations are seconds as printed. ``LogEvidence.line_clock`` is the log's own clock,
+seconds since the first timestamped line (vLLM prints ``MM-DD HH:MM:SS`` with or without
+milliseconds; the year is not printed). ``log_spans`` works in the caller's clock, usually
+seconds since the engine's launch.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from coldscope.errors import ColdscopeError
+from coldscope.stages import (
+    BOOTSTRAP,
+    CUDA_GRAPH_CAPTURE,
+    KV_CACHE_PROFILING,
+    MODEL_LOADING,
+    SERVER_READY,
+    TOKENIZER,
+    TORCH_COMPILE,
+    substep,
+)
+from coldscope.timeline import Span, Timeline, from_durations, reconcile, timeline_dict
+
+# Record names (the vocabulary of the log, mapped once onto the shared stage names).
+WEIGHTS = substep(MODEL_LOADING, "weights")
+INIT_MODEL = substep(MODEL_LOADING, "init_model")
+DYNAMO = substep(TORCH_COMPILE, "dynamo")
+INDUCTOR = substep(TORCH_COMPILE, "inductor")
+GRAPH_LOAD = substep(TORCH_COMPILE, "graph_load")
+WARMUP_COMPILE = substep(TORCH_COMPILE, "warmup")
+WARMUP_EAGER = substep(KV_CACHE_PROFILING, "warmup")
+PROFILE_RUN = substep(KV_CACHE_PROFILING, "profile_run")
+
+ENGINE_CORE_START = "marker:engine_core_start"
+MODEL_LOADING_START = "marker:model_loading_start"
+MODEL_LOADING_END = "marker:model_loading_end"
+WARMUP_START = "marker:warmup_start"
+WARMUP_END = "marker:warmup_end"
+#: "Memory profiling takes X seconds": X spans compile *and* the profiling forward pass.
+MEMORY_PROFILING_END = "marker:memory_profiling_end"
+#: "init engine (profile, create kv cache, warmup model) took X": X spans compile, KV-cache
+#: profiling and allocation, and CUDA-graph capture.
+KV_CACHE_END = "marker:kv_cache_end"
+#: V0 engines print "# GPU blocks: N" once the KV cache is sized.
+KV_CACHE_SIZED = "marker:kv_cache_sized"
+CAPTURE_START = "marker:cuda_graph_capture_start"
+TORCH_COMPILE_START = "marker:torch_compile_start"
+SERVER_START = "marker:server_start"
+APP_STARTUP_COMPLETE = "marker:app_startup_complete"
+#: "initialize_engine took X seconds", printed by the paper's harness around ``LLM(...)``.
+HARNESS_END = "marker:harness_end"
+
+_COMPILE_SUBSTEPS = (DYNAMO, INDUCTOR, GRAPH_LOAD)
+#: Duration records whose phase ends at the line that prints them, so [arrival - d, arrival]
+#: is where the phase ran. ("torch.compile takes X s in total" is not one: vLLM prints it after
+#: the first forward pass that follows compilation.)
+_ANCHORED = (
+    TOKENIZER,
+    MODEL_LOADING,
+    WEIGHTS,
+    INIT_MODEL,
+    *_COMPILE_SUBSTEPS,
+    PROFILE_RUN,
+    CUDA_GRAPH_CAPTURE,
+)
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    """One meaningful line.
+
+    ``name`` is a stage, a ``stage/substep`` or a ``marker:<event>``. ``duration`` is the seconds
+    the line reports for the phase that ends at it (None for a plain marker). ``line_no`` is the
+    0-based index in the lines given to ``parse_vllm_log``; ``wallclock`` the line's own
+    timestamp text, or None when it has none.
+    """
+
+    line_no: int
+    name: str
+    duration: float | None
+    process: str | None
+    pid: int | None
+    wallclock: str | None
+
+
+@dataclass(frozen=True)
+class LogEvidence:
+    """Everything a vLLM log says about one start-up.
+
+    ``family`` is the format family whose rules were used (``v0.6``, ``v0.8``, ``v0.10``,
+    ``v0.32``, or ``unknown`` when no version line was found: then every family's rules run).
+    ``compile_cache`` is ``"miss"`` when any graph was compiled, ``"hit"`` when graphs were only
+    loaded from the cache. ``capture_sizes`` counts the configured CUDA-graph batch sizes.
+    ``harness_total`` is the paper harness's ``initialize_engine took X seconds``.
+    ``line_clock[i]`` is line i's time on the log's own clock (seconds since the first
+    timestamped line, carried forward over lines without a timestamp; None before it).
+    ``paper_blind_spots`` names the lines here that the paper's parser misreads (see
+    ``missed``).
+    """
+
+    version: str | None
+    family: str
+    records: tuple[LogRecord, ...]
+    enforce_eager: bool | None
+    compile_cache: str | None
+    capture_sizes: int | None
+    device: str | None
+    harness_total: float | None
+    compile_enabled: bool | None = None
+    line_clock: tuple[float | None, ...] = ()
+    first_wallclock: str | None = None
+    paper_blind_spots: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def line_count(self) -> int:
+        return len(self.line_clock)
+
+    def named(self, name: str) -> tuple[LogRecord, ...]:
+        return tuple(r for r in self.records if r.name == name)
+
+    def last(self, name: str) -> LogRecord | None:
+        found = self.named(name)
+        return found[-1] if found else None
+
+
+# --------------------------------------------------------------------------------------------
+# Format families: one small table each.
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A line whose message matches ``pattern`` means ``name``; the group ``s``, when the
+    pattern has one, is the duration in seconds."""
+
+    name: str
+    pattern: re.Pattern[str]
+
+
+def _rules(*pairs: tuple[str, str]) -> tuple[Rule, ...]:
+    return tuple(Rule(name, re.compile(rx)) for name, rx in pairs)
+
+
+_SECONDS = r"(?P<s>\d+(?:\.\d+)?)"
+
+#: Printed by the paper's harness, not by vLLM; every family may carry it.
+_HARNESS = _rules((HARNESS_END, rf"^initialize_engine took {_SECONDS} seconds"))
+
+#: The V0 engine (vLLM 0.6): few durations; the rest is only visible through timestamps.
+V0_6 = (
+    _rules(
+        (ENGINE_CORE_START, r"Initializing an LLM engine \(v"),
+        (MODEL_LOADING_START, r"Starting to load model"),
+        (MODEL_LOADING_END, r"Loading model weights took [\d.]+ GB"),
+        (MODEL_LOADING, rf"Loading model weights took [\d.]+ GB and {_SECONDS} seconds"),
+        (KV_CACHE_SIZED, r"# GPU blocks: \d+"),
+        (CAPTURE_START, r"Capturing the model for CUDA graphs"),
+        (CUDA_GRAPH_CAPTURE, rf"Graph capturing finished in {_SECONDS} secs"),
+    )
+    + _HARNESS
+)
+
+#: Lines every V1-engine release prints (0.8 onwards), in its wording of the time.
+_V1 = (
+    _rules(
+        (ENGINE_CORE_START, r"Initializing a V1 LLM engine \(v"),
+        (MODEL_LOADING_START, r"Starting to load model"),
+        (WEIGHTS, rf"Loading weights took {_SECONDS} seconds"),
+        (MODEL_LOADING_END, r"Loading weights took"),
+        (MODEL_LOADING, rf"Model loading took [\d.]+ Gi?B(?: memory)? and {_SECONDS} seconds"),
+        (MODEL_LOADING_END, r"Model loading took"),
+        (DYNAMO, rf"Dynamo bytecode transform time: {_SECONDS} s"),
+        (INDUCTOR, rf"Compiling a graph for .*? takes {_SECONDS} s"),
+        (
+            GRAPH_LOAD,
+            rf"Directly load the compiled graph\(s\) for .*? from the cache, "
+            rf"took {_SECONDS} s",
+        ),
+        (TORCH_COMPILE, rf"torch\.compile (?:takes|took) {_SECONDS} s in total"),
+        (MEMORY_PROFILING_END, rf"Memory profiling takes {_SECONDS} seconds"),
+        (CUDA_GRAPH_CAPTURE, rf"Graph capturing finished in {_SECONDS} secs"),
+        (
+            KV_CACHE_END,
+            rf"init engine \(profile, create kv cache, warmup model\) took {_SECONDS} s",
+        ),
+        (SERVER_START, r"Starting vLLM (?:API )?server on"),
+        (APP_STARTUP_COMPLETE, r"Application startup complete"),
+    )
+    + _HARNESS
+)
+
+#: 0.8 and 0.9: "general shape" compiles, no tokenizer or model-init lines.
+V0_8 = _V1
+
+#: 0.10 and 0.11, including the paper's patched 0.10.1.1 with its two "NEW:" lines.
+V0_10 = _V1 + _rules(
+    (TOKENIZER, rf"NEW: Init Tokenizer took {_SECONDS} seconds"),
+    (INIT_MODEL, rf"NEW: Initializing Model took {_SECONDS} seconds"),
+)
+
+#: 0.32 (the CPU build): model-init line in stock wording, compile inside a CPU warm-up.
+V0_32 = _V1 + _rules(
+    (INIT_MODEL, rf"Initializing model took {_SECONDS} seconds"),
+    (TORCH_COMPILE_START, r"Starting torch\.compile"),
+    (WARMUP_START, r"Warming up model for the compilation"),
+    (WARMUP_END, r"Warming up done"),
+    (PROFILE_RUN, rf"Initial profiling/warmup run took {_SECONDS} s"),
+)
+
+FAMILIES: dict[str, tuple[Rule, ...]] = {
+    "v0.6": V0_6,
+    "v0.8": V0_8,
+    "v0.10": V0_10,
+    "v0.32": V0_32,
+}
+_UNKNOWN = tuple({(r.name, r.pattern.pattern): r for t in FAMILIES.values() for r in t}.values())
+
+
+def family_of(version: str | None, v0_engine: bool = False) -> str:
+    """The format family for a vLLM version string (``"0.10.1.1"``): V0 engines and releases
+    before 0.8 read as 0.6, 0.8-0.9 as 0.8, 0.10-0.11 as 0.10, 0.12 and later as 0.32."""
+    if v0_engine:
+        return "v0.6"
+    if version is None:
+        return "unknown"
+    m = re.match(r"(\d+)\.(\d+)", version)
+    if not m:
+        return "unknown"
+    major_minor = (int(m.group(1)), int(m.group(2)))
+    if major_minor < (0, 8):
+        return "v0.6"
+    if major_minor < (0, 10):
+        return "v0.8"
+    if major_minor < (0, 12):
+        return "v0.10"
+    return "v0.32"
+
+
+# --------------------------------------------------------------------------------------------
+# Line anatomy: "(EngineCore_0 pid=1) INFO 02-09 17:53:44.072 [core.py:636] message"
+# (V0: "INFO 09-25 16:20:27 llm_engine.py:213] message").
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_PREFIX = re.compile(r"^\((?P<tag>[A-Za-z][\w\-]*)(?:\s+rank=\d+)?\s+pid=(?P<pid>\d+)\)\s*")
+_HEADER = re.compile(
+    r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+"
+    r"(?P<ts>\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?)\s+(?:\[[^\]]*\]|\S+\])\s?(?P<msg>.*)$"
+)
+
+_VERSION_PATTERNS = (
+    re.compile(r"Initializing an? (?:V1 )?LLM engine \(v(?P<v>\d+\.\d+[\w.+\-]*)\)"),
+    re.compile(r"\u2588.*\bversion\s+(?P<v>\d+\.\d+[\w.+\-]*)"),  # the 0.11+ ASCII-art banner
+    re.compile(r"vLLM API server version (?P<v>\d+\.\d+[\w.+\-]*)"),
+)
+_V0_ENGINE = re.compile(r"Initializing an LLM engine \(v")
+_ENFORCE_EAGER = re.compile(r"\benforce_eager=(?P<b>True|False)\b")
+_EAGER_WARNING = re.compile(r"Enforce eager set, disabling torch\.compile")
+_DEVICE = re.compile(r"\bdevice_config=(?P<d>[a-z]+)")
+_PLATFORM = re.compile(r"Automatically detected platform (?P<d>[a-z]+)")
+_CAPTURE_SIZES = re.compile(r"""["']cudagraph_capture_sizes["']:\s*\[(?P<l>[^\]]*)\]""")
+_COMPILE_LEVEL = re.compile(
+    r"""["'](?:level|mode)["']:\s*(?:<CompilationMode\.\w+:\s*)?(?P<n>\d)"""
+)
+_CACHE_HIT = re.compile(r"Directly load (?:the compiled graph|AOT compilation)")
+_CACHE_MISS = re.compile(
+    r"Compiling a graph for|Compiling model again due to a load failure|saved AOT compiled function"
+)
+
+#: Lines whose wording the paper's parser (``profile_log.py``) misreads: it reads 0 or nothing.
+_PAPER_BLIND_SPOTS = {
+    "model_loading_unit": re.compile(r"Model loading took [\d.]+ (?:GB|GiB memory) and"),
+    "init_engine_unit": re.compile(r"init engine \(profile.*took [\d.]+ s\b"),
+    "init_model_wording": re.compile(r"(?<!NEW: )Initializing model took"),
+    "compile_total_wording": re.compile(r"torch\.compile took [\d.]+ s in total"),
+    "capture_whole_seconds": re.compile(r"Graph capturing finished in \d+ secs"),
+}
+#: The paper's timestamp pattern, searched anywhere in a line (its first line must have one).
+_PAPER_STAMP = re.compile(r"\d{2}-\d{2}\s\d{2}:\d{2}:\d{2}")
+
+
+def _process_of(tag: str) -> str:
+    if tag.startswith("APIServer"):
+        return "api_server"
+    if tag.startswith("EngineCore"):
+        return "engine_core"
+    if "Worker" in tag:
+        return "worker"
+    return tag.lower()
+
+
+def _as_text(line: object) -> str:
+    if isinstance(line, str):
+        return line
+    if isinstance(line, bytes | bytearray):
+        return bytes(line).decode("utf-8", errors="replace")
+    return ""
+
+
+def _wallclock_seconds(text: str) -> float | None:
+    """Seconds of an ``MM-DD HH:MM:SS[.fff]`` stamp within a leap year (the year is not
+    printed); None when it is not a real date."""
+    fmt = "%Y-%m-%d %H:%M:%S.%f" if "." in text else "%Y-%m-%d %H:%M:%S"
+    try:
+        stamp = datetime.strptime("2000-" + text, fmt)
+    except ValueError:
+        return None
+    return (stamp - datetime(2000, 1, 1)).total_seconds()
+
+
+@dataclass
+class _Line:
+    text: str
+    message: str
+    process: str | None
+    pid: int | None
+    wallclock: str | None
+
+
+def _split(raw: object) -> _Line:
+    text = _ANSI.sub("", _as_text(raw)).rstrip("\r\n")
+    rest, process, pid = text, None, None
+    m = _PREFIX.match(rest)
+    if m:
+        process, pid = _process_of(m.group("tag")), int(m.group("pid"))
+        rest = rest[m.end() :]
+    h = _HEADER.match(rest)
+    if h:
+        return _Line(text, h.group("msg"), process, pid, h.group("ts"))
+    return _Line(text, rest, process, pid, None)
+
+
+def parse_vllm_log(lines: Iterable[str]) -> LogEvidence:
+    """Parse the lines of one vLLM start-up (stdout and stderr, in order).
+
+    Pure and total: ANSI colour codes are stripped, lines that match no rule are skipped, and
+    bytes or junk never raise. A whole text passed as one string is split into lines.
+    """
+    if isinstance(lines, str | bytes):
+        lines = _as_text(lines).splitlines()
+    parsed = [_split(raw) for raw in lines]
+
+    version = None
+    v0_engine = False
+    for ln in parsed:
+        for pat in _VERSION_PATTERNS:
+            m = pat.search(ln.message)
+            if m:
+                version = m.group("v")
+                v0_engine = bool(_V0_ENGINE.search(ln.message))
+                break
+        if version:
+            break
+    family = family_of(version, v0_engine)
+    rules = FAMILIES.get(family, _UNKNOWN)
+
+    records: list[LogRecord] = []
+    engine_started = False
+    enforce_eager = device = capture_sizes = compile_level = None
+    saw_hit = saw_miss = eager_warning = False
+    blind: set[str] = set()
+    clock: list[float | None] = []
+    origin = previous = None
+    year_offset = 0.0
+    first_wallclock = None
+
+    for i, ln in enumerate(parsed):
+        # The log's own clock, robust to a year boundary (the year is never printed).
+        seconds = _wallclock_seconds(ln.wallclock) if ln.wallclock else None
+        if seconds is not None:
+            seconds += year_offset
+            if previous is not None and seconds < previous - 180 * 86400:
+                year_offset += 366 * 86400
+                seconds += 366 * 86400
+            if origin is None:
+                origin, first_wallclock = seconds, ln.wallclock
+            previous = seconds
+        clock.append(None if origin is None else round(previous - origin, 6))
+
+        msg = ln.message
+        if not msg:
+            continue
+        if not engine_started and ln.process == "engine_core":
+            engine_started = True
+            records.append(LogRecord(i, ENGINE_CORE_START, None, ln.process, ln.pid, ln.wallclock))
+        for rule in rules:
+            m = rule.pattern.search(msg)
+            if not m:
+                continue
+            if rule.name == ENGINE_CORE_START:
+                if engine_started:
+                    continue
+                engine_started = True
+            s = m.groupdict().get("s")
+            records.append(
+                LogRecord(i, rule.name, float(s) if s else None, ln.process, ln.pid, ln.wallclock)
+            )
+
+        if enforce_eager is None and (m := _ENFORCE_EAGER.search(msg)):
+            enforce_eager = m.group("b") == "True"
+        eager_warning = eager_warning or bool(_EAGER_WARNING.search(msg))
+        if device is None and (m := _DEVICE.search(msg)):
+            device = m.group("d")
+        if capture_sizes is None and (m := _CAPTURE_SIZES.search(msg)):
+            capture_sizes = len(re.findall(r"\d+", m.group("l")))
+        if compile_level is None and "compilation_config=" in msg:
+            if m := _COMPILE_LEVEL.search(msg.split("compilation_config=", 1)[1]):
+                compile_level = int(m.group("n"))
+        saw_hit = saw_hit or bool(_CACHE_HIT.search(msg))
+        saw_miss = saw_miss or bool(_CACHE_MISS.search(msg))
+        blind.update(key for key, pat in _PAPER_BLIND_SPOTS.items() if pat.search(msg))
+
+    if parsed and not _PAPER_STAMP.search(parsed[0].text):
+        blind.add("first_line_unstamped")
+    if device is None:
+        for ln in parsed:
+            if m := _PLATFORM.search(ln.message):
+                device = m.group("d")
+                break
+    if enforce_eager is None and eager_warning:
+        enforce_eager = True
+    if family == "v0.6" or enforce_eager or compile_level == 0:
+        compile_enabled = False  # V0 never compiled; eager and level/mode 0 turn it off
+    elif enforce_eager is False or compile_level:
+        compile_enabled = True
+    else:
+        compile_enabled = None
+    harness = [r.duration for r in records if r.name == HARNESS_END]
+    return LogEvidence(
+        version=version,
+        family=family,
+        records=tuple(records),
+        enforce_eager=enforce_eager,
+        compile_cache="miss" if saw_miss else ("hit" if saw_hit else None),
+        capture_sizes=capture_sizes,
+        device=device,
+        harness_total=harness[-1] if harness else None,
+        compile_enabled=compile_enabled,
+        line_clock=tuple(clock),
+        first_wallclock=first_wallclock,
+        paper_blind_spots=frozenset(blind),
+    )
+
+
+def read_vllm_log(path: str | Path) -> LogEvidence:
+    """``parse_vllm_log`` of a saved log file (undecodable bytes are replaced, not fatal)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        raise ColdscopeError(f"log file not found: {p}") from None
+    except IsADirectoryError:
+        raise ColdscopeError(f"{p} is a directory, not a log file") from None
+    except OSError as e:
+        raise ColdscopeError(f"cannot read log file {p}: {e.strerror}") from None
+    return parse_vllm_log(text.splitlines())
+
+
+# --------------------------------------------------------------------------------------------
+# Durations
+
+
+def _total(ev: LogEvidence, name: str) -> float | None:
+    """Seconds spent on ``name``: summed within a process (repeated phases, e.g. two compiled
+    sub-modules), the slowest process across processes (tensor-parallel workers run at once)."""
+    per_pid: dict[int | None, float] = {}
+    for r in ev.records:
+        if r.name == name and r.duration is not None:
+            per_pid[r.pid] = per_pid.get(r.pid, 0.0) + r.duration
+    return max(per_pid.values()) if per_pid else None
+
+
+def _last(ev: LogEvidence, name: str) -> float | None:
+    r = ev.last(name)
+    return None if r is None else r.duration
+
+
+def _us(seconds: float | None) -> float | None:
+    """Rounded to the microsecond: sums of printed values carry float noise, not precision."""
+    return None if seconds is None else round(seconds, 6)
+
+
+def _sum_known(*values: float | None) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _not_applicable(ev: LogEvidence) -> frozenset[str]:
+    na = set()
+    if ev.compile_enabled is False:
+        na.add(TORCH_COMPILE)
+    if ev.device == "cpu" or ev.enforce_eager:
+        na.add(CUDA_GRAPH_CAPTURE)
+    return frozenset(na)
+
+
+def log_time_to_ready(ev: LogEvidence) -> tuple[float | None, str | None]:
+    """Time to ready and where it came from.
+
+    ``"harness"``: the paper harness's ``initialize_engine took X seconds``. ``"timestamps"``:
+    from the first timestamped line to readiness ("Application startup complete", else the
+    server or engine start-up line, else the last line) on the log's own clock; it cannot see
+    what happened before the first line (interpreter start and imports).
+    """
+    if ev.harness_total is not None:
+        return ev.harness_total, "harness"
+    if not ev.line_clock or ev.line_clock[-1] is None:
+        return None, None
+    for name in (APP_STARTUP_COMPLETE, SERVER_START, KV_CACHE_END):
+        r = ev.named(name)
+        if r and ev.line_clock[r[0].line_no] is not None:
+            return ev.line_clock[r[0].line_no], "timestamps"
+    return ev.line_clock[-1], "timestamps"
+
+
+def _clock_stages(ev: LogEvidence) -> dict[str, float | None]:
+    """Stage durations measured between markers on the log's own clock (second resolution in
+    most releases), used where no line prints the duration."""
+    if not ev.line_clock or ev.line_clock[-1] is None:
+        return {}
+    arrival = [t if t is not None else 0.0 for t in ev.line_clock]
+    end = max(arrival)
+    if end <= 0:
+        return {}
+    tl = reconcile(log_spans(ev, arrival), end)
+    return dict(tl.stages)
+
+
+def stage_durations(ev: LogEvidence) -> tuple[dict[str, float], dict[str, float], frozenset[str]]:
+    """(stages, substeps, not applicable) from one log; stages the log cannot show are absent.
+
+    - tokenizer: the patched ``NEW: Init Tokenizer took``; stock vLLM does not log it.
+    - model_loading: ``Model loading took``; else the larger of init + weights and the span
+      from "Starting to load model" to the engine's next phase on the log's clock.
+    - torch_compile: ``torch.compile … in total`` or Dynamo + Inductor + graph load, whichever
+      is larger (the total leaves cache loads out); on CPU the compile warm-up on the clock.
+    - kv_cache_profiling: what ``init engine … took`` leaves after compile and capture (dummy
+      forward pass and KV-cache allocation); else memory profiling minus compile; else clock.
+    - cuda_graph_capture: ``Graph capturing finished in``.
+    - server_ready: engine initialised to "Application startup complete", on the clock.
+    - bootstrap: unknown; a log cannot see the time before its first line.
+    """
+    na = _not_applicable(ev)
+    clock = _clock_stages(ev)
+    stages: dict[str, float | None] = {}
+    substeps: dict[str, float] = {}
+    for name in (WEIGHTS, INIT_MODEL, *_COMPILE_SUBSTEPS, PROFILE_RUN):
+        value = _total(ev, name)
+        if value is not None:
+            substeps[name] = value
+
+    stages[TOKENIZER] = _total(ev, TOKENIZER)
+
+    loading = _total(ev, MODEL_LOADING)
+    if loading is None:
+        candidates = [
+            _sum_known(substeps.get(INIT_MODEL), substeps.get(WEIGHTS)),
+            clock.get(MODEL_LOADING),
+        ]
+        known = [c for c in candidates if c is not None]
+        loading = max(known) if known else None
+    stages[MODEL_LOADING] = loading
+
+    compile_s = None
+    if TORCH_COMPILE not in na:
+        printed = _sum_known(*(substeps.get(n) for n in _COMPILE_SUBSTEPS))
+        total = _total(ev, TORCH_COMPILE)
+        known = [v for v in (printed, total) if v is not None]
+        compile_s = max(known) if known else clock.get(TORCH_COMPILE)
+    stages[TORCH_COMPILE] = compile_s
+
+    capture = None if CUDA_GRAPH_CAPTURE in na else _total(ev, CUDA_GRAPH_CAPTURE)
+    stages[CUDA_GRAPH_CAPTURE] = capture
+
+    init_engine = _total(ev, KV_CACHE_END)
+    memory = _total(ev, MEMORY_PROFILING_END)
+    if init_engine is not None:
+        kv = max(0.0, init_engine - (compile_s or 0.0) - (capture or 0.0))
+    elif memory is not None:
+        compiled = (_total(ev, TORCH_COMPILE) or 0.0) + (substeps.get(GRAPH_LOAD) or 0.0)
+        kv = max(0.0, memory - compiled)
+    else:
+        kv = clock.get(KV_CACHE_PROFILING)
+    stages[KV_CACHE_PROFILING] = kv
+
+    stages[SERVER_READY] = clock.get(SERVER_READY) if ev.named(SERVER_START) else None
+    stages[BOOTSTRAP] = None
+    known = {k: _us(v) for k, v in stages.items() if v is not None}
+    return known, {k: _us(v) for k, v in substeps.items()}, na
+
+
+def log_timeline(ev: LogEvidence) -> Timeline:
+    """The six-stage timeline a saved log can show (see ``stage_durations``); time to ready
+    from ``log_time_to_ready``. Unknown stages are None, never zero."""
+    stages, substeps, na = stage_durations(ev)
+    ttr, _ = log_time_to_ready(ev)
+    return from_durations(
+        stages, source="log", time_to_ready=ttr, substeps=substeps, not_applicable=na
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Spans for the profiler (arrival times known)
+
+
+def _subtract(window: tuple[float, float], cuts: Iterable[tuple[float, float]]):
+    start, end = window
+    pieces, cur = [], start
+    for a, b in sorted(cuts):
+        if b <= cur or a >= end:
+            continue
+        if a > cur:
+            pieces.append((cur, a))
+        cur = max(cur, b)
+    if cur < end:
+        pieces.append((cur, end))
+    return pieces
+
+
+def _next(records: Sequence[LogRecord], after: int, pid: int | None = None, any_pid=False):
+    for r in records:
+        if r.line_no > after and (any_pid or r.pid == pid):
+            return r
+    return None
+
+
+def log_spans(ev: LogEvidence, arrival: Sequence[float]) -> list[Span]:
+    """Spans (source ``"log"``) from the log, given each line's arrival time.
+
+    ``arrival[i]`` is when line ``i`` arrived, in seconds on the caller's clock (normally since
+    the engine's launch, so that 0 is the launch). Duration lines become
+    ``[arrival - duration, arrival]``; marker pairs become spans where the pair brackets one
+    stage: the compile warm-up (torch_compile, or kv_cache_profiling/warmup when compile is
+    off), model loading when no total is printed, the ``init engine`` window less compilation
+    (kv_cache_profiling; CUDA-graph capture inside it wins in reconciliation), launch to model
+    loading (bootstrap), and engine initialised to "Application startup complete"
+    (server_ready).
+    """
+    if ev.records and len(arrival) <= max(r.line_no for r in ev.records):
+        raise ValueError(f"arrival has {len(arrival)} times, the log has {ev.line_count} lines")
+
+    def at(r: LogRecord) -> float:
+        return float(arrival[r.line_no])
+
+    def span(name, start, end, r: LogRecord | None = None, process=None) -> Span:
+        proc = process or (r.process if r is not None and r.process else "engine")
+        return Span(name, start, end, "log", proc, r.pid if r is not None else None)
+
+    spans: list[Span] = []
+    for r in ev.records:
+        if r.name in _ANCHORED and r.duration is not None:
+            spans.append(span(r.name, at(r) - r.duration, at(r), r))
+
+    # Compilation as one phase per process, from the first compile step to the last.
+    by_pid: dict[int | None, list[Span]] = {}
+    for s in spans:
+        if s.name in _COMPILE_SUBSTEPS:
+            by_pid.setdefault(s.pid, []).append(s)
+    for group in by_pid.values():
+        spans.append(
+            Span(
+                TORCH_COMPILE,
+                min(s.start for s in group),
+                max(s.end for s in group),
+                "log",
+                group[0].process,
+                group[0].pid,
+            )
+        )
+
+    # CPU warm-up: where torch.compile runs on the CPU backends.
+    ends = ev.named(WARMUP_END)
+    for start in ev.named(WARMUP_START):
+        end = _next(ends, start.line_no, start.pid)
+        if end is not None and at(end) >= at(start):
+            name = WARMUP_EAGER if ev.compile_enabled is False else WARMUP_COMPILE
+            spans.append(span(name, at(start), at(end), start))
+
+    compiling = [(s.start, s.end) for s in spans if s.stage == TORCH_COMPILE]
+
+    # init engine: profiling, KV-cache allocation, (capture), less the compilation inside it.
+    init = ev.named(KV_CACHE_END)
+    init_start = None
+    for r in init:
+        if r.duration is None:
+            continue
+        init_start = at(r) - r.duration if init_start is None else init_start
+        for a, b in _subtract((at(r) - r.duration, at(r)), compiling):
+            spans.append(span(KV_CACHE_PROFILING, a, b, r))
+    if not init:  # V0: weights loaded -> KV cache sized
+        sized = ev.named(KV_CACHE_SIZED)
+        loaded = ev.named(MODEL_LOADING_END)
+        if sized and loaded and at(sized[0]) >= at(loaded[-1]):
+            spans.append(span(KV_CACHE_PROFILING, at(loaded[-1]), at(sized[0]), sized[0]))
+
+    # Model loading from markers when no line prints its total.
+    if not ev.named(MODEL_LOADING):
+        loaded = ev.named(MODEL_LOADING_END)
+        for start in ev.named(MODEL_LOADING_START):
+            end_t = None
+            if init_start is not None and init_start > at(start):
+                end_t = init_start
+            else:
+                after = [r for r in loaded if r.line_no > start.line_no and r.pid == start.pid]
+                end_t = at(after[-1]) if after else None
+            if end_t is not None and end_t >= at(start):
+                spans.append(span(MODEL_LOADING, at(start), end_t, start))
+
+    # Bootstrap: launch to the first model-loading step (imports, config, process spawn).
+    starts = ev.named(MODEL_LOADING_START)
+    if starts:
+        first_load = at(starts[0])
+        engine = ev.named(ENGINE_CORE_START)
+        served = any(r.process == "api_server" for r in ev.records)
+        if engine and 0.0 < at(engine[0]) < first_load:
+            frontend = "api_server" if served else "engine"
+            spans.append(span(substep(BOOTSTRAP, "frontend"), 0.0, at(engine[0]), process=frontend))
+            spans.append(span(substep(BOOTSTRAP, "engine"), at(engine[0]), first_load, engine[0]))
+        elif first_load > 0:
+            spans.append(span(BOOTSTRAP, 0.0, first_load))
+
+    # Server ready: engine initialised -> the HTTP app has started.
+    server = ev.named(SERVER_START)
+    if server:
+        done = _next(ev.named(APP_STARTUP_COMPLETE), server[0].line_no, any_pid=True)
+        end_t = at(done) if done is not None else at(server[0])
+        begin = at(init[-1]) if init and at(init[-1]) <= end_t else at(server[0])
+        if end_t > begin:
+            spans.append(span(SERVER_READY, begin, end_t, process="api_server"))
+
+    return sorted(spans, key=lambda s: (s.start, s.end, s.name))
+
+
+# --------------------------------------------------------------------------------------------
+# The paper's parser, for comparison
+
+
+#: The metrics of the paper's ``profile_log.py`` that its ``comparison_results.json`` reports.
+PAPER_METRICS: tuple[str, ...] = (
+    "load_weights",
+    "dynamo_transform_time",
+    "graph_compile_cached",
+    "kv_cache_profiling",
+    "graph_capturing",
+    "init_engine",
+    "tokenizer_init",
+    "actual_total_time",
+)
+
+
+def paper_metrics(ev: LogEvidence) -> dict[str, float | None]:
+    """The paper parser's metrics, by its definitions, from this evidence.
+
+    Its rules: the last matching line wins; ``load_weights`` falls back to model loading minus
+    model init when no "Loading weights took" line exists (tensorizer, Run:ai streamer);
+    ``kv_cache_profiling`` is "Memory profiling takes" minus "torch.compile … in total" minus
+    the cached graph load; ``actual_total_time`` is the last timestamp minus the first.
+    Where its regexes misread a newer wording (``missed`` lists them), this reports the value
+    the line actually holds.
+    """
+    weights = _last(ev, WEIGHTS)
+    loading, init_model = _last(ev, MODEL_LOADING), _last(ev, INIT_MODEL)
+    if weights is None and loading is not None and init_model is not None:
+        weights = loading - init_model
+    graph_load = _last(ev, GRAPH_LOAD)
+    memory = _last(ev, MEMORY_PROFILING_END)
+    kv = None
+    if memory is not None:
+        kv = memory - (_last(ev, TORCH_COMPILE) or 0.0) - (graph_load or 0.0)
+    total = ev.line_clock[-1] if ev.line_clock else None
+    return {
+        "load_weights": weights,
+        "dynamo_transform_time": _last(ev, DYNAMO),
+        "graph_compile_cached": graph_load,
+        "kv_cache_profiling": kv,
+        "graph_capturing": _last(ev, CUDA_GRAPH_CAPTURE),
+        "init_engine": _last(ev, KV_CACHE_END),
+        "tokenizer_init": _last(ev, TOKENIZER),
+        "actual_total_time": total,
+    }
+
+
+def missed(ev: LogEvidence) -> list[dict]:
+    """What the paper's parser misses or misreads in this log, each as
+    ``{"what": stage or metric, "seconds": float | None, "detail": one line}``."""
+    out: list[dict] = []
+
+    def add(what: str, seconds: float | None, detail: str) -> None:
+        out.append({"what": what, "seconds": _us(seconds), "detail": detail})
+
+    stages, substeps, _ = stage_durations(ev)
+    inductor = substeps.get(INDUCTOR)
+    if inductor is not None:
+        add(
+            INDUCTOR,
+            inductor,
+            f"Inductor compile ('Compiling a graph for ... takes {inductor:g} s') is in none of "
+            "the paper's metrics: it only reports dynamo_transform_time and subtracts the "
+            "compile total out of kv_cache_profiling",
+        )
+    dynamo, graph_load = substeps.get(DYNAMO), substeps.get(GRAPH_LOAD)
+    if dynamo is not None and graph_load is not None:
+        add(
+            TORCH_COMPILE,
+            dynamo + graph_load,
+            f"on a compile-cache hit torch.compile is Dynamo {dynamo:g} s + graph load "
+            f"{graph_load:g} s; vLLM's 'torch.compile ... in total' "
+            f"({_total(ev, TORCH_COMPILE) or 0:g} s) leaves the graph load out",
+        )
+    init_model = substeps.get(INIT_MODEL)
+    if init_model is not None:
+        if "init_model_wording" in ev.paper_blind_spots:
+            detail = (
+                "stock 'Initializing model took' is not matched: the paper's parser only "
+                "knows its patched 'NEW: Initializing Model took'"
+            )
+        else:
+            detail = "parsed by the paper as model_init but in none of its reported metrics"
+        add(INIT_MODEL, init_model, detail)
+    loading = _total(ev, MODEL_LOADING)
+    if loading is not None and "model_loading_unit" in ev.paper_blind_spots:
+        add(
+            MODEL_LOADING,
+            loading,
+            "'Model loading took X GB and …' / 'GiB memory and …': the paper's regex wants "
+            "'GiB and', so it reads model_loading as 0",
+        )
+    init_engine = _total(ev, KV_CACHE_END)
+    if init_engine is not None and "init_engine_unit" in ev.paper_blind_spots:
+        add(
+            "init_engine",
+            init_engine,
+            "'init engine … took X s': the paper's regex wants 'seconds', so it reads 0",
+        )
+    if "compile_total_wording" in ev.paper_blind_spots:
+        add(
+            TORCH_COMPILE,
+            _total(ev, TORCH_COMPILE),
+            "'torch.compile took X s in total': the paper's parser only matches 'takes'",
+        )
+    memory = _total(ev, MEMORY_PROFILING_END)
+    kv = stages.get(KV_CACHE_PROFILING)
+    if kv is not None and memory is None:
+        add(
+            KV_CACHE_PROFILING,
+            kv,
+            "no 'Memory profiling takes' line here, so the paper reports null; coldscope "
+            "derives it from init engine, compile and capture (or the log's clock)",
+        )
+    elif kv is not None and init_engine is not None and memory is not None:
+        rest = init_engine - memory - (stages.get(CUDA_GRAPH_CAPTURE) or 0.0)
+        if rest > 0.05:
+            add(
+                KV_CACHE_PROFILING,
+                rest,
+                "init engine time after memory profiling and outside capture (KV-cache "
+                "allocation, warm-up) is not in the paper's kv_cache_profiling",
+            )
+    if "capture_whole_seconds" in ev.paper_blind_spots:
+        add(
+            CUDA_GRAPH_CAPTURE,
+            _total(ev, CUDA_GRAPH_CAPTURE),
+            "this release prints graph capture in whole seconds ('%.0f secs'): ±0.5 s",
+        )
+    if (
+        ev.named(WARMUP_START)
+        and stages.get(TORCH_COMPILE) is not None
+        and _total(ev, DYNAMO) is None
+    ):
+        add(
+            TORCH_COMPILE,
+            stages[TORCH_COMPILE],
+            "compilation inside the CPU warm-up prints no duration; coldscope times it "
+            "between 'Warming up model for the compilation' and 'Warming up done'",
+        )
+    if ev.family == "v0.6" and stages.get(MODEL_LOADING) is not None and loading is None:
+        add(
+            MODEL_LOADING,
+            stages[MODEL_LOADING],
+            "V0 prints no loading time (only 'Loading model weights took N GB'); coldscope "
+            "times it on the log's clock (1 s resolution); the paper reports null",
+        )
+    actual = ev.line_clock[-1] if ev.line_clock else None
+    if actual is not None and ev.harness_total is not None and abs(actual - ev.harness_total) > 0.5:
+        add(
+            "actual_total_time",
+            actual,
+            f"first-to-last timestamp ({actual:g} s) differs from the harness's own "
+            f"initialize_engine ({ev.harness_total:g} s): coarse stamps, shutdown lines",
+        )
+    if "first_line_unstamped" in ev.paper_blind_spots:
+        add(
+            "actual_total_time",
+            None,
+            "the first line has no timestamp: the paper's parser raises on this log "
+            "(first timestamp of line 0) and reports nothing for it",
+        )
+    add(
+        BOOTSTRAP,
+        None,
+        "time before the first log line (interpreter start, imports) is in no log; the "
+        "paper's framework_bootstrap only sums gaps between a few debug lines",
+    )
+    return out
+
+
+def parse_report(ev: LogEvidence) -> dict:
+    """One JSON-ready summary of a parsed log (what ``coldscope parse`` prints)."""
+    tl = log_timeline(ev)
+    _, ttr_source = log_time_to_ready(ev)
+    out = timeline_dict(tl)
+    out.update(
+        {
+            "version": ev.version,
+            "family": ev.family,
+            "device": ev.device,
+            "enforce_eager": ev.enforce_eager,
+            "compile": ev.compile_enabled,
+            "compile_cache": ev.compile_cache,
+            "capture_sizes": ev.capture_sizes,
+            "time_to_ready_from": ttr_source,
+            "paper": paper_metrics(ev),
+            "missed": missed(ev),
+        }
+    )
+    return out
+
+
+__all__ = [
+    "FAMILIES",
+    "LogEvidence",
+    "LogRecord",
+    "PAPER_METRICS",
+    "family_of",
+    "log_spans",
+    "log_time_to_ready",
+    "log_timeline",
+    "missed",
+    "paper_metrics",
+    "parse_report",
+    "parse_vllm_log",
+    "read_vllm_log",
+    "stage_durations",
+]
