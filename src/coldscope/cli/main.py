@@ -17,7 +17,7 @@ from coldscope import __version__
 from coldscope.errors import ColdscopeError
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "plan": ("coldscope.cli.plan:plan_cmd", "Cold-start budget, mitigations, cost, cheapest stack."),
+    "plan": ("coldscope.cli.plan:plan_cmd", "Cold-start budget, mitigations, cost, SLA."),
 }
 
 

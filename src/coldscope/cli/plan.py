@@ -95,7 +95,8 @@ def plan_cmd(model_path: str | None, params: str | None, dtype: str, gpu: str | 
     features = None
     if model_path is not None:
         features = bud.load_features(model_path)
-        size = bud.size_from_features(features, Path(model_path).name, f"--model {model_path}")
+        name = getattr(features, "name", None) or Path(model_path).name
+        size = bud.size_from_features(features, name, f"--model {model_path}")
     else:
         size = bud.size_from_params(parse_count(params), dtype)
 

@@ -315,8 +315,9 @@ LAYERS: tuple[Layer, ...] = (
             f"tied to the GPU type ({p.gpu}), driver and engine version: a node of another type "
             "falls back to a full start",
             "the weights still move from their tier (the load part stays)",
-            f"storage per GPU type: {(size.weight_bytes + p.mitigations.gpu_snapshot.extra_bytes) / GB:.0f}"
-            f" GB x {p.mitigations.gpu_snapshot.storage_price_per_gb_month:g}/GB-month x "
+            "storage per GPU type: "
+            f"{(size.weight_bytes + p.mitigations.gpu_snapshot.extra_bytes) / GB:.0f} GB x "
+            f"{p.mitigations.gpu_snapshot.storage_price_per_gb_month:g}/GB-month x "
             f"{p.mitigations.gpu_snapshot.gpu_types} type(s)",
         ],
         _snapshot_cost,
