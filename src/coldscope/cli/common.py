@@ -22,9 +22,10 @@ def print_json(obj) -> None:
 
 
 def console():
+    """A rich console; when output is not a terminal, 120 columns rather than rich's 80."""
     from rich.console import Console
 
-    return Console()
+    return Console() if sys.stdout.isatty() else Console(width=120)
 
 
 def parse_env(pairs: tuple[str, ...]) -> dict[str, str]:

@@ -157,7 +157,9 @@ def parse(log, as_json):
         raise ColdscopeError(f"{log} does not look like a vLLM log (no known line found)")
     tl = timeline_dict(log_timeline(evidence))
     record = {
-        "id": Path(log).name, "status": "ok", "reason": None, "cache": evidence.compile_cache,
+        "id": Path(log).name, "status": "ok", "reason": None,
+        # a compile-cache hit is the log's only sign of a warm start; a miss, of a cold one
+        "cache": {"hit": "warm", "miss": "cold"}.get(evidence.compile_cache or ""),
         "first_token_s": None, "environment": {},
         "engine": {"name": "vllm", "version": evidence.version, "family": evidence.family,
                    "device": evidence.device, "enforce_eager": evidence.enforce_eager},
@@ -177,7 +179,8 @@ def parse(log, as_json):
     if record["missed_by_paper_parser"]:
         out.print("[bold]what the paper's parser missed:[/bold]")
         for item in record["missed_by_paper_parser"]:
-            out.print(f"  • {item}")
+            secs = f" ({item['seconds']:.2f} s)" if item.get("seconds") is not None else ""
+            out.print(f"  • {item['what']}{secs}: {item.get('detail') or ''}")
 
 
 @click.command()

@@ -61,6 +61,23 @@ HOOKS = (
     ("vllm.v1.engine.core", "EngineCore._initialize_kv_caches", "mark:initialize_kv_caches"),
 )
 
+
+def _extra_hooks():
+    """More hooks from ``COLDSCOPE_PROBE_HOOKS``: ``module:Qual.name=event;...`` (for other
+    engines, or engine versions newer than this table)."""
+    out = []
+    for item in os.environ.get("COLDSCOPE_PROBE_HOOKS", "").split(";"):
+        try:
+            target, name = item.strip().rsplit("=", 1)
+            module, qualname = target.split(":", 1)
+            out.append((module, qualname, name))
+        except ValueError:
+            continue
+    return tuple(out)
+
+
+HOOKS = HOOKS + _extra_hooks()
+
 _local = threading.local()
 _lock = threading.Lock()
 _file = None

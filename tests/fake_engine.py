@@ -1,0 +1,59 @@
+"""A tiny stand-in engine for testing the runner's process handling — never evidence of real
+engine behaviour. Modes: ok (serves /health and a streaming /v1/completions after --delay),
+exit (exits with code 3), hang (never ready), stubborn (ok, plus a child that ignores SIGTERM
+and escapes the process group)."""
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--mode", default="ok")
+parser.add_argument("--port", type=int, default=8799)
+parser.add_argument("--delay", type=float, default=0.5)
+parser.add_argument("--model", default="fake")
+args = parser.parse_args()
+
+print("fake engine starting", flush=True)
+if args.mode == "exit":
+    print("fatal: cannot load model", flush=True)
+    sys.exit(3)
+if args.mode == "stubborn":
+    # A grandchild in a new session that ignores SIGTERM: only the run marker finds it.
+    subprocess.Popen([sys.executable, "-c",
+                      "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                      "time.sleep(600)"], start_new_session=True)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+time.sleep(args.delay)
+if args.mode == "hang":
+    time.sleep(600)
+
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404)
+        self.end_headers()
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for word in ("hello", " world"):
+            chunk = {"choices": [{"text": word, "index": 0}]}
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.flush()
+        self.wfile.write(b"data: [DONE]\n\n")
+
+    def log_message(self, *a):
+        pass
+
+
+server = HTTPServer(("127.0.0.1", args.port), Handler)
+print(f"Application startup complete. pid={os.getpid()}", flush=True)
+server.serve_forever()

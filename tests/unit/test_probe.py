@@ -1,0 +1,97 @@
+"""The in-process probe in a real Python child process, and the reading of its events."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from coldscope.capture.probe import PROBE_DIR, probe_spans, read_probe_dir
+
+ENGINE = '''
+import multiprocessing as mp, time
+import fakevllm
+
+def child():
+    fakevllm.Worker().load_model()
+
+if __name__ == "__main__":
+    time.sleep(0.2)
+    fakevllm.tokenizer()
+    p = mp.get_context("spawn").Process(target=child)
+    p.start(); p.join()
+'''
+
+FAKE = '''
+import time
+
+def tokenizer():
+    time.sleep(0.1)
+
+class Worker:
+    def load_model(self):
+        time.sleep(0.3)
+'''
+
+
+def run_probed(tmp_path: Path, extra_site: bool = False) -> tuple[float, int, Path]:
+    (tmp_path / "fakevllm.py").write_text(FAKE)
+    (tmp_path / "engine.py").write_text(ENGINE)
+    probe_out = tmp_path / "probe"
+    probe_out.mkdir()
+    paths = [str(PROBE_DIR), str(tmp_path)]
+    if extra_site:
+        other = tmp_path / "othersite"
+        other.mkdir()
+        (other / "sitecustomize.py").write_text(
+            "import os\nopen(os.environ['MARK'], 'w').write('chained')\n")
+        paths.append(str(other))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths), COLDSCOPE_PROBE_DIR=str(probe_out),
+               COLDSCOPE_PROBE_HOOKS="fakevllm:tokenizer=tokenizer;"
+                                     "fakevllm:Worker.load_model=model_loading",
+               MARK=str(tmp_path / "mark"))
+    launch = time.monotonic()
+    proc = subprocess.run([sys.executable, str(tmp_path / "engine.py")], env=env, timeout=60,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return launch, proc, probe_out
+
+
+def test_probe_times_hooks_in_every_process(tmp_path):
+    launch, proc, out = run_probed(tmp_path)
+    procs = read_probe_dir(out)
+    assert len(procs) >= 2  # the engine and its spawned child (plus multiprocessing helpers)
+    root = next(p for p in procs if p.ppid == os.getpid())  # the process we launched
+    [(a, b)] = root.intervals("tokenizer")
+    assert b - a == pytest.approx(0.1, abs=0.08)
+    child = next(p for p in procs if p.intervals("model_loading"))
+    assert child.pid != root.pid
+    [(a, b)] = child.intervals("model_loading")
+    assert b - a == pytest.approx(0.3, abs=0.1)
+    # all events on one clock: the child's work comes after the parent's tokenizer
+    assert a > root.intervals("tokenizer")[0][1]
+
+    spans = probe_spans(procs, launch_mono=launch, root_pid=root.pid, ready_at=None,
+                        compile_enabled=False)
+    by_name = {s.name: s for s in spans}
+    assert by_name["bootstrap"].start == 0.0
+    assert by_name["bootstrap"].end == pytest.approx(by_name["model_loading"].start)
+    assert 0 < by_name["bootstrap/interpreter"].end < 2
+
+
+def test_probe_chains_an_existing_sitecustomize(tmp_path):
+    run_probed(tmp_path, extra_site=True)
+    assert (tmp_path / "mark").read_text() == "chained"
+
+
+def test_reader_skips_torn_lines(tmp_path):
+    (tmp_path / "probe-1.jsonl").write_text(
+        '{"ev": "process", "name": "process", "mono": 1.0, "wall": 1.0, "pid": 1}\n'
+        '{"ev": "begin", "name": "tokenizer", "mono": 2.0, "pid": 1}\n'
+        '{"ev": "end", "name": "tokeni'
+    )
+    [p] = read_probe_dir(tmp_path)
+    assert p.intervals("tokenizer") == []
+    assert len(p.events) == 1

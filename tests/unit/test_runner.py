@@ -1,0 +1,125 @@
+"""The runner's process handling, on a fake engine (tests/fake_engine.py)."""
+
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from coldscope.runner import (
+    RunConfig,
+    compile_enabled,
+    config_key,
+    default_health_url,
+    engine_model,
+    profile,
+    run_once,
+)
+from coldscope.store import Store
+from tests.conftest import run_processes
+
+FAKE = str(Path(__file__).resolve().parents[1] / "fake_engine.py")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def config(tmp_path, mode, port, **kw) -> RunConfig:
+    return RunConfig(
+        command=[sys.executable, FAKE, "--mode", mode, "--port", str(port)],
+        cache_root=tmp_path / "caches", spans=False, shutdown_grace=2, **kw,
+    )
+
+
+def test_command_introspection():
+    argv = ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m", "--port=9000",
+            "--host", "0.0.0.0"]
+    assert engine_model(argv) == "m"
+    assert engine_model(["vllm", "serve", "org/x", "--port", "1"]) == "org/x"
+    assert default_health_url(argv) == "http://127.0.0.1:9000/health"
+    assert compile_enabled(argv) and not compile_enabled(argv + ["--enforce-eager"])
+    a = RunConfig(command=argv)
+    assert config_key(a) == config_key(RunConfig(command=argv, repeat=3))
+    assert config_key(a) != config_key(RunConfig(command=argv + ["--enforce-eager"]))
+
+
+def test_ok_run_times_ready_and_first_token(tmp_path):
+    port = free_port()
+    record, evidence = run_once(config(tmp_path, "ok", port))
+    assert record["status"] == "ok", record["reason"]
+    assert 0.4 < record["time_to_ready_s"] < 30
+    assert record["first_token_s"] > record["time_to_ready_s"]
+    assert any("startup complete" in text for _, text in evidence["log"])
+    # probe saw the fake engine's interpreter start and its bootstrap
+    assert record["stages"]["bootstrap"] is not None
+    total = sum(v for v in record["stages"].values() if v is not None)
+    assert total == pytest.approx(record["time_to_ready_s"], abs=1e-6)
+    assert not run_processes()
+
+
+def test_engine_that_exits_is_a_failed_run_with_its_log_tail(tmp_path):
+    record, _ = run_once(config(tmp_path, "exit", free_port()))
+    assert record["status"] == "failed"
+    assert "exited with code 3" in record["reason"]
+    assert "cannot load model" in record["log_tail"]
+
+
+def test_hang_past_timeout_fails_and_kills(tmp_path):
+    record, _ = run_once(config(tmp_path, "hang", free_port(), timeout=1.5))
+    assert record["status"] == "failed" and "timeout" in record["reason"]
+    assert not run_processes()
+
+
+def test_port_already_taken(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        record, _ = run_once(config(tmp_path, "ok", port))
+    assert record["status"] == "failed" and "port already in use" in record["reason"]
+
+
+def test_no_process_survives_even_one_that_ignores_sigterm(tmp_path):
+    record, _ = run_once(config(tmp_path, "stubborn", free_port()))
+    assert record["status"] == "ok"
+    assert not run_processes()
+
+
+def test_failed_repetition_is_stored_and_the_next_goes_on(tmp_path):
+    store = Store(tmp_path / "s.db")
+    port = free_port()
+    cfg = config(tmp_path, "ok", port, repeat=2, ready_pattern="never matches", timeout=1.0)
+    records = profile(cfg, store)
+    assert [r["status"] for r in records] == ["failed", "failed"]
+    assert len(store.runs(status="failed")) == 2
+    records = profile(config(tmp_path, "ok", port, repeat=2), store)
+    assert [r["status"] for r in records] == ["ok", "ok"]
+    assert store.count() == 4
+
+
+def test_ready_pattern_replaces_health_check(tmp_path):
+    record, _ = run_once(config(tmp_path, "ok", free_port(), ready_pattern=r"startup complete"))
+    assert record["status"] == "ok"
+
+
+def test_warm_cache_is_primed_once_then_reused(tmp_path):
+    store = Store(tmp_path / "s.db")
+    cfg = config(tmp_path, "ok", free_port(), cache="warm", repeat=1)
+    first = profile(cfg, store)
+    assert [r["cache"] for r in first] == ["cold", "warm"]
+    assert "fills it" in first[0]["notes"][0]
+    again = profile(cfg, store)
+    assert [r["cache"] for r in again] == ["warm"]
+    homes = {r["environment"]["env"]["HOME"] for r in first + again}
+    assert len(homes) == 1  # the same cache directories every time
+
+
+def test_cold_runs_get_fresh_isolated_caches(tmp_path):
+    cfg = config(tmp_path, "ok", free_port(), repeat=2)
+    records = profile(cfg, None)
+    homes = [r["environment"]["env"]["HOME"] for r in records]
+    assert homes[0] != homes[1]
+    assert all(not Path(h).exists() for h in homes)  # removed after the run
