@@ -41,7 +41,8 @@ from coldscope.errors import ColdscopeError
                                  "burstiness.")
 @click.option("--cheapest", is_flag=True,
               help="Search the cheapest stack that meets --sla-p99-ttft (default when an SLA "
-                   "is given without --mitigate / --min-workers).")
+                   "is given without --mitigate / --min-workers); with --mitigate, search "
+                   "only combinations of those layers.")
 @click.option("--tiers", "tiers_path", type=click.Path(exists=True, dir_okay=False),
               default=None, help="YAML of tiers (name, sla_p99_ttft, products, traffic, ...).")
 @json_option

@@ -51,7 +51,8 @@ def make_plan(req: PlanRequest) -> dict[str, Any]:
     found = None
     layers, min_workers = req.layers, req.min_workers
     if req.sla_s is not None and req.cheapest:
-        found = search(req.size, profile, base, req.sla_s, traffic)
+        # With layers given, the search is limited to combinations of them.
+        found = search(req.size, profile, base, req.sla_s, traffic, req.layers or None)
         if found.chosen is not None:
             layers, min_workers = found.chosen.layers, found.chosen.min_workers
     stack = apply_layers(req.size, profile, base, layers)

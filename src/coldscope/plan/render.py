@@ -109,12 +109,13 @@ def render_plan(report: dict[str, Any]) -> Group:
         tiers.add_column("P99 TTFT SLA", justify="right")
         tiers.add_column("stack")
         tiers.add_column("warm pool arithmetic")
+        tiers.add_column("on-demand GPU-h", justify="right")
         tiers.add_column(f"{cur}/month", justify="right")
         for t in report["tiers"]:
             sla_text = "none" if t["sla_p99_ttft_s"] is None else f"{t['sla_p99_ttft_s']:g} s"
             tiers.add_row(t["name"], sla_text, t["stack"], t["warm_pool_arithmetic"],
-                          f"{t['monthly_cost']:,.0f}")
-        tiers.add_row(Text("total", style="bold"), "", "", "",
+                          f"{t['on_demand_gpu_hours']:,.0f}", f"{t['monthly_cost']:,.0f}")
+        tiers.add_row(Text("total", style="bold"), "", "", "", "",
                       f"{report['tiers_total_monthly_cost']:,.0f}")
         items.append(tiers)
     return Group(*items)

@@ -306,6 +306,7 @@ class TierPlan:
             "stack": e.name(), "meets_sla": e.meets, "reason": e.reason,
             "warm_pool_arithmetic": self.warm_pool.arithmetic(self.currency),
             "warm_pool_gpu_hours": self.warm_pool.gpu_hours,
+            "on_demand_gpu_hours": e.on_demand_gpu_hours * self.tier.products,
             "monthly_cost_per_product": e.total_cost,
             "monthly_cost": self.monthly_cost,
             "cheaper_failures": [] if self.search is None else
