@@ -236,32 +236,36 @@ class StartupModel:
     def explain(self, features: ModelFeatures, **settings: Any) -> dict[str, dict[str, float]]:
         """Each bucket's terms and their contributions in seconds (they sum to the bucket)."""
         self._check_fitted()
-        values = self._term_values(features, self.settings(**settings))
+        values = self._term_values(features, self.settings(**settings), set())
         return {b: {t: c * v for t, c, v in zip(self.buckets_[b]["terms"],
                                                 self.buckets_[b]["coef"], values[b], strict=True)}
                 for b in self.order_}
 
-    def _term_values(self, features: ModelFeatures,
-                     settings: Mapping[str, Any]) -> dict[str, list[float]]:
-        out: dict[str, list[float]] = {}
-        for bucket in self.order_:
-            row = []
-            for term in self.buckets_[bucket]["terms"]:
-                value = term_value(term, features, settings)
-                if value is None:
-                    raise ColdscopeError(
-                        f"the {bucket} formula needs {term} ({FEATURES[term].unit}), which is "
-                        f"unknown for {features.name}"
-                    )
-                row.append(float(value))
-            out[bucket] = row
-        return out
+    def _value(self, term: str, features: ModelFeatures, settings: Mapping[str, Any],
+               missing: set[str] | None = None) -> float:
+        """A term's value; an unknown feature takes its training median (and is reported)."""
+        value = term_value(term, features, settings)
+        if value is not None:
+            return float(value)
+        median = (self.state_.get("feature_medians") or {}).get(term)
+        if median is None:
+            raise ColdscopeError(f"a formula needs {term} ({FEATURES[term].unit}), which is "
+                                 f"unknown for {features.name}")
+        if missing is not None:
+            missing.add(term)
+        return float(median)
+
+    def _term_values(self, features: ModelFeatures, settings: Mapping[str, Any],
+                     missing: set[str] | None = None) -> dict[str, list[float]]:
+        return {b: [self._value(t, features, settings, missing)
+                    for t in self.buckets_[b]["terms"]] for b in self.order_}
 
     def predict(self, features: ModelFeatures, capture_sizes: int | None = None) -> Prediction:
         """Per-bucket seconds, total, and their ``level`` prediction intervals."""
         self._check_fitted()
         settings = self.settings(capture_sizes=capture_sizes)
-        a = self._term_values(features, settings)
+        missing: set[str] = set()
+        a = self._term_values(features, settings, missing)
         means = {b: _dot(self.buckets_[b]["coef"], a[b]) for b in self.order_}
         if self.state_["interval"]["method"] == "cv+":
             intervals = self._cv_plus(features, settings)
@@ -271,8 +275,15 @@ class StartupModel:
                   for b in self.order_}
         total = sum(s.s for s in stages.values())
         low, high = intervals["total"]
+        warnings = [f"{name} ({FEATURES[name].unit}) is unknown for {features.name}: the "
+                    f"training median was used, so the {', '.join(self._users(name))} "
+                    "prediction is only typical" for name in sorted(missing)]
+        warnings += self._warnings(features, settings)
         return Prediction(total, (max(min(low, total), 0.0), max(high, total)), stages,
-                          self._warnings(features, settings), self.level)
+                          warnings, self.level)
+
+    def _users(self, name: str) -> list[str]:
+        return [b for b in self.order_ if name in self.buckets_[b]["terms"]]
 
     def _cv_plus(self, features: ModelFeatures,
                  settings: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
@@ -282,10 +293,8 @@ class StartupModel:
         for fold in st["folds"]:
             row = {}
             for b, spec in fold["buckets"].items():
-                values = [term_value(t, features, settings) for t in spec["terms"]]
-                if any(v is None for v in values):
-                    raise ColdscopeError(f"{features.name} lacks a feature the {b} formula needs")
-                row[b] = _dot(spec["coef"], [float(v) for v in values])  # type: ignore[arg-type]
+                values = [self._value(t, features, settings) for t in spec["terms"]]
+                row[b] = _dot(spec["coef"], values)
             fold_means.append(row)
         residuals = st["cv_residuals"]
         n = len(residuals)
@@ -345,10 +354,11 @@ class StartupModel:
             if value is None or lo is None:
                 continue
             if value < lo * (1 - 1e-9) or value > hi * (1 + 1e-9):
-                users = [b for b in self.order_ if name in self.buckets_[b]["terms"]]
+                users = self._users(name)
                 warnings.append(
                     f"{name} = {value:.4g} is outside the training range {lo:.4g}-{hi:.4g} "
-                    f"({FEATURES[name].unit}); {', '.join(users)} extrapolate"
+                    f"({FEATURES[name].unit}): the {', '.join(users)} "
+                    f"formula{'s extrapolate' if len(users) > 1 else ' extrapolates'}"
                 )
         if "graph_mib" in used:
             trained = st.get("graph_size_source")

@@ -17,7 +17,20 @@ from coldscope import __version__
 from coldscope.errors import ColdscopeError
 
 COMMANDS: dict[str, tuple[str, str]] = {
+    "features": ("coldscope.cli.predict:features_cmd", "Model features, no weights loaded."),
+    "fit": ("coldscope.cli.predict:fit_cmd", "Fit the per-stage startup model."),
+    "predict": ("coldscope.cli.predict:predict_cmd", "Predict start-up per stage, with intervals."),
+    "profile": ("coldscope.cli.profile:profile", "Profile a real engine start-up into six stages."),
+    "runs": ("coldscope.cli.profile:runs", "List the stored runs, one line each."),
+    "show": ("coldscope.cli.profile:show", "Show one run's timeline."),
+    "parse": ("coldscope.cli.profile:parse", "Timeline from a saved vLLM log."),
+    "trace": ("coldscope.cli.profile:trace", "Export a run as a Chrome trace / Perfetto file."),
+    "export": ("coldscope.cli.profile:export", "Export the store to CSV or Parquet."),
+    "demo": ("coldscope.cli.profile:demo", "Profile the tiny local model cold, then warm."),
+    "make-model": ("coldscope.cli.models:make_model", "Make a small random-weight model locally."),
     "plan": ("coldscope.cli.plan:plan_cmd", "Cold-start budget, mitigations, cost, SLA."),
+    "simulate": ("coldscope.cli.simulate:simulate", "Simulate autoscaling with cold starts over a request trace."),
+    "traces": ("coldscope.cli.simulate:traces", "Request traces: synthesise (synth)."),
 }
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -52,6 +52,7 @@ class _Rows:
     total: np.ndarray
     within: np.ndarray | None         # pooled within-model covariance of bucket seconds
     replicates: list[int]
+    columns: dict[str, np.ndarray | None] = field(default_factory=dict)
 
 
 def fit_startup_model(model: StartupModel, observations: list[Observation],
@@ -89,14 +90,14 @@ def fit_startup_model(model: StartupModel, observations: list[Observation],
             usable = [(INTERCEPT,)]
         scored = []
         for terms in usable:
-            res = _lomo_residuals(_design(terms, rows.features, settings), rows.y[b])
+            res = _lomo_residuals(_design(terms, rows, settings), rows.y[b])
             scored.append({"terms": list(terms), "lomo_rmse": _rms(res),
                            "lomo_max_abs": float(np.max(np.abs(res)))})
         best = min(scored, key=lambda s: (round(s["lomo_rmse"], 9), len(s["terms"])))
         chosen[b] = tuple(best["terms"])
         reports[b] = scored
 
-    designs = {b: _design(chosen[b], rows.features, settings) for b in buckets}
+    designs = {b: _design(chosen[b], rows, settings) for b in buckets}
     coefs, ginvs, resid = {}, {}, {}
     for b in buckets:
         coefs[b], ginvs[b], resid[b] = _ols(designs[b], rows.y[b])
@@ -135,7 +136,8 @@ def fit_startup_model(model: StartupModel, observations: list[Observation],
         "residual_cov": sigma,
         "within_cov": within,
         "cross": cross,
-        "feature_ranges": _ranges(rows.features, settings),
+        "feature_ranges": _ranges(rows, settings),
+        "feature_medians": _medians(rows, settings),
     }
     for b in buckets:
         state["buckets"][b] = {
@@ -148,7 +150,7 @@ def fit_startup_model(model: StartupModel, observations: list[Observation],
             "lomo_rmse": next(s["lomo_rmse"] for s in reports[b]
                               if tuple(s["terms"]) == chosen[b]),
             "candidates": reports[b],
-            "pcc": _pcc_row(rows.y[b], rows.features, settings),
+            "pcc": _pcc_row(rows.y[b], rows, settings) if source != _FOLD else {},
             "mean_s": float(np.mean(rows.y[b])),
         }
     if depth >= 1 and n >= 4:
@@ -164,6 +166,8 @@ def fit_startup_model(model: StartupModel, observations: list[Observation],
         state["interval"]["method"] == "ols" else "")
     return state
 
+
+_FOLD = "lomo fold"  # the source of fold fits: they skip the correlation table
 
 #: How each interval method works, recorded in the startup model file.
 INTERVAL_METHODS = {
@@ -246,7 +250,7 @@ def _usable(terms: tuple[str, ...], rows: _Rows, settings: Mapping[str, Any]) ->
     if n < len(terms) + 2:  # LOMO needs n - 1 > p
         return False
     try:
-        X = _design(terms, rows.features, settings)
+        X = _design(terms, rows, settings)
     except _Missing:
         return False
     return bool(np.linalg.matrix_rank(X) == X.shape[1])
@@ -256,15 +260,17 @@ class _Missing(Exception):
     pass
 
 
-def _design(terms: tuple[str, ...], features: list[ModelFeatures],
-            settings: Mapping[str, Any]) -> np.ndarray:
-    X = np.empty((len(features), len(terms)))
-    for i, f in enumerate(features):
-        for j, t in enumerate(terms):
-            v = term_value(t, f, settings)
-            if v is None:
-                raise _Missing(t)
-            X[i, j] = v
+def _design(terms: tuple[str, ...], rows: _Rows, settings: Mapping[str, Any]) -> np.ndarray:
+    """The design matrix of ``terms`` over the rows (columns cached per fit)."""
+    X = np.empty((len(rows.features), len(terms)))
+    for j, t in enumerate(terms):
+        if t not in rows.columns:
+            values = [term_value(t, f, settings) for f in rows.features]
+            rows.columns[t] = None if any(v is None for v in values) else np.array(values, float)
+        column = rows.columns[t]
+        if column is None:
+            raise _Missing(t)
+        X[:, j] = column
     return X
 
 
@@ -275,11 +281,18 @@ def _ols(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarr
 
 
 def _lomo_residuals(X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Leave-one-out residuals of OLS, ``e_i / (1 - h_ii)`` (exact), refitting where h_ii ~ 1."""
+    ginv = np.linalg.pinv(X.T @ X)
+    resid = y - X @ (ginv @ X.T @ y)
+    leverage = np.einsum("ij,jk,ik->i", X, ginv, X)
     res = np.empty(len(y))
     for i in range(len(y)):
-        keep = np.arange(len(y)) != i
-        coef = np.linalg.lstsq(X[keep], y[keep], rcond=None)[0]
-        res[i] = y[i] - X[i] @ coef
+        if 1.0 - leverage[i] > 1e-9:
+            res[i] = resid[i] / (1.0 - leverage[i])
+        else:
+            keep = np.arange(len(y)) != i
+            coef = np.linalg.lstsq(X[keep], y[keep], rcond=None)[0]
+            res[i] = y[i] - X[i] @ coef
     return res
 
 
@@ -287,13 +300,13 @@ def _rms(x: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.square(x))))
 
 
-def _pcc_row(y: np.ndarray, features: list[ModelFeatures],
+def _pcc_row(y: np.ndarray, rows: _Rows,
              settings: Mapping[str, Any]) -> dict[str, float | None]:
     """Pearson correlation of a bucket with every candidate feature (the paper's PCC table)."""
     out: dict[str, float | None] = {}
     for name in FEATURES:
         try:
-            x = _design((name,), features, settings)[:, 0]
+            x = _design((name,), rows, settings)[:, 0]
         except _Missing:
             out[name] = None
             continue
@@ -304,14 +317,24 @@ def _pcc_row(y: np.ndarray, features: list[ModelFeatures],
     return out
 
 
-def _ranges(features: list[ModelFeatures], settings: Mapping[str, Any]) -> dict[str, list[float]]:
+def _ranges(rows: _Rows, settings: Mapping[str, Any]) -> dict[str, list[float]]:
     out = {}
     for name in FEATURES:
         try:
-            x = _design((name,), features, settings)[:, 0]
+            x = _design((name,), rows, settings)[:, 0]
         except _Missing:
             continue
         out[name] = [float(x.min()), float(x.max())]
+    return out
+
+
+def _medians(rows: _Rows, settings: Mapping[str, Any]) -> dict[str, float]:
+    out = {}
+    for name in FEATURES:
+        try:
+            out[name] = float(np.median(_design((name,), rows, settings)[:, 0]))
+        except _Missing:
+            continue
     return out
 
 
@@ -337,7 +360,7 @@ def _cross_validate(model: StartupModel, observations: list[Observation], rows: 
     for i, m in enumerate(rows.models):
         rest = [o for o in observations if o.model != m]
         sub = StartupModel(formulas=model.formulas, kinds=model.kinds, level=model.level)
-        state = fit_startup_model(sub, rest, environment, settings, "lomo fold", depth=depth)
+        state = fit_startup_model(sub, rest, environment, settings, _FOLD, depth=depth)
         names = list(state["buckets"])
         folds.append({"left_out": m, "buckets": {
             b: {"terms": v["terms"], "coef": v["coef"]} for b, v in state["buckets"].items()}})

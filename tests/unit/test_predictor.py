@@ -1,0 +1,295 @@
+"""The startup model: fits compared with least squares solved directly, paper data mapping,
+interval methods against independent implementations, domain warnings, store records."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from coldscope.errors import ColdscopeError
+from coldscope.features import ModelFeatures
+from coldscope.predict.fit import Observation, cv_plus_min_points
+from coldscope.predict.paper import (
+    PAPER_CAPTURE_SIZES,
+    model_name,
+    observations_from_paper,
+    paper_environment,
+    paper_features,
+)
+from coldscope.predict.store import observations_from_runs
+from coldscope.predictor import StartupModel, estimate_startup, t_quantile
+from coldscope.stages import BUCKETS, STAGES, UNATTRIBUTED
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared"
+PAPER = SHARED / "data" / "paper"
+AVG = PAPER / "figures" / "figure-rest" / "avg_comparison_results.json"
+SETTINGS = {"capture_sizes": PAPER_CAPTURE_SIZES}
+
+
+@pytest.fixture(scope="module")
+def paper_model() -> StartupModel:
+    obs = observations_from_paper(PAPER)
+    return StartupModel().fit(obs, paper_environment(PAPER), SETTINGS, source=str(PAPER))
+
+
+def _features(name: str, layers: int, weight_gb: float, kind: str = "dense",
+              tokenizer_mib: float = 2.0) -> ModelFeatures:
+    return ModelFeatures(name=name, source="features", kind=kind, params=int(weight_gb * 5e8),
+                         params_source="published", weight_bytes=int(weight_gb * 1e9),
+                         bytes_per_param=2.0, num_layers=layers,
+                         tokenizer_bytes=int(tokenizer_mib * 2**20), is_moe=kind == "moe")
+
+
+def _synthetic(n: int = 10, noise: float = 0.0, seed: int = 0) -> list[Observation]:
+    """Start-ups made from known formulas: loading 2 s/GB, compile 0.3 s/layer + 1 s."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        layers, gb = 8 + 4 * i, 1.0 + 1.7 * ((i * 7) % n)
+        f = _features(f"m{i}", layers, gb)
+        b = {"bootstrap": 5.0, "tokenizer": 0.05 * 2.0, "model_loading": 2.0 * gb,
+             "torch_compile": 1.0 + 0.3 * layers, "kv_cache_profiling": 0.5,
+             "server_ready": 0.2}
+        b = {k: v + noise * rng.standard_normal() for k, v in b.items()}
+        out.append(Observation(f.name, f, {**b, "cuda_graph_capture": None},
+                               sum(b.values()) + 0.1))
+    return out
+
+
+def test_paper_metrics_map_onto_buckets_and_add_up() -> None:
+    data = json.loads(AVG.read_text())
+    obs = observations_from_paper(PAPER)
+    assert len(obs) == len(data["labels"]) == 17
+    for i, o in enumerate(obs):
+        six = sum(o.buckets[s] for s in STAGES)
+        assert six == pytest.approx(data["data"]["total_time"][i], abs=1e-6)
+        assert six + o.buckets[UNATTRIBUTED] == pytest.approx(o.total_s, abs=1e-9)
+        assert o.total_s == data["data"]["actual_total_time"][i]
+    assert model_name("output_model_gpt-oss-20b_cuda-graph-sizes_1_2.txt") == "gpt-oss-20b"
+    assert model_name("output_model_qwen-0.5b.txt") == "qwen-0.5b"
+
+
+def test_paper_fit_trains_on_the_dense_models_only(paper_model: StartupModel) -> None:
+    trained = paper_model.to_dict()["trained_on"]
+    # the paper's README: MoE and hybrid models are qwen-14.3b, gpt-oss-20b,
+    # deepseek-v2-lite-16b and granite4.0-h-*; the five validation models are withheld
+    assert trained["excluded"] == ["deepseek-v2-lite-16b", "gpt-oss-20b", "granite4.0-h-32b",
+                                   "granite4.0-h-3b", "qwen-14.3b"]
+    assert trained["n_models"] == 12
+    withheld = {"falcon-11b", "gemma-7b", "mistral-7b", "llama3-3b", "qwen-7b"}
+    assert not withheld & set(trained["models"])
+
+
+def test_bucket_coefficients_are_least_squares(paper_model: StartupModel) -> None:
+    state = paper_model.to_dict()
+    rows = {o.model: o for o in observations_from_paper(PAPER) if o.features.kind == "dense"}
+    names = sorted(rows)
+    spec = state["buckets"]["model_loading"]
+    x = {"weight_gb": [rows[m].features.weight_bytes / 1e9 for m in names]}
+    X = np.column_stack([np.ones(len(names)) if t == "1" else x[t] for t in spec["terms"]])
+    y = np.array([rows[m].buckets["model_loading"] for m in names])
+    expected = np.linalg.lstsq(X, y, rcond=None)[0]
+    assert spec["coef"] == pytest.approx(expected.tolist(), rel=1e-9)
+    # Pearson correlation with the weights, computed directly
+    r = np.corrcoef(x["weight_gb"], y)[0, 1]
+    assert spec["pcc"]["weight_gb"] == pytest.approx(r, abs=1e-12)
+
+
+def test_candidate_lomo_error_matches_direct_refits(paper_model: StartupModel) -> None:
+    rows = sorted((o for o in observations_from_paper(PAPER) if o.features.kind == "dense"),
+                  key=lambda o: o.model)
+    layers = np.array([o.features.num_layers for o in rows], dtype=float)
+    y = np.array([o.buckets["torch_compile"] for o in rows])
+    errs = []
+    for i in range(len(rows)):
+        keep = np.arange(len(rows)) != i
+        slope = (layers[keep] @ y[keep]) / (layers[keep] @ layers[keep])
+        errs.append(y[i] - slope * layers[i])
+    cands = paper_model.to_dict()["buckets"]["torch_compile"]["candidates"]
+    layers_only = next(c for c in cands if c["terms"] == ["layers"])
+    assert layers_only["lomo_rmse"] == pytest.approx(math.sqrt(np.mean(np.square(errs))))
+
+
+def test_paper_lomo_is_reported_and_better_than_the_paper_formulas(
+        paper_model: StartupModel) -> None:
+    lomo = paper_model.to_dict()["lomo"]["total"]
+    baseline = StartupModel(formulas="paper").fit(observations_from_paper(PAPER), {}, SETTINGS)
+    assert lomo["mse"] < baseline.to_dict()["lomo"]["total"]["mse"]
+    assert lomo["coverage"].endswith("/12")
+
+
+def test_save_load_predicts_the_same(paper_model: StartupModel, tmp_path: Path) -> None:
+    path = tmp_path / "model.json"
+    paper_model.save(path)
+    loaded = StartupModel.load(path)
+    gemma = paper_features(PAPER)["gemma-7b"]
+    a, b = paper_model.predict(gemma), loaded.predict(gemma)
+    assert a.to_dict() == b.to_dict()
+    d = a.to_dict()
+    assert set(d) >= {"total_s", "interval", "stages", "warnings"}
+    assert d["total_s"] == pytest.approx(sum(v["s"] for v in d["stages"].values()), abs=1e-3)
+    assert set(d["stages"]) <= set(BUCKETS)
+    lo, hi = d["interval"]
+    assert lo <= d["total_s"] <= hi
+    for v in d["stages"].values():
+        assert v["interval"][0] <= v["s"] <= v["interval"][1]
+    # the explanation adds up to each bucket
+    explained = loaded.explain(gemma)
+    for bucket, parts in explained.items():
+        assert sum(parts.values()) == pytest.approx(a.stages[bucket].s, abs=1e-9)
+
+
+def test_warnings_for_out_of_range_and_out_of_domain(paper_model: StartupModel) -> None:
+    features = paper_features(PAPER)
+    moe = paper_model.predict(features["gpt-oss-20b"])
+    assert any("out of domain" in w for w in moe.warnings)
+    hybrid = paper_model.predict(features["granite4.0-h-3b"])
+    assert any("hybrid" in w and "out of domain" in w for w in hybrid.warnings)
+    falcon = paper_model.predict(features["falcon-11b"])
+    layers_used = any("layers" in t for b in paper_model.to_dict()["buckets"].values()
+                      for t in b["terms"])
+    assert layers_used == any("training range 24-48" in w for w in falcon.warnings)
+    assert paper_model.predict(features["qwen-7b"]).warnings == []
+
+
+def test_estimate_startup_accepts_paths_features_and_dicts(paper_model: StartupModel,
+                                                           tmp_path: Path) -> None:
+    path = tmp_path / "m.json"
+    paper_model.save(path)
+    entry = json.loads((PAPER / "models_config.json").read_text())["mistral-7b"]
+    features = paper_features(PAPER)["mistral-7b"]
+    by_dict = estimate_startup(path, {**entry, "name": "mistral-7b", "params": 7_240_000_000})
+    by_features = estimate_startup(path, features)
+    assert by_dict.total_s == pytest.approx(by_features.total_s)
+    by_config = estimate_startup(
+        path, SHARED / "fixtures" / "model-configs" / "mistral-7b-instruct-v0.2-resaved-fp32")
+    assert any("tokenizer" in w and "median" in w for w in by_config.warnings)
+
+
+@pytest.mark.parametrize("dof, expected", [(1, 6.314), (3, 2.353), (5, 2.015), (10, 1.812),
+                                           (30, 1.697), (120, 1.658)])
+def test_t_quantile_matches_textbook_tables(dof: int, expected: float) -> None:
+    assert t_quantile(0.95, dof) == pytest.approx(expected, abs=2e-3)
+
+
+def test_cv_plus_min_points() -> None:
+    assert cv_plus_min_points(0.9) == 9  # ceil(0.9 * 10) = 9 <= 9
+    assert cv_plus_min_points(0.8) == 4
+
+
+def test_exact_formulas_are_recovered_and_chosen() -> None:
+    model = StartupModel().fit(_synthetic(10), {}, {})
+    buckets = model.to_dict()["buckets"]
+    assert "cuda_graph_capture" not in buckets  # None in the data: not applicable
+    assert buckets["model_loading"]["coef"][-1] == pytest.approx(2.0)
+    compile_ = buckets["torch_compile"]
+    assert compile_["terms"] == ["1", "layers"]
+    assert compile_["coef"] == pytest.approx([1.0, 0.3])
+    assert buckets[UNATTRIBUTED]["coef"] == pytest.approx([0.1])
+
+
+def test_ols_interval_is_the_textbook_prediction_interval() -> None:
+    """With 6 models CV+ cannot reach 90 %, so the OLS interval applies; for one formula
+    it must equal s * sqrt(1 + x0'(X'X)^-1 x0) * t(n - p)."""
+    obs = _synthetic(6, noise=0.3, seed=1)
+    model = StartupModel(formulas={"torch_compile": ("1", "layers")}).fit(obs, {}, {})
+    assert model.to_dict()["interval"]["method"] == "ols"
+    X = np.column_stack([np.ones(6), [o.features.num_layers for o in obs]])
+    y = np.array([o.buckets["torch_compile"] for o in obs])
+    coef = np.linalg.lstsq(X, y, rcond=None)[0]
+    s2 = np.sum((y - X @ coef) ** 2) / (6 - 2)
+    x0 = np.array([1.0, 50.0])
+    half = t_quantile(0.95, 4) * math.sqrt(s2 * (1 + x0 @ np.linalg.inv(X.T @ X) @ x0))
+    pred = model.predict(_features("new", 50, 3.0)).stages["torch_compile"]
+    assert pred.s == pytest.approx(x0 @ coef)
+    assert pred.interval[1] - pred.s == pytest.approx(half, rel=1e-9)
+
+
+def test_cv_plus_interval_matches_an_independent_jackknife_plus() -> None:
+    obs = _synthetic(12, noise=0.2, seed=2)
+    formulas = {"torch_compile": ("1", "layers"), "model_loading": ("weight_gb",)}
+    model = StartupModel(formulas=formulas).fit(obs, {}, {})
+    assert model.to_dict()["interval"]["method"] == "cv+"
+    x0 = _features("new", 30, 4.0)
+    pred = model.predict(x0)
+    # jackknife+ by hand for torch_compile: refit without i, residual of i, quantiles
+    X = np.column_stack([np.ones(12), [o.features.num_layers for o in obs]])
+    y = np.array([o.buckets["torch_compile"] for o in obs])
+    lows, highs = [], []
+    for i in range(12):
+        keep = np.arange(12) != i
+        coef = np.linalg.lstsq(X[keep], y[keep], rcond=None)[0]
+        r = abs(y[i] - X[i] @ coef)
+        mu = coef @ np.array([1.0, 30.0])
+        lows.append(mu - r)
+        highs.append(mu + r)
+    k_low, k_high = math.floor(0.1 * 13), math.ceil(0.9 * 13)
+    expected = (sorted(lows)[k_low - 1], sorted(highs)[k_high - 1])
+    assert pred.stages["torch_compile"].interval == pytest.approx(expected)
+
+
+def test_bad_training_sets_are_clear_errors() -> None:
+    with pytest.raises(ColdscopeError, match="empty training set"):
+        StartupModel().fit([], {}, {})
+    moe_only = [Observation(o.model, o.features.model_copy(update={"kind": "moe"}), o.buckets,
+                            o.total_s) for o in _synthetic(5)]
+    with pytest.raises(ColdscopeError, match="empty training set"):
+        StartupModel().fit(moe_only, {}, {})
+    with pytest.raises(ColdscopeError, match="at least 3 different models"):
+        StartupModel().fit(_synthetic(2), {}, {})
+    with pytest.raises(ColdscopeError, match="not fitted"):
+        StartupModel().predict(_features("x", 4, 1.0))
+
+
+def test_load_refuses_other_files(tmp_path: Path) -> None:
+    (tmp_path / "x.json").write_text('{"a": 1}')
+    with pytest.raises(ColdscopeError, match="not a coldscope startup model"):
+        StartupModel.load(tmp_path / "x.json")
+    (tmp_path / "y.json").write_text("{")
+    with pytest.raises(ColdscopeError, match="malformed startup model"):
+        StartupModel.load(tmp_path / "y.json")
+
+
+def _run(i: int, model: str, stages: dict[str, float | None], cache: str = "cold") -> dict:
+    return {"id": f"r{i}", "status": "ok", "reason": None, "cache": cache, "label": None,
+            "started_at": f"2026-11-29T10:{i:02d}:00Z",
+            "time_to_ready_s": sum(v for v in stages.values() if v is not None),
+            "first_token_s": None, "stages": {b: stages.get(b) for b in BUCKETS},
+            "environment": {"cpu_model": "test cpu", "cpu_cores": 2, "vllm": "0.32.0"},
+            "engine": {"name": "vllm", "version": "0.32.0", "enforce_eager": False,
+                       "compile": True, "load_format": None},
+            "model": {"path": f"/models/{model}", "name": model}}
+
+
+def test_store_runs_become_observations_with_replicates() -> None:
+    shapes = {f"s{i}": _features(f"s{i}", 2 + 2 * i, 0.01 * (i + 1)) for i in range(5)}
+    runs, k = [], 0
+    for name, f in shapes.items():
+        for rep in range(2):
+            stages = {"bootstrap": 30.0 + rep, "tokenizer": 0.5, "model_loading": 2.0,
+                      "torch_compile": 10.0 + 3.0 * f.num_layers, "kv_cache_profiling": 1.0,
+                      "cuda_graph_capture": None, "server_ready": 1.0, "unattributed": 0.25}
+            runs.append(_run(k, name, stages))
+            k += 1
+    runs.append({**_run(99, "s0", {}), "status": "failed", "time_to_ready_s": None})
+    obs, env, notes = observations_from_runs(runs, features_of=lambda p: shapes[Path(p).name])
+    assert len(obs) == 10 and len(notes) == 1
+    assert env["cache"] == "cold" and env["cpu_model"] == "test cpu"
+    model = StartupModel().fit(obs, env, {})
+    state = model.to_dict()
+    assert state["trained_on"]["replicates"] == [2] * 5
+    assert state["within_cov"]["bootstrap"]["bootstrap"] == pytest.approx(0.5)  # var of 30, 31
+    assert state["buckets"]["torch_compile"]["coef"][-1] == pytest.approx(3.0)
+
+
+def test_store_refuses_mixed_cache_states() -> None:
+    runs = [_run(0, "a", {"bootstrap": 1.0}), _run(1, "b", {"bootstrap": 1.0}, cache="warm")]
+    with pytest.raises(ColdscopeError, match="--cache cold or --cache warm"):
+        observations_from_runs(runs, features_of=lambda p: _features("a", 2, 0.1))
+    obs, _, _ = observations_from_runs(runs, cache="warm",
+                                       features_of=lambda p: _features("b", 2, 0.1))
+    assert [o.model for o in obs] == ["b"]
