@@ -29,8 +29,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("coldscope.cli.profile:demo", "Profile the tiny local model cold, then warm."),
     "make-model": ("coldscope.cli.models:make_model", "Make a small random-weight model locally."),
     "plan": ("coldscope.cli.plan:plan_cmd", "Cold-start budget, mitigations, cost, SLA."),
-    "simulate": ("coldscope.cli.simulate:simulate", "Simulate autoscaling with cold starts over a request trace."),
-    "traces": ("coldscope.cli.simulate:traces", "Request traces: synthesise (synth)."),
 }
 
 
