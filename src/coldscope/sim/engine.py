@@ -7,7 +7,7 @@ Model (all times in seconds since the trace's origin):
   after its service starts. Concurrent requests do not slow each other down (a documented
   simplification of continuous batching: pick ``concurrency`` and the rates so that it holds).
 * One FIFO queue in front of all replicas (like Knative's activator): a request starts on the
-  slot that frees first, at ``max(arrival, slot free time)``. A new replica's slots are "free"
+  slot that frees first (ties: the oldest replica), at ``max(arrival, slot free time)``. A new replica's slots are "free"
   from its ready time, so a request waiting for a starting replica simply starts when it is
   ready. This is the exact FCFS multi-server recurrence, done with a heap in compiled code.
 * A *controller* (any policy) is consulted every ``controller.tick_s`` seconds with an
@@ -36,14 +36,15 @@ _I, _J, _HEAP_N, _DEP_N, _FULL = 0, 1, 2, 3, 4
 
 @njit(cache=True, inline="always")
 def _sift_down(ht, hr, n, pos):
+    # Order: free time, then replica id (ties go to the oldest replica, deterministically).
     t, r = ht[pos], hr[pos]
     while True:
         c = 2 * pos + 1
         if c >= n:
             break
-        if c + 1 < n and ht[c + 1] < ht[c]:
+        if c + 1 < n and (ht[c + 1] < ht[c] or (ht[c + 1] == ht[c] and hr[c + 1] < hr[c])):
             c += 1
-        if ht[c] >= t:
+        if ht[c] > t or (ht[c] == t and hr[c] >= r):
             break
         ht[pos], hr[pos] = ht[c], hr[c]
         pos = c
@@ -55,7 +56,7 @@ def _sift_up(ht, hr, pos):
     t, r = ht[pos], hr[pos]
     while pos > 0:
         p = (pos - 1) >> 1
-        if ht[p] <= t:
+        if ht[p] < t or (ht[p] == t and hr[p] <= r):
             break
         ht[pos], hr[pos] = ht[p], hr[p]
         pos = p

@@ -295,7 +295,8 @@ def write_trace(trace: Trace, path: str | Path) -> None:
     if pa is not None:
         import pyarrow.csv as pacsv
 
-        pacsv.write_csv(_table(trace), path)
+        pacsv.write_csv(_table(trace), path,
+                        pacsv.WriteOptions(quoting_style="needed"))
         return
     with open(path, "w", newline="") as f:
         w = csv.writer(f)

@@ -1,0 +1,144 @@
+"""Sweeps: many simulations of one trace over a grid of policy and mitigation parameters.
+
+A sweep file (YAML or JSON) holds a base configuration and a grid::
+
+    policy: predictive            # any SimConfig field: the base of every case
+    sla_ttft_s: 2.0
+    grid:                         # every combination of these values is one case
+      policy.min_workers: [0, 1, 2]     # policy.X   -> a policy parameter
+      profile.concurrency: [8, 16]      # profile.X  -> a worker-profile field
+      startup_scale: [1.0, 0.5]         # otherwise  -> a SimConfig field (mitigations)
+    cases:                        # optional extra cases, each a mapping like one grid point
+      - {policy: fixed, policy.workers: 6}
+
+Cases run in parallel, on local processes (``local``, the default) or on a Ray cluster
+(``ray``: ``ray.init()`` joins the cluster named by ``RAY_ADDRESS``, else starts a local one).
+The trace is sent to each worker once, not once per case.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from coldscope.errors import ColdscopeError
+from coldscope.sim.simulate import SimConfig, simulate
+from coldscope.sim.traces import Trace
+
+EXECUTORS = ("local", "ray")
+
+
+def load_sweep(path: str | Path) -> dict[str, Any]:
+    """Read a sweep file into a mapping (``grid``, ``cases`` and base fields)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ColdscopeError(f"cannot read sweep file {path}: {exc.strerror}") from exc
+    try:
+        import yaml
+
+        spec = yaml.safe_load(text) if path.suffix != ".json" else json.loads(text)
+    except Exception as exc:  # yaml and json raise different types
+        raise ColdscopeError(f"{path}: not valid YAML/JSON ({exc})") from exc
+    if not isinstance(spec, dict):
+        raise ColdscopeError(f"{path}: a sweep file must be a mapping with a 'grid'")
+    return spec
+
+
+def apply(config: SimConfig, overrides: dict[str, Any]) -> SimConfig:
+    """``config`` with ``policy.X``, ``profile.X`` and plain SimConfig fields overridden."""
+    data = config.model_dump()
+    for key, value in overrides.items():
+        head, _, rest = key.partition(".")
+        if head == "policy" and rest:
+            data["policy_params"][rest] = value
+        elif head == "profile" and rest:
+            data["profile"][rest] = value
+        elif not rest:
+            data[key] = value
+        else:
+            raise ColdscopeError(f"unknown sweep parameter {key!r}")
+    try:
+        return SimConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ColdscopeError(f"bad sweep value for {where}: {first['msg']}") from exc
+
+
+def expand(base: SimConfig, spec: dict[str, Any]) -> list[tuple[dict[str, Any], SimConfig]]:
+    """Every case of a sweep spec: (its parameters, its full configuration)."""
+    spec = dict(spec)
+    grid = spec.pop("grid", {}) or {}
+    extra = spec.pop("cases", []) or []
+    if not isinstance(grid, dict) or not isinstance(extra, list):
+        raise ColdscopeError("a sweep's 'grid' must be a mapping and 'cases' a list")
+    base = apply(base, spec)
+    keys = list(grid)
+    values = [v if isinstance(v, list) else [v] for v in grid.values()]
+    points = [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*values)]
+    points = (points if keys else []) + [dict(c) for c in extra]
+    if not points:
+        raise ColdscopeError("the sweep has no cases: give a 'grid' or 'cases'")
+    return [(p, apply(base, p)) for p in points]
+
+
+# One worker process's copy of the trace and start-up distribution (sent once, by initializer).
+_shared: dict[str, Any] = {}
+
+
+def _init(trace: Trace, startup: Any) -> None:
+    _shared["trace"], _shared["startup"] = trace, startup
+
+
+def _one(config_json: str) -> dict[str, Any]:
+    config = SimConfig.model_validate_json(config_json)
+    return simulate(_shared["trace"], config, _shared["startup"]).to_dict(timeline=False)
+
+
+def run_sweep(trace: Trace, cases: list[tuple[dict[str, Any], SimConfig]], startup: Any = None,
+              executor: str = "local", jobs: int | None = None) -> list[dict[str, Any]]:
+    """Run every case; returns ``[{"params": ..., "result": summary}]`` in case order."""
+    payloads = [c.model_dump_json() for _, c in cases]
+    if executor == "local":
+        jobs = max(1, min(jobs or os.cpu_count() or 1, len(cases)))
+        if jobs == 1:
+            _init(trace, startup)
+            results = [_one(p) for p in payloads]
+        else:
+            with ProcessPoolExecutor(jobs, initializer=_init, initargs=(trace, startup)) as pool:
+                results = list(pool.map(_one, payloads))
+    elif executor == "ray":
+        results = _run_ray(trace, startup, payloads)
+    else:
+        raise ColdscopeError(f"unknown executor {executor!r}; choose from {', '.join(EXECUTORS)}")
+    return [{"params": p, "result": r} for (p, _), r in zip(cases, results, strict=True)]
+
+
+def _run_ray(trace: Trace, startup: Any, payloads: list[str]) -> list[dict[str, Any]]:
+    """The one place that imports Ray (an optional extra: ``pip install 'coldscope[ray]'``)."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise ColdscopeError("--executor ray needs Ray: pip install 'coldscope[ray]'") from exc
+    if not ray.is_initialized():
+        address = os.environ.get("RAY_ADDRESS")
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(log_to_driver=False, include_dashboard=False)
+
+    @ray.remote
+    def case(trace_ref: Trace, startup: Any, payload: str) -> dict[str, Any]:
+        _init(trace_ref, startup)
+        return _one(payload)
+
+    trace_ref = ray.put(trace)  # stored once in the object store, shared by all tasks
+    return ray.get([case.remote(trace_ref, startup, p) for p in payloads])
