@@ -20,7 +20,7 @@ def _short(record: dict) -> str:
     return f"{record['id']} ({record.get('cache') or '?'})"
 
 
-def timeline_table(record: dict, *, substeps: bool = True) -> Table:
+def timeline_table(record: dict, *, substeps: bool = True) -> Group:
     """The six stages, server_ready and unattributed of one run, with sub-steps and sources."""
     ttr = record.get("time_to_ready_s")
     na = set(record.get("not_applicable") or [])
@@ -29,7 +29,7 @@ def timeline_table(record: dict, *, substeps: bool = True) -> Table:
         title += f" — ready in {ttr:.2f} s"
         if record.get("first_token_s") is not None:
             title += f", first token at {record['first_token_s']:.2f} s"
-    table = Table(title=title, box=box.SIMPLE_HEAVY, title_justify="left")
+    table = Table(box=box.SIMPLE_HEAVY)
     table.add_column("stage")
     table.add_column("seconds", justify="right")
     table.add_column("share", justify="right")
@@ -49,16 +49,16 @@ def timeline_table(record: dict, *, substeps: bool = True) -> Table:
     if ttr is not None:
         table.add_row(Text("time to ready", style="bold"), Text(f"{ttr:8.2f}", style="bold"),
                       "100.0 %", "")
-    return table
+    return Group(Text(title, style="bold"), table)
 
 
 def compare_table(records: list[dict]) -> Table:
     """Runs side by side, one column per run, with the ratio of the last to the first."""
     table = Table(title="start-up, side by side (seconds)", box=box.SIMPLE_HEAVY,
-                  title_justify="left")
+                  title_justify="left", min_width=60)
     table.add_column("stage")
     for r in records:
-        table.add_column(_short(r), justify="right")
+        table.add_column(f"{r.get('cache') or '?'}\n{r['id']}", justify="right")
     if len(records) == 2:
         table.add_column("ratio", justify="right")
     for bucket in (*BUCKETS, "time_to_ready", "first_token"):

@@ -189,7 +189,8 @@ def parse(log, as_json):
               help="Where to write the Chrome trace JSON (open it in ui.perfetto.dev).")
 @click.option("--otlp-export", default=None, metavar="URL", help="Also send to a collector.")
 @store_option
-def trace(run_id, output, otlp_export, store_path):
+@json_option
+def trace(run_id, output, otlp_export, store_path, as_json):
     """Write a run as a Chrome trace / Perfetto file, one track per process."""
     from coldscope.store import Store
     from coldscope.trace_export import chrome_trace, send_otlp
@@ -197,10 +198,16 @@ def trace(run_id, output, otlp_export, store_path):
     record = Store(store_path, create=False).run(run_id)
     if record["status"] != "ok":
         raise ColdscopeError(f"run {record['id']} failed ({record.get('reason')}); no timeline")
-    Path(output).write_text(json.dumps(chrome_trace(record)))
+    data = chrome_trace(record)
+    Path(output).write_text(json.dumps(data))
     if otlp_export:
         send_otlp(record, otlp_export)
-    click.echo(f"wrote {output}")
+    if as_json:
+        print_json({"run": record["id"], "output": output, "events": len(data["traceEvents"]),
+                    "otlp_export": otlp_export})
+    else:
+        click.echo(f"wrote {output} ({len(data['traceEvents'])} events); open it in "
+                   "ui.perfetto.dev")
 
 
 @click.command()
@@ -208,12 +215,16 @@ def trace(run_id, output, otlp_export, store_path):
               help="CSV or Parquet file (by extension, or --format).")
 @click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]), default=None)
 @store_option
-def export(output, fmt, store_path):
+@json_option
+def export(output, fmt, store_path, as_json):
     """Export every stored run, one row per run, for sharing."""
     from coldscope.store import Store
 
     n = Store(store_path, create=False).export(Path(output), fmt)
-    click.echo(f"wrote {n} runs to {output}")
+    if as_json:
+        print_json({"output": output, "runs": n})
+    else:
+        click.echo(f"wrote {n} runs to {output}")
 
 
 DEMO_COMMAND = [
