@@ -7,9 +7,10 @@ Model (all times in seconds since the trace's origin):
   after its service starts. Concurrent requests do not slow each other down (a documented
   simplification of continuous batching: pick ``concurrency`` and the rates so that it holds).
 * One FIFO queue in front of all replicas (like Knative's activator): a request starts on the
-  slot that frees first (ties: the oldest replica), at ``max(arrival, slot free time)``. A new replica's slots are "free"
-  from its ready time, so a request waiting for a starting replica simply starts when it is
-  ready. This is the exact FCFS multi-server recurrence, done with a heap in compiled code.
+  slot that frees first (ties: the oldest replica), at ``max(arrival, slot free time)``. A new
+  replica's slots are "free" from its ready time, so a request waiting for a starting replica
+  simply starts when it is ready. This is the exact FCFS multi-server recurrence, done with a
+  heap in compiled code.
 * A *controller* (any policy) is consulted every ``controller.tick_s`` seconds with an
   :class:`Observation` and answers how many replicas it wants. The engine starts new replicas
   (each ready after a draw from the cold-start distribution) or removes surplus ones: starting
