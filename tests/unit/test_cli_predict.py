@@ -1,0 +1,152 @@
+"""``coldscope features / fit / predict`` end to end on files (no engine)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from coldscope.cli.main import main
+from coldscope.stages import BUCKETS
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared"
+PAPER = SHARED / "data" / "paper"
+CONFIGS = SHARED / "fixtures" / "model-configs"
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The paper fit, once for the module: (model file, what ``fit`` printed)."""
+    out = tmp_path_factory.mktemp("fit") / "h100.json"
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        assert main(["fit", "--paper", str(PAPER), "--out", str(out)]) == 0
+    return out, text.getvalue()
+
+
+@pytest.fixture
+def startup_model(fitted: tuple[Path, str]) -> Path:
+    return fitted[0]
+
+
+def _json(capsys: pytest.CaptureFixture[str]) -> dict:
+    return json.loads(capsys.readouterr().out)
+
+
+def test_features_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["features", str(CONFIGS / "llama-2-7b-hf"), "--json"]) == 0
+    f = _json(capsys)
+    index = json.loads((CONFIGS / "llama-2-7b-hf" / "model.safetensors.index.json").read_text())
+    assert f["weight_bytes"] == index["metadata"]["total_size"]
+    assert f["num_layers"] == 32 and f["kind"] == "dense"
+
+
+def test_features_text(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["features", str(CONFIGS / "mixtral-8x7b-v0.1")]) == 0
+    out = capsys.readouterr().out
+    assert "experts (active)" in out and "8 (2)" in out
+
+
+def test_fit_json_reports_formulas_correlations_and_lomo(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "m.json"
+    assert main(["fit", "--paper", str(PAPER), "--formulas", "paper", "--out", str(out),
+                 "--json"]) == 0
+    s = _json(capsys)
+    assert s["buckets"]["model_loading"]["terms"] == ["1", "weight_gb"]
+    assert set(s["buckets"]["torch_compile"]["pcc"]) >= {"graph_mib", "layers"}
+    assert s["lomo"]["total"]["mse"] > 0 and len(s["lomo"]["per_model"]) == 12
+    assert json.loads(out.read_text())["kind"] == "coldscope-startup-model"
+
+
+def test_fit_text(fitted: tuple[Path, str]) -> None:
+    out = fitted[1]
+    assert "leave-one-model-out total" in out and "Pearson correlation" in out
+    assert "excluded (other kinds): deepseek-v2-lite-16b" in out
+
+
+def test_predict_json_contract(startup_model: Path, tmp_path: Path,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    entry = json.loads((PAPER / "models_config.json").read_text())["falcon-11b"]
+    features = tmp_path / "falcon-11b.json"
+    features.write_text(json.dumps({**entry, "params": 11_100_000_000}))
+    assert main(["predict", str(features), "--startup-model", str(startup_model), "--json"]) == 0
+    p = _json(capsys)
+    assert set(p) >= {"total_s", "interval", "stages", "warnings"}
+    assert set(p["stages"]) <= set(BUCKETS)
+    assert all(set(v) == {"s", "interval"} for v in p["stages"].values())
+    assert p["interval"][0] <= p["total_s"] <= p["interval"][1]
+    assert any("outside the training range" in w for w in p["warnings"])  # 60 layers
+
+
+def test_predict_text_for_a_model_directory(startup_model: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["predict", str(CONFIGS / "llama-3.1-8b"),
+                 "--startup-model", str(startup_model)]) == 0
+    out = capsys.readouterr().out
+    assert "total" in out and "90% interval" in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["predict", "/nonexistent/model", "--startup-model", "{model}"], "no such model path"),
+    (["predict", str(CONFIGS / "llama-3.1-8b"), "--startup-model", "/nonexistent.json"],
+     "cannot read startup model"),
+    (["fit", "--paper", "/nonexistent", "--out", "x.json"], "does not exist"),
+    (["fit", "--paper", str(PAPER), "--kinds", "sparse", "--out", "x.json"], "--kinds"),
+])
+def test_bad_input_prints_one_error_line(args: list[str], message: str, startup_model: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    args = [a.replace("{model}", str(startup_model)) for a in args]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and message in err and err.count("\n") == 1
+
+
+def test_fit_from_an_empty_store_is_a_clear_error(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from coldscope.store import Store
+
+    Store(tmp_path / "store.db").close()
+    assert main(["fit", "--store", str(tmp_path / "store.db"), "--out",
+                 str(tmp_path / "m.json")]) == 2
+    assert "empty training set" in capsys.readouterr().err
+
+
+def test_fit_from_store_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Runs of four config-only model shapes in a real store, fitted through the CLI."""
+    from coldscope.store import Store
+
+    store = Store(tmp_path / "store.db")
+    for i, layers in enumerate((2, 4, 6, 8)):
+        d = tmp_path / f"shape{i}"
+        d.mkdir()
+        config = json.loads((CONFIGS / "llama-3.2-1b" / "config.json").read_text())
+        config.update(num_hidden_layers=layers, hidden_size=256, intermediate_size=512,
+                      num_attention_heads=4, num_key_value_heads=1, head_dim=64, vocab_size=1000)
+        (d / "config.json").write_text(json.dumps(config))
+        (d / "tokenizer.json").write_text("t" * (1000 * (i + 1)))
+        stages = {b: None for b in BUCKETS}
+        stages.update(bootstrap=30.0, tokenizer=0.2, model_loading=1.0,
+                      torch_compile=20.0 + 5.0 * layers, kv_cache_profiling=2.0,
+                      server_ready=1.0, unattributed=0.5)
+        store.add_run({"id": f"run{i}", "status": "ok", "started_at": f"2026-11-29T10:0{i}:00Z",
+                       "cache": "cold", "time_to_ready_s": sum(v for v in stages.values() if v),
+                       "stages": stages, "environment": {"cpu_model": "x"},
+                       "engine": {"name": "vllm", "version": "0.32.0", "compile": True},
+                       "model": {"path": str(d), "name": d.name}})
+    store.close()
+    out = tmp_path / "cpu.json"
+    assert main(["fit", "--store", str(tmp_path / "store.db"), "--out", str(out),
+                 "--json"]) == 0
+    s = _json(capsys)
+    assert s["trained_on"]["n_models"] == 4
+    assert "cuda_graph_capture" not in s["buckets"]
+    assert s["buckets"]["torch_compile"]["lomo_rmse"] == pytest.approx(0.0, abs=1e-9)
+    assert main(["predict", str(tmp_path / "shape1"), "--startup-model", str(out),
+                 "--json"]) == 0
+    p = _json(capsys)
+    assert p["stages"]["torch_compile"]["s"] == pytest.approx(20.0 + 5.0 * 4)
+    assert p["total_s"] == pytest.approx(30 + 0.2 + 1 + 40 + 2 + 1 + 0.5)
