@@ -116,6 +116,7 @@ class LogNormal:
     low: float
     high: float
     source: str
+    warnings: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not (0 < self.low <= self.median <= self.high and math.isfinite(self.high)):
@@ -138,7 +139,7 @@ class LogNormal:
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "lognormal", "source": self.source, "median": self.median,
-                "interval90": [self.low, self.high]}
+                "interval90": [self.low, self.high], "warnings": list(self.warnings)}
 
 
 @dataclass(frozen=True)
@@ -211,7 +212,8 @@ def from_prediction(prediction: Any, source: str) -> LogNormal:
     low, high = min(low, total), max(high, total)
     if low <= 0:  # a linear model's interval can cross zero; keep the upper side's spread
         low = total * total / high if high > 0 else total
-    return LogNormal(median=total, low=low, high=high, source=source)
+    return LogNormal(median=total, low=low, high=high, source=source,
+                     warnings=tuple(getattr(prediction, "warnings", ()) or ()))
 
 
 def from_startup_model(model_file: str, model_path: str) -> LogNormal:
