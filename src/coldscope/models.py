@@ -148,3 +148,9 @@ def make_model(shape: ModelShape, out_dir: Path) -> Path:
     (tmp / "coldscope-shape.json").write_text(json.dumps(shape.model_dump(), indent=2))
     tmp.rename(out_dir)
     return out_dir
+
+
+def validate_shape(shape: ModelShape) -> None:
+    """Raise ColdscopeError if ``make_model`` would refuse ``shape`` (unknown architecture,
+    head_dim < 64, heads not divisible), so a campaign file is checked before any run starts."""
+    _check(shape)

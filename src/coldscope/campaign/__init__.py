@@ -1,0 +1,104 @@
+"""Campaigns: a matrix of models × engines × flags × cache states × repetitions, profiled
+unattended on this machine or spread over a Ray cluster, resumable after a crash.
+
+``run_campaign(spec, store)`` is the one entry point; ``coldscope campaign FILE`` is its CLI.
+Every run lands in the ordinary store (label = campaign name, plus a ``"campaign"`` block naming
+its cell), so ``coldscope runs``, ``fit`` and ``report`` read campaign runs like any other.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from coldscope.campaign.plan import Cell, expand, missing
+from coldscope.campaign.progress import Reporter
+from coldscope.campaign.spec import CampaignSpec, load_spec, parse_spec
+from coldscope.errors import ColdscopeError
+
+__all__ = ["CampaignResult", "CampaignSpec", "campaign_runs", "done_cells", "expand",
+           "load_spec", "parse_spec", "run_campaign"]
+
+
+class CampaignResult(BaseModel):
+    """What a campaign invocation did. Cell counts are over the whole matrix."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    store: str
+    executor: Literal["local", "ray"]
+    concurrency: int
+    cells: int
+    done_before: int
+    done: int
+    runs_stored: int
+    failed_runs: int
+    interrupted: bool
+    missing: list[str]
+
+
+def campaign_runs(store, name: str, status: str | None = None) -> list[dict]:
+    """The stored runs of campaign ``name`` (priming runs included)."""
+    return [r for r in store.runs(status=status, label=name)
+            if (r.get("campaign") or {}).get("name") == name]
+
+
+def done_cells(store, name: str) -> set[str]:
+    """Ids of the cells with a successful measured run in the store."""
+    return {r["campaign"]["cell"] for r in campaign_runs(store, name, status="ok")
+            if r["campaign"].get("role") == "measure"}
+
+
+def run_campaign(spec: CampaignSpec, store, *, base: Path | None = None,
+                 executor: Literal["local", "ray"] = "local", address: str | None = None,
+                 resume: bool = False, concurrency: int | None = None,
+                 reporter: Reporter | None = None, on_line=None,
+                 cells: list[Cell] | None = None) -> CampaignResult:
+    """Run the cells of ``spec`` that have no successful run in ``store`` yet.
+
+    ``base``: the directory relative paths in the spec are resolved against (default: the
+    current directory). Without ``resume``, a campaign that already has runs in the store is
+    refused, so two different matrices never mix under one name by accident.
+    """
+    base = Path.cwd() if base is None else Path(base)
+    reporter = reporter or Reporter()
+    conc = concurrency or spec.concurrency
+    plan = cells if cells is not None else expand(spec, base, conc)
+    before = campaign_runs(store, spec.name, status=None)
+    if before and not resume:
+        raise ColdscopeError(
+            f"campaign {spec.name!r} already has {len(before)} run(s) in {store.path}; "
+            "pass --resume to run only the missing cells, or rename the campaign")
+    done = done_cells(store, spec.name)
+    todo = missing(plan, done)
+    ids = {c.id for c in plan}
+    done_before = len(done & ids)
+    reporter.begin(spec.name, len(plan), done_before, len(todo), conc)
+    interrupted = False
+    try:
+        if todo:
+            if executor == "ray":
+                from coldscope.campaign.ray_exec import run_ray
+
+                interrupted = run_ray(spec, todo, store, reporter, base=base, address=address,
+                                      concurrency=conc)
+            else:
+                from coldscope.campaign.local import run_local
+
+                interrupted = run_local(spec, todo, store, reporter, base=base,
+                                        concurrency=conc, on_line=on_line)
+    finally:
+        reporter.end()
+    after = campaign_runs(store, spec.name, status=None)
+    seen = {r["id"] for r in before}
+    new = [r for r in after if r["id"] not in seen]
+    done_now = done_cells(store, spec.name) & ids
+    return CampaignResult(
+        name=spec.name, store=str(store.path), executor=executor, concurrency=conc,
+        cells=len(plan), done_before=done_before, done=len(done_now),
+        runs_stored=len(new), failed_runs=sum(r["status"] == "failed" for r in new),
+        interrupted=interrupted, missing=[c.id for c in plan if c.id not in done_now],
+    )

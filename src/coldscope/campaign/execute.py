@@ -1,0 +1,266 @@
+"""Running cells on this machine: shared by the local executor and by each Ray task.
+
+The unit of work is a *wave*: the cells started at the same time (one cell unless
+``--concurrency`` asks for more). A warm cell whose warm cache is still empty is preceded by a
+priming run (stored too, role ``prime``, counted as cold by the runner), so every measured
+warm run really starts from filled caches.
+
+A driver killed with SIGKILL cannot stop the engine it started (the engine runs in its own
+session). So before each run a marker naming the run and its owner process is written to
+``STATE/inflight/``; the marker is removed when the run has ended, and the next executor to
+start on the machine kills the engines of markers whose owner is dead (``reap``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import socket
+import threading
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from pathlib import Path
+
+import psutil
+
+from coldscope.campaign.plan import Cell
+from coldscope.campaign.spec import CampaignSpec
+from coldscope.errors import ColdscopeError
+from coldscope.runner import (
+    RunConfig,
+    RunInterrupted,
+    cache_dirs,
+    kill_run,
+    new_run_id,
+    run_once,
+)
+from coldscope.stages import BUCKETS
+
+OnLaunch = Callable[[Cell, str, str, int], None]  # cell, run id, role, port
+OnRecord = Callable[[Cell, dict, dict], None]  # cell, record, evidence
+
+PRIME = "prime"
+MEASURE = "measure"
+
+
+def state_dir(spec: CampaignSpec, base: Path) -> Path:
+    """Where a campaign keeps its caches, engine logs and in-flight markers on a machine."""
+    return (base / ".coldscope" / "campaigns" / spec.name).resolve()
+
+
+def cache_root(spec: CampaignSpec, base: Path) -> Path:
+    if spec.cache_root:
+        return (base / spec.cache_root).resolve()
+    return state_dir(spec, base) / "caches"
+
+
+def run_config(cell: Cell, spec: CampaignSpec, root: Path, port: int) -> RunConfig:
+    """The runner's config for one cell in the slot that listens on ``port``."""
+    return RunConfig(
+        command=cell.argv(port), cache=cell.cache, repeat=1, timeout=spec.timeout,
+        ready_pattern=spec.ready_pattern, first_request=spec.first_request,
+        request_timeout=spec.request_timeout, probe=spec.probe, spans=spec.spans,
+        drop_page_cache=spec.drop_page_cache, cache_root=root, label=spec.name,
+        env=dict(cell.env), shutdown_grace=spec.shutdown_grace,
+    )
+
+
+def needs_priming(config: RunConfig) -> bool:
+    return config.cache == "warm" and not cache_dirs(config, "probe").warm_filled
+
+
+# -- in-flight markers -----------------------------------------------------------------------
+
+
+def _owner() -> dict:
+    me = psutil.Process()
+    return {"pid": me.pid, "created": me.create_time()}
+
+
+def _alive(owner: dict) -> bool:
+    try:
+        return abs(psutil.Process(owner["pid"]).create_time() - owner["created"]) < 1e-3
+    except (psutil.Error, KeyError, TypeError):
+        return False
+
+
+def mark(state: Path, run_id: str) -> Path:
+    path = state / "inflight" / run_id
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_owner()))
+    return path
+
+
+def reap(state: Path, grace: float = 2.0) -> list[str]:
+    """Kill the engines of runs whose owner died (a SIGKILLed driver or a crashed Ray worker);
+    returns their run ids. Runs of live owners — a sibling slot, another task — are left
+    alone."""
+    reaped = []
+    for path in sorted((state / "inflight").glob("*")):
+        try:
+            owner = json.loads(path.read_text())
+        except (OSError, ValueError):
+            owner = {}
+        if _alive(owner):
+            continue
+        kill_run(None, path.name, grace)
+        path.unlink(missing_ok=True)
+        reaped.append(path.name)
+    return reaped
+
+
+# -- models ----------------------------------------------------------------------------------
+
+
+def ensure_models(cells: list[Cell], on_make: Callable[[str, str], None] | None = None) -> None:
+    """Generate every shape the cells need that is not on disk yet; check the given paths."""
+    seen: set[str] = set()
+    for cell in cells:
+        if cell.model_path in seen:
+            continue
+        seen.add(cell.model_path)
+        path = Path(cell.model_path)
+        if cell.shape is None:
+            if not path.exists():
+                raise ColdscopeError(f"model {cell.model}: {path} does not exist")
+            continue
+        if (path / "config.json").exists():
+            continue
+        if on_make:
+            on_make(cell.model, str(path))
+        from coldscope.models import make_model
+
+        make_model(cell.shape, path)
+
+
+# -- running ---------------------------------------------------------------------------------
+
+
+def failed_record(cell: Cell, reason: str, *, role: str = MEASURE, wave: list[Cell] = ()) -> dict:
+    """A failed run for a cell whose executor never returned a record (its Ray node or worker
+    was lost, or the task raised): complete per the run-record contract, times unknown."""
+    record = {
+        "id": new_run_id(), "schema_version": 1, "status": "failed", "reason": reason,
+        "cache": cell.cache, "label": cell.campaign,
+        "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
+        "time_to_ready_s": None, "first_token_s": None,
+        "stages": dict.fromkeys(BUCKETS), "substeps": {}, "sources": {}, "intervals": [],
+        "cpu": None, "environment": {}, "notes": [],
+        "engine": {"name": None, "version": None, "argv": cell.command, "model": cell.model_path,
+                   "enforce_eager": "--enforce-eager" in cell.command, "compile": None,
+                   "load_format": None},
+        "model": {"path": cell.model_path, "name": cell.model},
+    }
+    record["campaign"] = {**cell.tag(), "role": role, "slot": None, "port": None, "host": None,
+                          "started_with": [c.id for c in wave if c.id != cell.id]}
+    return record
+
+
+def _annotate(record: dict, cell: Cell, role: str, slot: int, port: int,
+              wave: list[Cell]) -> dict:
+    record["campaign"] = {
+        **cell.tag(), "role": role, "slot": slot, "port": port, "host": socket.gethostname(),
+        "started_with": [c.id for c in wave if c.id != cell.id],
+    }
+    return record
+
+
+def _run(cell: Cell, config: RunConfig, state: Path, role: str, slot: int, port: int,
+         wave: list[Cell], on_launch: OnLaunch | None,
+         on_line: Callable[[str], None] | None = None) -> tuple[dict, dict]:
+    run_id = new_run_id()
+    marker = mark(state, run_id)
+    if on_launch:
+        on_launch(cell, run_id, role, port)
+    try:
+        record, evidence = run_once(config, run_id=run_id, on_line=on_line)
+    except RunInterrupted as stop:
+        _annotate(stop.record, cell, role, slot, port, wave)
+        raise
+    finally:
+        marker.unlink(missing_ok=True)
+    return _annotate(record, cell, role, slot, port, wave), evidence
+
+
+def run_wave(wave: list[Cell], spec: CampaignSpec, base: Path, *,
+             on_launch: OnLaunch | None = None, on_record: OnRecord | None = None,
+             on_line: Callable[[str], None] | None = None) -> list[tuple[dict, dict]]:
+    """Run the cells of one wave, slot ``i`` on port ``spec.port + i``; every run (priming
+    runs included) is passed to ``on_record`` as soon as it ends, in this thread, and returned.
+
+    One cell: prime if needed, then measure. Several: prime sequentially, then start all
+    measured runs at once. Ctrl-C stops every engine of the wave, hands the interrupted runs to
+    ``on_record`` as failed ("interrupted"), and raises ``KeyboardInterrupt``.
+    """
+    state = state_dir(spec, base)
+    root = cache_root(spec, base)
+    out: list[tuple[dict, dict]] = []
+
+    def emit(cell: Cell, record: dict, evidence: dict) -> None:
+        out.append((record, evidence))
+        if on_record:
+            on_record(cell, record, evidence)
+
+    configs = [run_config(c, spec, root, spec.port + i) for i, c in enumerate(wave)]
+    for i, (cell, config) in enumerate(zip(wave, configs, strict=True)):
+        if needs_priming(config):
+            try:
+                emit(cell, *_run(cell, config, state, PRIME, i, spec.port + i, wave, on_launch,
+                                 on_line if len(wave) == 1 else None))
+            except RunInterrupted as stop:
+                emit(cell, stop.record, stop.evidence)
+                raise
+    if len(wave) == 1:
+        try:
+            emit(wave[0], *_run(wave[0], configs[0], state, MEASURE, 0, spec.port, wave,
+                                on_launch, on_line))
+        except RunInterrupted as stop:
+            emit(wave[0], stop.record, stop.evidence)
+            raise
+        return out
+    _run_together(wave, configs, spec, state, on_launch, emit)
+    return out
+
+
+def _run_together(wave: list[Cell], configs: list[RunConfig], spec: CampaignSpec, state: Path,
+                  on_launch: OnLaunch | None, emit: Callable[[Cell, dict, dict], None]) -> None:
+    """Start every cell of the wave at once (one thread each) and wait for all."""
+    lock = threading.Lock()
+    live: set[str] = set()
+
+    def launched(cell: Cell, run_id: str, role: str, port: int) -> None:
+        with lock:
+            live.add(run_id)
+        if on_launch:
+            on_launch(cell, run_id, role, port)
+
+    start = threading.Barrier(len(wave))
+
+    def one(i: int) -> tuple[dict, dict]:
+        start.wait()  # launch together: the point of a contention study
+        return _run(wave[i], configs[i], state, MEASURE, i, spec.port + i, wave, launched)
+
+    pool = ThreadPoolExecutor(max_workers=len(wave), thread_name_prefix="coldscope-slot")
+    futures = {pool.submit(one, i): wave[i] for i in range(len(wave))}
+    interrupted = False
+    try:
+        pending = set(futures)
+        while pending:
+            try:
+                done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            except KeyboardInterrupt:
+                interrupted = True
+                with lock:
+                    ids = list(live)
+                for run_id in ids:  # the slots' run_once then see their engine exit
+                    kill_run(None, run_id, spec.shutdown_grace)
+                continue
+            for fut in done:
+                record, evidence = fut.result()
+                if interrupted and record["status"] == "failed":
+                    record["reason"] = "interrupted"
+                emit(futures[fut], record, evidence)
+    finally:
+        pool.shutdown(wait=True)
+    if interrupted:
+        raise KeyboardInterrupt

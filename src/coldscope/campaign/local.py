@@ -1,0 +1,45 @@
+"""The local executor: waves of cells on this machine, one start-up at a time by default.
+
+Each run is stored the moment it ends (one SQLite transaction), so a driver killed at any point
+loses at most the runs in flight; Ctrl-C stops the engines, stores the interrupted runs as
+failed, and returns with ``interrupted`` set.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from coldscope.campaign.execute import ensure_models, reap, run_wave, state_dir
+from coldscope.campaign.plan import Cell, waves
+from coldscope.campaign.progress import Reporter
+from coldscope.campaign.spec import CampaignSpec
+
+
+def run_local(spec: CampaignSpec, cells: list[Cell], store, reporter: Reporter, *,
+              base: Path, concurrency: int = 1, on_line=None) -> bool:
+    """Run ``cells`` (already filtered to the missing ones). Returns True when Ctrl-C
+    stopped it before the end."""
+    reaped = reap(state_dir(spec, base), spec.shutdown_grace)
+    if reaped:
+        reporter.note(f"stopped {len(reaped)} engine(s) left running by a killed campaign: "
+                      + ", ".join(reaped))
+    try:
+        ensure_models(cells, on_make=lambda name, path: reporter.note(
+            f"making model {name} in {path}"))
+    except KeyboardInterrupt:
+        return True
+
+    def on_record(cell: Cell, record: dict, evidence: dict) -> None:
+        store.add_run(record, evidence)
+        reporter.finished(cell, record)
+
+    def on_launch(cell: Cell, run_id: str, role: str, port: int) -> None:
+        reporter.started(cell, run_id, role, port)
+
+    for wave in waves(cells, concurrency):
+        try:
+            run_wave(wave, spec, base, on_launch=on_launch, on_record=on_record,
+                     on_line=on_line if concurrency == 1 else None)
+        except KeyboardInterrupt:
+            return True
+    return False

@@ -1,0 +1,122 @@
+"""What a campaign tells its user while it runs: a no-op base, and a rich progress bar.
+
+The executors call ``started`` when an engine is launched and ``finished`` when its run is
+stored; the ETA is the mean wall time per finished cell in this session (model making, priming
+runs and engine shutdown included) times the cells still to run.
+"""
+
+from __future__ import annotations
+
+import time
+
+from coldscope.campaign.plan import Cell
+
+
+class Reporter:
+    """Receives a campaign's events; ignores them all."""
+
+    def begin(self, name: str, total: int, already_done: int, todo: int,
+              concurrency: int) -> None: ...
+
+    def note(self, text: str) -> None: ...
+
+    def started(self, cell: Cell, run_id: str, role: str, port: int) -> None: ...
+
+    def finished(self, cell: Cell, record: dict) -> None: ...
+
+    def end(self) -> None: ...
+
+
+def eta(elapsed: float, finished: int, remaining: int) -> float | None:
+    """Seconds left: ``elapsed`` wall seconds per ``finished`` cell, times ``remaining``; None
+    before the first cell. Cells run side by side shorten ``elapsed`` per cell on their own."""
+    if finished <= 0:
+        return None
+    return elapsed / finished * remaining
+
+
+def _clock(seconds: float | None) -> str:
+    if seconds is None:
+        return "ETA --:--"
+    s = int(round(seconds))
+    return f"ETA {s // 3600:d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def outcome_line(cell: Cell, record: dict) -> str:
+    role = record.get("campaign", {}).get("role")
+    what = cell.id + (" (priming the warm cache)" if role == "prime" else "")
+    if record["status"] == "ok":
+        ttft = record.get("first_token_s")
+        tail = f", first token {ttft:.1f} s" if ttft is not None else ""
+        return (f"[green]ok[/green]     {what}: ready in {record['time_to_ready_s']:.1f} s"
+                f"{tail} ({record['cache']}, run {record['id']})")
+    return f"[red]failed[/red] {what}: {record.get('reason')} (run {record['id']})"
+
+
+class RichReporter(Reporter):
+    """One progress bar over the cells, a line per finished run."""
+
+    def __init__(self, console) -> None:
+        self.console = console
+        self.progress = None
+        self.task = None
+        self.name = ""
+        self.t0 = 0.0
+        self.finished_cells = 0
+        self.todo = 0
+        self.concurrency = 1
+        self.running: dict[str, str] = {}
+        self.counted: set[str] = set()
+
+    def begin(self, name, total, already_done, todo, concurrency) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.name = name
+        self.todo = todo
+        self.concurrency = concurrency
+        self.t0 = time.monotonic()
+        self.console.print(f"campaign [bold]{name}[/bold]: {total} cell(s), {already_done} already "
+                           f"in the store, {todo} to run"
+                           + (f", {concurrency} at once" if concurrency > 1 else ""))
+        self.progress = Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+            MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[eta]}"),
+            console=self.console, transient=False,
+        )
+        self.progress.start()
+        self.task = self.progress.add_task(name, total=total, completed=already_done,
+                                           eta=_clock(None))
+
+    def note(self, text: str) -> None:
+        self.console.print(text)
+
+    def started(self, cell, run_id, role, port) -> None:
+        self.running[cell.id] = role
+        label = ", ".join(self.running)
+        self.progress.update(self.task, description=f"{label} ({role})" if len(
+            self.running) == 1 else label)
+
+    def finished(self, cell, record) -> None:
+        self.console.print(outcome_line(cell, record))
+        if record.get("campaign", {}).get("role") == "prime":
+            return
+        self.running.pop(cell.id, None)
+        if cell.id in self.counted:  # a retried cell advances the bar once
+            return
+        self.counted.add(cell.id)
+        self.finished_cells += 1
+        left = eta(time.monotonic() - self.t0, self.finished_cells,
+                   self.todo - self.finished_cells)
+        self.progress.update(self.task, advance=1, eta=_clock(left))
+
+    def end(self) -> None:
+        if self.progress is not None:
+            self.progress.update(self.task, description=self.name)
+            self.progress.stop()

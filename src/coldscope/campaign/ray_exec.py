@@ -1,0 +1,124 @@
+"""The Ray executor: each wave of cells is one Ray task that holds a whole node.
+
+The only module that imports Ray (an optional extra: ``pip install 'coldscope[ray]'``). A task
+asks for one unit of a custom resource that every node advertises once (``coldscope_node`` by
+default) or for GPUs, so start-ups on one node never overlap. The task makes missing models on
+its node, runs the wave with the same code as the local executor, and returns the records; the
+driver stores each as soon as its task returns. A task whose node or worker is lost (any Ray
+system error) becomes a failed run in the store, reason ``lost: ...``, and is submitted again,
+up to ``ray.max_retries`` times; Ray's own silent retries are off, so every loss is on record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from coldscope.campaign.execute import ensure_models, failed_record, reap, run_wave, state_dir
+from coldscope.campaign.plan import Cell, waves
+from coldscope.campaign.progress import Reporter
+from coldscope.campaign.spec import CampaignSpec
+from coldscope.errors import ColdscopeError
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError:
+        raise ColdscopeError("the ray executor needs Ray: pip install 'coldscope[ray]'") from None
+    return ray
+
+
+def wave_task(wave: list[Cell], spec: CampaignSpec, base: str) -> list[tuple[dict, dict]]:
+    """Runs on a Ray node: stop engines orphaned by a dead task, make the models, run."""
+    reap(state_dir(spec, Path(base)), spec.shutdown_grace)
+    ensure_models(wave)
+    return run_wave(wave, spec, Path(base))
+
+
+def _check_resources(ray, spec: CampaignSpec) -> None:
+    have = ray.cluster_resources()
+    for name, amount in spec.ray.resources.items():
+        if have.get(name, 0) < amount:
+            raise ColdscopeError(
+                f"no node of the Ray cluster offers resource {name!r}; start each node with "
+                f"`ray start --resources '{{\"{name}\": 1}}'` or set ray.resources in the file")
+    if spec.ray.num_gpus and have.get("GPU", 0) < spec.ray.num_gpus:
+        raise ColdscopeError(f"the Ray cluster has no node with {spec.ray.num_gpus:g} GPU(s)")
+
+
+def _why(exc: Exception) -> str:
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first}"[:300]
+
+
+def run_ray(spec: CampaignSpec, cells: list[Cell], store, reporter: Reporter, *, base: Path,
+            address: str | None = None, concurrency: int = 1,
+            task: Callable | None = None) -> bool:
+    """Run ``cells`` as Ray tasks, one wave each; store what comes back. Connects to
+    ``address`` or, when none and Ray is not yet initialised, starts a local instance that
+    advertises the resources once. Returns True when Ctrl-C stopped it."""
+    ray = _ray()
+    from ray import exceptions as rex
+
+    started_here = False
+    if not ray.is_initialized():
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(include_dashboard=False, log_to_driver=False,
+                     resources={k: max(v, 1.0) for k, v in spec.ray.resources.items()})
+        started_here = True
+    try:
+        _check_resources(ray, spec)
+        remote = ray.remote(task or wave_task).options(
+            num_cpus=spec.ray.num_cpus, num_gpus=spec.ray.num_gpus,
+            resources=spec.ray.resources, max_retries=0, name="coldscope-campaign-wave")
+        pending: dict = {}
+
+        def submit(wave: list[Cell], attempt: int) -> None:
+            pending[remote.remote(wave, spec, str(base))] = (wave, attempt)
+
+        for wave in waves(cells, concurrency):
+            submit(wave, 0)
+        while pending:
+            try:
+                done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+            except KeyboardInterrupt:
+                _cancel(ray, list(pending), spec)
+                return True
+            for ref in done:
+                wave, attempt = pending.pop(ref)
+                try:
+                    results = ray.get(ref)
+                except rex.RayTaskError as exc:  # the task itself raised: not worth a retry
+                    cause = getattr(exc, "cause", None) or exc
+                    results = [(failed_record(c, f"task error: {_why(cause)}", wave=wave), {})
+                               for c in wave]
+                except rex.RayError as exc:  # node or worker lost: on record, then again
+                    results = [(failed_record(c, f"lost: {_why(exc)}", wave=wave), {})
+                               for c in wave]
+                    if attempt < spec.ray.max_retries:
+                        reporter.note(f"lost {', '.join(c.id for c in wave)} "
+                                      f"({type(exc).__name__}); retry {attempt + 1} of "
+                                      f"{spec.ray.max_retries}")
+                        submit(wave, attempt + 1)
+                by_id = {c.id: c for c in wave}
+                for record, evidence in results:
+                    store.add_run(record, evidence)
+                    reporter.finished(by_id[record["campaign"]["cell"]], record)
+        return False
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def _cancel(ray, refs: list, spec: CampaignSpec) -> None:
+    """Ctrl-C: interrupt the running tasks (the runner stops their engines on the
+    KeyboardInterrupt Ray raises in them) and wait a little for them to finish."""
+    for ref in refs:
+        try:
+            ray.cancel(ref, force=False)
+        except Exception:  # already finished or never scheduled
+            continue
+    ray.wait(refs, num_returns=len(refs), timeout=spec.shutdown_grace + 15)

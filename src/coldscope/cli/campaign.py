@@ -1,0 +1,74 @@
+"""`coldscope campaign`: profile a matrix of models × flags × cache states, resumably."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from coldscope.cli.common import console, json_option, print_json, store_option
+
+
+@click.command("campaign")
+@click.argument("spec_file", type=click.Path(dir_okay=False))
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local",
+              show_default=True, help="Run here, or as Ray tasks (one node per start-up).")
+@click.option("--address", default=None,
+              help="Ray cluster address (e.g. ray://head:10001); default: a local Ray instance.")
+@click.option("--resume", is_flag=True,
+              help="Run only the cells with no successful run in the store.")
+@click.option("--concurrency", type=click.IntRange(1), default=None,
+              help="Engines started at once on one node (contention study); default: the file's.")
+@click.option("--dry-run", is_flag=True, help="List the cells and which are done; run nothing.")
+@click.option("--verbose", is_flag=True, help="Echo the engine's output (one at a time only).")
+@store_option
+@json_option
+def campaign(spec_file, executor, address, resume, concurrency, dry_run, verbose, store_path,
+             as_json):
+    """Run the campaign in SPEC_FILE (YAML): every model × engine × flags × cache state,
+    `repetitions` times, each run stored as soon as it ends. Exit status: 0 all cells done,
+    1 some cells failed (run again with --resume), 130 stopped by Ctrl-C."""
+    from coldscope.campaign import campaign_runs, done_cells, expand, load_spec, run_campaign
+    from coldscope.campaign.progress import Reporter, RichReporter
+    from coldscope.campaign.summary import summarize
+    from coldscope.store import Store
+
+    spec = load_spec(spec_file)
+    if address and executor != "ray":
+        raise click.UsageError("--address needs --executor ray")
+    store = Store(store_path)
+    out = console()
+    if dry_run:
+        cells = expand(spec, Path.cwd(), concurrency)
+        done = done_cells(store, spec.name)
+        if as_json:
+            print_json({"name": spec.name, "cells": [
+                {**c.model_dump(mode="json"), "done": c.id in done} for c in cells]})
+        else:
+            for c in cells:
+                out.print(f"{'done   ' if c.id in done else 'missing'} {c.id}", markup=False,
+                          highlight=False)
+            out.print(f"{len(cells)} cell(s), {sum(c.id in done for c in cells)} done")
+        return
+    reporter = Reporter() if as_json else RichReporter(out)
+    echo = (lambda line: click.echo(f"  │ {line}", err=True)) if verbose and not as_json else None
+    result = run_campaign(spec, store, executor=executor, address=address, resume=resume,
+                          concurrency=concurrency, reporter=reporter, on_line=echo)
+    rows = summarize(campaign_runs(store, spec.name, status=None))
+    if as_json:
+        print_json({"result": result.model_dump(), "summary": rows})
+    else:
+        from coldscope.campaign.render import summary_table
+
+        out.print(summary_table(rows))
+        out.print(f"{result.done} of {result.cells} cells done; {result.runs_stored} runs stored "
+                  f"this time ({result.failed_runs} failed) in {result.store}")
+        if result.interrupted:
+            out.print(f"stopped; finish with: coldscope campaign {spec_file} --resume")
+        elif result.missing:
+            out.print(f"{len(result.missing)} cells have no successful run; retry them with: "
+                      f"coldscope campaign {spec_file} --resume")
+    if result.interrupted:
+        raise click.exceptions.Exit(130)
+    if result.missing:
+        raise click.exceptions.Exit(1)
