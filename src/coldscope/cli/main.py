@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("coldscope.cli.plan:plan_cmd", "Cold-start budget, mitigations, cost, SLA."),
     "simulate": ("coldscope.cli.simulate:simulate", "Simulate autoscaling with cold starts over a request trace."),
     "traces": ("coldscope.cli.simulate:traces", "Request traces: synthesise (synth)."),
+    "report": ("coldscope.cli.report:report", "Write a self-contained HTML report of the runs."),
 }
 
 

@@ -1,0 +1,731 @@
+"""Chart data for the report: pure functions of run records, model features and a startup model.
+
+Every function here takes plain data (run records as ``coldscope show --json`` prints them, the
+paper's published tables turned into records of the same shape, ``ModelFeatures``) and returns
+plain JSON-able dicts; ``coldscope.report.html`` draws them. Seconds are floats throughout; times
+inside one run are seconds since the engine's launch.
+
+Runs are grouped into *configurations*: runs whose ``dimensions`` (model, cache, eager or
+compiled, load format, weights' storage, capture sizes, engine version, machine, label) are all
+equal are repetitions of one configuration, and the report shows their mean and spread.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+import statistics
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from coldscope.errors import ColdscopeError
+from coldscope.stages import (
+    BOOTSTRAP,
+    BUCKETS,
+    CUDA_GRAPH_CAPTURE,
+    KV_CACHE_PROFILING,
+    MODEL_LOADING,
+    STAGES,
+    TOKENIZER,
+    TORCH_COMPILE,
+    UNATTRIBUTED,
+    stage_of,
+)
+
+#: What a run's configuration is made of, in the order group names show them.
+DIMENSIONS: tuple[str, ...] = ("model", "cache", "mode", "load_format", "weights",
+                               "capture_sizes", "engine", "machine", "label")
+
+DIMENSION_TITLES: dict[str, str] = {
+    "model": "model", "cache": "cache", "mode": "eager vs compiled", "load_format": "load format",
+    "weights": "weights' storage", "capture_sizes": "CUDA-graph capture sizes",
+    "engine": "engine version", "machine": "machine", "label": "label",
+}
+
+#: The total of a run (launch to ready) as a pseudo-bucket in tables and ratios.
+TOTAL = "time_to_ready"
+
+#: Durations below this (seconds) are too small for a meaningful ratio.
+RATIO_FLOOR_S = 0.005
+
+#: At most this many timelines (one representative run per configuration) go into a report.
+MAX_TIMELINES = 8
+
+#: At most this many series (configurations other than the model) per scaling panel.
+MAX_SCALING_SERIES = 3
+
+
+# -- configurations ----------------------------------------------------------------------------
+
+def dimensions(record: Mapping[str, Any]) -> dict[str, str | None]:
+    """The configuration of a run, one string (or None: not known / not controlled) per
+    dimension. A record's own ``dims`` mapping (the paper importer sets it) overrides."""
+    model = record.get("model") or {}
+    name = model.get("name") or (Path(model["path"]).name if model.get("path") else None)
+    engine = record.get("engine") or {}
+    if engine.get("enforce_eager") or engine.get("compile") is False:
+        mode = "eager"
+    elif engine:
+        mode = "compiled"
+    else:
+        mode = None
+    version = engine.get("version")
+    page_cache = str(record.get("page_cache") or "")
+    dims: dict[str, str | None] = {
+        "model": name,
+        "cache": record.get("cache"),
+        "mode": mode,
+        "load_format": engine.get("load_format"),
+        "weights": "page cache dropped" if page_cache.startswith("done") else None,
+        "capture_sizes": _capture_sizes(engine.get("argv") or []),
+        "engine": f"{engine.get('name') or 'engine'} {version}" if version else None,
+        "machine": machine_name(record.get("environment") or {}),
+        "label": record.get("label"),
+    }
+    dims.update(record.get("dims") or {})
+    return dims
+
+
+def machine_name(env: Mapping[str, Any]) -> str | None:
+    """A short machine description: CPU model and cores, plus GPUs when there are any."""
+    cpu = env.get("cpu_model")
+    if not cpu:
+        return None
+    text = f"{cpu} ×{env['cpu_cores']}" if env.get("cpu_cores") else str(cpu)
+    gpus = env.get("gpus") or []
+    if gpus:
+        names = [g.get("name", "gpu") if isinstance(g, Mapping) else str(g) for g in gpus]
+        text += " · " + (f"{len(names)}× {names[0]}" if len(set(names)) == 1 else ", ".join(names))
+    return text
+
+
+def _capture_sizes(argv: Sequence[str]) -> str | None:
+    """Number of CUDA-graph capture sizes given on the engine's command line, if any."""
+    for i, arg in enumerate(argv):
+        if arg.startswith("--cuda-graph-sizes"):
+            values = arg.split("=", 1)[1].split() if "=" in arg else []
+            for nxt in argv[i + 1:]:
+                if nxt.startswith("--"):
+                    break
+                values.extend(nxt.replace(",", " ").split())
+            return str(len(values)) if values else None
+    return None
+
+
+def group_runs(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Configurations with their runs, in order of first appearance.
+
+    A group: ``key`` (stable id), ``dataset`` (the paper's figure; None for stored runs),
+    ``dims``, ``name`` (the values of the dimensions that vary among all records), ``runs``.
+    """
+    records = list(records)
+    all_dims = [dimensions(r) for r in records]
+    varying = varying_dimensions(all_dims)
+    groups: dict[tuple, dict[str, Any]] = {}
+    for record, dims in zip(records, all_dims, strict=True):
+        key = (record.get("dataset"), *(dims[d] for d in DIMENSIONS))
+        group = groups.get(key)
+        if group is None:
+            shown = [dims[d] for d in varying if dims[d] is not None] or [dims["model"] or "runs"]
+            group = groups[key] = {
+                "key": f"g{len(groups) + 1}", "dataset": record.get("dataset"), "dims": dims,
+                "name": " · ".join(str(v) for v in shown), "runs": [],
+            }
+        group["runs"].append(record)
+    return list(groups.values())
+
+
+def varying_dimensions(all_dims: Sequence[Mapping[str, str | None]]) -> list[str]:
+    """The dimensions that take more than one value (None counts as a value)."""
+    return [d for d in DIMENSIONS if len({dims.get(d) for dims in all_dims}) > 1]
+
+
+# -- statistics --------------------------------------------------------------------------------
+
+def summary(values: Iterable[float | None]) -> dict[str, float | int] | None:
+    """n, mean, sample standard deviation (0 for one value), min and max of the known values."""
+    known = [float(v) for v in values if v is not None]
+    if not known:
+        return None
+    return {"n": len(known), "mean": statistics.fmean(known),
+            "sd": statistics.stdev(known) if len(known) > 1 else 0.0,
+            "min": min(known), "max": max(known)}
+
+
+def bucket_value(record: Mapping[str, Any], bucket: str) -> float | None:
+    """Seconds of one bucket of a run, or of the whole start-up for ``TOTAL``."""
+    if bucket == TOTAL:
+        return record.get("time_to_ready_s")
+    return (record.get("stages") or {}).get(bucket)
+
+
+def linear_fit(xs: Sequence[float], ys: Sequence[float]) -> dict[str, float] | None:
+    """Least-squares line ``y = intercept + slope x`` and Pearson's r; None with fewer than
+    two distinct x or three points (r would say nothing), r is None when y is constant."""
+    n = len(xs)
+    if n < 3 or len(set(xs)) < 2:
+        return None
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    syy = sum((y - my) ** 2 for y in ys)
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+    slope = sxy / sxx
+    r = sxy / math.sqrt(sxx * syy) if syy > 0 else None
+    return {"slope": slope, "intercept": my - slope * mx, "r": r, "n": n}
+
+
+# -- 1. breakdown ------------------------------------------------------------------------------
+
+def breakdown(groups: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per configuration, per bucket (and the total): mean and spread over its repetitions.
+    ``short`` names a configuration by the dimensions that vary within its dataset.
+
+    The bucket means of a configuration stack to its mean time to ready, because each run's
+    buckets sum to its own time to ready.
+    """
+    rows = []
+    within: dict[Any, list[str]] = {}
+    for g in groups:
+        if g["dataset"] not in within:
+            within[g["dataset"]] = varying_dimensions(
+                [h["dims"] for h in groups if h["dataset"] == g["dataset"]])
+    for g in groups:
+        runs = g["runs"]
+        shown = [str(g["dims"][d]) for d in within[g["dataset"]] if g["dims"][d] is not None]
+        na = set().union(*(set(r.get("not_applicable") or []) for r in runs))
+        rows.append({
+            "key": g["key"], "name": g["name"], "dataset": g["dataset"], "n": len(runs),
+            "short": " · ".join(shown) or g["name"], "dims": g["dims"],
+            "buckets": {b: summary(bucket_value(r, b) for r in runs) for b in BUCKETS},
+            "total": summary(bucket_value(r, TOTAL) for r in runs),
+            "first_token": summary(r.get("first_token_s") for r in runs),
+            "not_applicable": sorted(na),
+            "sources": _sources(runs),
+        })
+    return rows
+
+
+def _sources(runs: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """The evidence sources that backed each stage across the runs (e.g. ``span``)."""
+    seen: dict[str, set[str]] = {}
+    for r in runs:
+        for stage, source in (r.get("sources") or {}).items():
+            seen.setdefault(stage, set()).add(source)
+    return {s: "/".join(sorted(v)) for s, v in seen.items()}
+
+
+# -- 2. timeline -------------------------------------------------------------------------------
+
+#: Process roles in the order their lanes are drawn.
+ROLE_ORDER = ("api_server", "engine_core", "worker", "engine", "helper")
+
+
+def representative(runs: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The run whose time to ready is closest to the median of its configuration."""
+    known = [r for r in runs if r.get("time_to_ready_s") is not None] or list(runs)
+    ttrs = [r.get("time_to_ready_s") or 0.0 for r in known]
+    med = statistics.median(ttrs)
+    return min(known, key=lambda r: abs((r.get("time_to_ready_s") or 0.0) - med))
+
+
+def timeline(record: Mapping[str, Any]) -> dict[str, Any]:
+    """One run as a per-process Gantt: lanes of evidence intervals (stages on the first row,
+    sub-steps below; overlapping bars of one row are packed onto extra rows), the reconciled
+    stage segments, the gaps no evidence explains, and the ready / first-token marks."""
+    intervals = record.get("intervals") or []
+    lanes: dict[tuple[str, Any], dict[str, Any]] = {}
+    for iv in intervals:
+        process = iv.get("process") or "engine"
+        lane = lanes.setdefault((process, iv.get("pid")), {
+            "process": process, "pid": iv.get("pid"), "bars": []})
+        name = iv["name"]
+        lane["bars"].append({
+            "name": name, "stage": stage_of(name), "depth": 1 if "/" in name else 0,
+            "start": float(iv["start"]), "end": float(iv["end"]),
+            "seconds": float(iv["end"]) - float(iv["start"]), "source": iv.get("source") or "",
+        })
+    ordered = sorted(lanes.values(), key=lambda ln: (
+        ROLE_ORDER.index(ln["process"]) if ln["process"] in ROLE_ORDER else len(ROLE_ORDER),
+        min(b["start"] for b in ln["bars"])))
+    for lane in ordered:
+        lane["rows"] = _pack(lane.pop("bars"))
+    segments = [{"bucket": s["bucket"], "start": float(s["start"]), "end": float(s["end"]),
+                 "seconds": float(s["end"]) - float(s["start"])}
+                for s in record.get("segments") or []]
+    if not segments and not intervals:
+        segments = _sequential_segments(record)
+    gaps = [s for s in segments if s["bucket"] == UNATTRIBUTED]
+    return {
+        "run": record.get("id"), "time_to_ready": record.get("time_to_ready_s"),
+        "first_token": record.get("first_token_s"), "lanes": ordered, "segments": segments,
+        "gaps": gaps, "sources": dict(record.get("sources") or {}),
+        "sequential": not intervals,
+    }
+
+
+def _pack(bars: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Rows of non-overlapping bars: depth-0 bars first, then sub-steps, greedily."""
+    rows: list[list[dict[str, Any]]] = []
+    for depth in (0, 1):
+        mine: list[list[dict[str, Any]]] = []
+        for bar in sorted((b for b in bars if b["depth"] == depth), key=lambda b: b["start"]):
+            for row in mine:
+                if row[-1]["end"] <= bar["start"] + 1e-9:
+                    row.append(bar)
+                    break
+            else:
+                mine.append([bar])
+        rows.extend(mine)
+    return rows
+
+
+def _sequential_segments(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Stage durations laid end to end in stage order (for data with durations only, like the
+    paper's logs): not a measured timeline, and drawn as such."""
+    t = 0.0
+    out = []
+    for bucket in BUCKETS:
+        v = (record.get("stages") or {}).get(bucket)
+        if v:
+            out.append({"bucket": bucket, "start": t, "end": t + v, "seconds": v})
+            t += v
+    return out
+
+
+# -- 5. CPU ------------------------------------------------------------------------------------
+
+#: A core above this utilisation (percent) counts as saturated.
+SATURATED_PERCENT = 90.0
+
+
+def cpu_usage(record: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Per-core utilisation samples of a run, and per bucket: mean utilisation of all cores,
+    mean of the busiest core, and mean number of saturated cores, over the samples that fall in
+    that bucket's segments. None when the run has no CPU samples."""
+    cpu = record.get("cpu") or {}
+    t, per_core = cpu.get("t") or [], cpu.get("per_core") or []
+    if not t or not per_core:
+        return None
+    cores = max(len(row) for row in per_core)
+    interval = float(cpu.get("interval_s") or (t[1] - t[0] if len(t) > 1 else 1.0))
+    segments = record.get("segments") or []
+    by_bucket: dict[str, list[list[float]]] = {}
+    for ts, row in zip(t, per_core, strict=False):
+        # A sample at ts covers (ts - interval, ts]: attribute it to the bucket at its midpoint.
+        mid = ts - interval / 2
+        for seg in segments:
+            if seg["start"] <= mid < seg["end"]:
+                by_bucket.setdefault(seg["bucket"], []).append([float(x) for x in row])
+                break
+    per_bucket = {}
+    for bucket in BUCKETS:
+        rows = by_bucket.get(bucket)
+        if not rows:
+            continue
+        per_bucket[bucket] = {
+            "samples": len(rows),
+            "mean_percent": statistics.fmean(statistics.fmean(r) for r in rows),
+            "busiest_core_percent": statistics.fmean(max(r) for r in rows),
+            "saturated_cores": statistics.fmean(
+                sum(1 for x in r if x >= SATURATED_PERCENT) for r in rows),
+        }
+    return {"run": record.get("id"), "interval_s": interval, "cores": cores,
+            "t": [float(x) for x in t], "per_core": [[float(x) for x in row] for row in per_core],
+            "per_bucket": per_bucket}
+
+
+# -- 3. scaling --------------------------------------------------------------------------------
+
+def _weight_gb(f: Any, dims: Mapping[str, Any]) -> float | None:
+    return f.weight_bytes / 1e9 if f.weight_bytes else None
+
+
+def _tokenizer_mib(f: Any, dims: Mapping[str, Any]) -> float | None:
+    return f.tokenizer_bytes / 2**20 if f.tokenizer_bytes else None
+
+
+def _graph_mib(f: Any, dims: Mapping[str, Any]) -> float | None:
+    return f.graph_size / 2**20 if f.graph_size else None
+
+
+def _weight_x_capture(f: Any, dims: Mapping[str, Any]) -> float | None:
+    sizes = dims.get("capture_sizes")
+    if not sizes or not f.weight_bytes:
+        return None
+    return f.weight_bytes / 1e9 * float(sizes)
+
+
+#: stage -> (feature label, its unit, how to read it from features and the run's dimensions,
+#: the dimensions that the feature itself varies with and so do not split series).
+SCALING_FEATURES: dict[str, tuple[str, str, Callable[[Any, Mapping[str, Any]], float | None],
+                                  tuple[str, ...]]] = {
+    BOOTSTRAP: ("weights (GB) — expected flat", "GB", _weight_gb, ()),
+    TOKENIZER: ("tokenizer files (MiB)", "MiB", _tokenizer_mib, ()),
+    MODEL_LOADING: ("parameter bytes (GB)", "GB", _weight_gb, ()),
+    TORCH_COMPILE: ("compiled graph size (MiB)", "MiB", _graph_mib, ()),
+    KV_CACHE_PROFILING: ("parameter bytes (GB)", "GB", _weight_gb, ()),
+    CUDA_GRAPH_CAPTURE: ("parameter bytes × capture sizes (GB)", "GB", _weight_x_capture,
+                         ("capture_sizes",)),
+}
+
+
+def scaling(groups: Sequence[Mapping[str, Any]],
+            features: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per stage, measured seconds against the stage's feature, with a fitted line and Pearson r.
+
+    ``features`` maps a model name to its ``ModelFeatures``. Points are configurations (mean and
+    min-max of their runs); the line and r are fitted on the individual runs of dense models
+    (MoE and hybrid models are drawn but not fitted: their start-up does not scale like a dense
+    model's). Runs are split into series by their configuration apart from the model (e.g.
+    cold and warm), largest first, at most ``MAX_SCALING_SERIES``.
+    """
+    panels = []
+    for stage, (label, unit, get, own_dims) in SCALING_FEATURES.items():
+        series: dict[tuple, dict[str, Any]] = {}
+        for g in groups:
+            dims = g["dims"]
+            f = features.get(dims.get("model") or "")
+            if f is None:
+                continue
+            x = get(f, dims)
+            ys = [bucket_value(r, stage) for r in g["runs"]]
+            ys = [y for y in ys if y is not None]
+            if x is None or not ys:
+                continue
+            skey = (g["dataset"], *(dims[d] for d in DIMENSIONS
+                                    if d != "model" and d not in own_dims))
+            s = series.setdefault(skey, {"name": _series_name(g, own_dims), "points": [],
+                                         "fit_x": [], "fit_y": []})
+            kind = getattr(f, "kind", "dense")
+            s["points"].append({"model": dims.get("model"), "x": x, "kind": kind,
+                                "group": g["name"], **summary(ys)})
+            if kind == "dense":
+                s["fit_x"].extend([x] * len(ys))
+                s["fit_y"].extend(ys)
+        ranked = sorted(series.values(), key=lambda s: -len({p["model"] for p in s["points"]}))
+        kept = []
+        for s in ranked[:MAX_SCALING_SERIES]:
+            kept.append({"name": s["name"], "points": s["points"],
+                         "fit": linear_fit(s.pop("fit_x"), s.pop("fit_y"))})
+        panels.append({"stage": stage, "feature": label, "unit": unit, "series": kept,
+                       "omitted_series": max(0, len(ranked) - MAX_SCALING_SERIES)})
+    return panels
+
+
+def _series_name(group: Mapping[str, Any], own_dims: tuple[str, ...]) -> str:
+    dims = group["dims"]
+    parts = [str(dims[d]) for d in DIMENSIONS
+             if d != "model" and d not in own_dims and dims.get(d) is not None]
+    if group.get("dataset"):
+        parts.insert(0, str(group["dataset"]))
+    return " · ".join(parts) or "all runs"
+
+
+# -- 4. comparisons ----------------------------------------------------------------------------
+
+def _natural(value: str | None) -> tuple:
+    """Sort key that orders ``v0.3.1`` before ``v0.10.0`` and ``8`` before ``56``."""
+    return tuple((0, int(p)) if p.isdigit() else (1, p)
+                 for p in re.split(r"(\d+)", str(value or "")) if p)
+
+
+#: Baselines people expect when two values are equally common (cold before warm, ...).
+BASELINE_PREFERENCE: dict[str, tuple[str, ...]] = {
+    "cache": ("cold", "warm"), "mode": ("compiled", "eager"),
+    "load_format": ("auto", "safetensors"),
+}
+
+
+def _preference(dim: str, value: str) -> int:
+    prefs = BASELINE_PREFERENCE.get(dim, ())
+    return prefs.index(value) if value in prefs else len(prefs)
+
+
+def comparisons(groups: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per-stage ratios between configurations that differ in exactly one dimension.
+
+    For each dimension (cache, eager/compiled, load format, storage, capture sizes, engine
+    version, machine, label), configurations equal in every other dimension form a cluster; in
+    each cluster the baseline is the value seen in most configurations overall (ties:
+    ``BASELINE_PREFERENCE``, then natural order, so older versions first), and every other is
+    compared with it: ``ratio = other / baseline`` of the bucket means. A dimension with None
+    (not controlled) on either side is not compared. One comparison per (dimension, baseline,
+    other), with one pair per cluster (usually one per model).
+    """
+    out: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for dim in DIMENSIONS:
+        if dim in ("model", "capture_sizes"):  # capture sizes are a feature: see ``scaling``
+            continue
+        counts: dict[str, int] = {}
+        clusters: dict[tuple, dict[str, list[Mapping[str, Any]]]] = {}
+        for g in groups:
+            value = g["dims"].get(dim)
+            if value is None:
+                continue
+            counts[value] = counts.get(value, 0) + 1
+            other = tuple(g["dims"].get(d) for d in DIMENSIONS if d != dim)
+            clusters.setdefault(other, {}).setdefault(value, []).append(g)
+        for members in clusters.values():
+            if len(members) < 2:
+                continue
+            base = min(members, key=lambda v: (-counts[v], _preference(dim, v), _natural(v)))
+            for value in sorted(members, key=_natural):
+                if value == base:
+                    continue
+                for a, b in zip(members[base], members[value], strict=False):
+                    cmp = out.setdefault((dim, base, value), {
+                        "dimension": dim, "title": DIMENSION_TITLES[dim], "baseline": base,
+                        "other": value, "pairs": []})
+                    cmp["pairs"].append(_pair(a, b))
+    for cmp in out.values():
+        cmp["geomean"] = {b: _geomean(p["ratios"].get(b) for p in cmp["pairs"])
+                          for b in (*BUCKETS, TOTAL)}
+    return list(out.values())
+
+
+def _pair(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    ratios, means = {}, {}
+    for bucket in (*BUCKETS, TOTAL):
+        sa = summary(bucket_value(r, bucket) for r in a["runs"])
+        sb = summary(bucket_value(r, bucket) for r in b["runs"])
+        ma, mb = (sa or {}).get("mean"), (sb or {}).get("mean")
+        means[bucket] = (ma, mb)
+        ratios[bucket] = mb / ma if ma is not None and mb is not None and ma >= RATIO_FLOOR_S \
+            and mb >= RATIO_FLOOR_S else None
+    return {"model": a["dims"].get("model"), "baseline_group": a["name"],
+            "other_group": b["name"], "n": (len(a["runs"]), len(b["runs"])),
+            "means": means, "ratios": ratios}
+
+
+def _geomean(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None and v > 0]
+    return math.exp(statistics.fmean(math.log(v) for v in known)) if known else None
+
+
+# -- 6. predictions ----------------------------------------------------------------------------
+
+def predictions(groups: Sequence[Mapping[str, Any]], features: Mapping[str, Any],
+                startup_model: Any) -> dict[str, Any]:
+    """Predicted against measured seconds per bucket and in total, per configuration whose model
+    has features; with the startup model's intervals and whether the measured mean is inside.
+
+    ``startup_model``: a fitted ``coldscope.predictor.StartupModel``.
+    """
+    rows = []
+    for g in groups:
+        dims = g["dims"]
+        f = features.get(dims.get("model") or "")
+        if f is None:
+            continue
+        sizes = dims.get("capture_sizes")
+        pred = startup_model.predict(f, capture_sizes=int(sizes) if sizes else None)
+        cells = {}
+        for bucket, sp in pred.stages.items():
+            measured = summary(bucket_value(r, bucket) for r in g["runs"])
+            cells[bucket] = _cell(sp.s, sp.interval, measured)
+        cells[TOTAL] = _cell(pred.total_s, pred.interval,
+                             summary(bucket_value(r, TOTAL) for r in g["runs"]))
+        rows.append({"group": g["name"], "model": dims.get("model"), "cells": cells,
+                     "warnings": list(pred.warnings)})
+    buckets = [b for b in (*BUCKETS, TOTAL) if any(b in r["cells"] for r in rows)]
+    coverage = {}
+    for b in buckets:
+        inside = [r["cells"][b]["inside"] for r in rows
+                  if b in r["cells"] and r["cells"][b]["inside"] is not None]
+        coverage[b] = (sum(inside) / len(inside)) if inside else None
+    return {"level": getattr(startup_model, "level", 0.9), "buckets": buckets, "rows": rows,
+            "coverage": coverage}
+
+
+def _cell(predicted: float, interval: tuple[float, float],
+          measured: Mapping[str, float] | None) -> dict[str, Any]:
+    mean = measured["mean"] if measured else None
+    return {"predicted": predicted, "low": interval[0], "high": interval[1],
+            "measured": mean, "measured_min": measured["min"] if measured else None,
+            "measured_max": measured["max"] if measured else None,
+            "inside": None if mean is None else interval[0] <= mean <= interval[1]}
+
+
+# -- the whole report --------------------------------------------------------------------------
+
+def build_report_data(records: Sequence[Mapping[str, Any]], *,
+                      features: Mapping[str, Any] | None = None,
+                      startup_model: Any = None, title: str = "coldscope start-up report",
+                      source: str = "", notes: Sequence[str] = ()) -> dict[str, Any]:
+    """Everything the page shows, as one JSON-able dict (``html.render_report`` draws it)."""
+    records = [r for r in records if r.get("status", "ok") == "ok"]
+    if not records:
+        raise ColdscopeError("no successful runs to report on (see `coldscope runs`)")
+    features = features or {}
+    groups = group_runs(records)
+    timelines, cpus = [], []
+    for g in groups:
+        if len(timelines) >= MAX_TIMELINES:
+            break
+        rep = representative(g["runs"])
+        tl = timeline(rep)
+        tl["group"] = g["name"]
+        tl["n"] = len(g["runs"])
+        timelines.append(tl)
+        cpu = cpu_usage(rep)
+        if cpu is not None:
+            cpu["group"] = g["name"]
+            cpus.append(cpu)
+    return {
+        "title": title, "source": source, "notes": list(notes),
+        "runs": len(records), "configurations": len(groups),
+        "varying": varying_dimensions([g["dims"] for g in groups]),
+        "datasets": sorted({str(g["dataset"]) for g in groups if g["dataset"]}),
+        "breakdown": breakdown(groups),
+        "timelines": timelines,
+        "cpu": cpus,
+        "scaling": scaling(groups, features),
+        "comparisons": comparisons(groups),
+        "predictions": predictions(groups, features, startup_model) if startup_model else None,
+        "run_table": [run_row(r) for r in records],
+    }
+
+
+def run_row(record: Mapping[str, Any]) -> dict[str, Any]:
+    """One run as a flat row of the runs table (and its CSV)."""
+    dims = dimensions(record)
+    row: dict[str, Any] = {"id": record.get("id"), "started_at": record.get("started_at")}
+    row.update({d: dims[d] for d in DIMENSIONS})
+    row["time_to_ready_s"] = record.get("time_to_ready_s")
+    row["first_token_s"] = record.get("first_token_s")
+    for b in BUCKETS:
+        row[b] = bucket_value(record, b)
+    return row
+
+
+def to_csv(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """CSV text of flat rows (unknown values empty; floats with 6 decimals at most)."""
+    if columns is None:
+        columns = []
+        for r in rows:
+            columns.extend(k for k in r if k not in columns)
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(columns)
+    for r in rows:
+        writer.writerow(["" if r.get(c) is None else
+                         (f"{r[c]:.6g}" if isinstance(r[c], float) else r[c]) for c in columns])
+    return buf.getvalue()
+
+
+# -- the paper's data --------------------------------------------------------------------------
+
+#: The paper's datasets: (name, file under the paper dir, dimension values that set it apart).
+#: Dimensions a figure does not control stay None, so e.g. the storage figure's two cases are
+#: compared with each other but not with the main table.
+PAPER_MAIN = "H100 main table"
+PAPER_DATASETS: tuple[tuple[str, str, dict[str, str]], ...] = (
+    ("first run (compile cache may miss)", "figures/figure-rest/uncached/comparison_results.json",
+     {"cache": "first run"}),
+    ("Fig. 7: TORCH_COMPILE_DISABLE", "figures/figure-7/avg_comparison_results.json",
+     {"mode": "eager"}),
+    ("Fig. 9: capture sizes", "figures/figure-9/avg_comparison_results.json", {}),
+    ("Fig. 10: L40S node", "figures/figure-10/gpu1/avg_comparison_results.json",
+     {"machine": "L40S node"}),
+    ("Fig. 11: Intel Xeon node", "figures/figure-11/cpu1/avg_comparison_results.json",
+     {"machine": "Intel Xeon node"}),
+    ("Fig. 13: weights in page cache", "figures/figure-13/case0/avg_comparison_results.json",
+     {"weights": "DRAM page cache"}),
+    ("Fig. 13: weights on SSD", "figures/figure-13/case1/avg_comparison_results.json",
+     {"weights": "SSD, caches dropped"}),
+    ("Fig. 14: load formats", "figures/figure-14/avg_comparison_results.json", {}),
+    ("Fig. 15: compile cache disabled", "figures/figure-15/avg_comparison_results.json",
+     {"cache": "compile cache disabled"}),
+    ("vLLM versions (opt-6.7b)", "versions/avg_comparison_results.json", {}),
+)
+
+#: The main table's setting; each figure differs from it in the dimensions it names.
+PAPER_BASE_DIMS = {"cache": "warm", "mode": "compiled", "engine": "vllm 0.10.1.1",
+                   "machine": "H100 NVL · EPYC 9354"}
+
+_LOAD_FORMAT = re.compile(r"_load-format_([a-z_]+?)(?:\.txt|$)")
+_CAPTURE = re.compile(r"_cuda-graph-sizes_([\d_]+?)(?:\.txt|$)")
+_VERSION = re.compile(r"_v(\d+\.\d+\.\d+)(?:\.txt|$)")
+
+
+def paper_records(paper_dir: str | Path) -> list[dict[str, Any]]:
+    """The paper's published measurements as run records of our shape (buckets mapped as in
+    ``coldscope.predict.paper``), one record per model and repetition (the main table's five
+    iterations) or per model (the figures, which publish means). Each record has a ``dataset``
+    (the figure) and ``dims`` (what the figure varied)."""
+    from coldscope.predict.paper import PAPER_CAPTURE_SIZES, _read
+
+    root = Path(paper_dir)
+    if not (root / "models_config.json").is_file():
+        raise ColdscopeError(f"{root} is not the paper's data directory (no models_config.json)")
+    records: list[dict[str, Any]] = []
+    iterations = sorted((root / "figures/figure-rest/iterations").glob("*/comparison_results.json"))
+    if not iterations:
+        iterations = [root / "figures/figure-rest/avg_comparison_results.json"]
+    for path in iterations:
+        records += _paper_file(_read(path), PAPER_MAIN, {}, path.parent.name,
+                               PAPER_CAPTURE_SIZES)
+    for name, rel, dims in PAPER_DATASETS:
+        path = root / rel
+        if path.is_file():
+            base = {**dims}
+            if rel.startswith("versions"):
+                base.update({"machine": "H100 (versions study)", "cache": None})
+            records += _paper_file(_read(path), name, base, "mean", PAPER_CAPTURE_SIZES)
+    return records
+
+
+def capture_count(largest: int) -> int:
+    """Number of CUDA-graph capture sizes vLLM 0.10 uses for ``--cuda-graph-sizes LARGEST``."""
+    return len([s for s in [1, 2, 4, *range(8, largest + 1, 8)] if s <= largest])
+
+
+def _paper_file(results: Mapping[str, Any], dataset: str, dims: Mapping[str, str | None],
+                rep: str, default_capture: int) -> list[dict[str, Any]]:
+    from coldscope.predict.paper import PAPER_METRICS, TOTAL_METRIC, model_name
+
+    labels, data = results["labels"], results["data"]
+
+    def metric(key: str, i: int) -> float | None:
+        values = data.get(key) or []
+        return None if i >= len(values) or values[i] is None else float(values[i])
+
+    out = []
+    for i, label in enumerate(labels):
+        total = metric(TOTAL_METRIC, i)
+        if total is None:
+            continue
+        model = model_name(label).removesuffix("-tensorized")
+        stages: dict[str, float | None] = dict.fromkeys(BUCKETS)
+        for bucket, metrics in PAPER_METRICS.items():
+            known = [v for v in (metric(m, i) for m in metrics) if v is not None]
+            stages[bucket] = sum(known) if known else None
+        # Unattributed is what the mapped stages leave of the total. (The paper's total_time is
+        # their sum in the averaged tables, but not in every single iteration's file.)
+        stages[UNATTRIBUTED] = max(0.0, total - sum(v for v in stages.values() if v))
+        capture = _CAPTURE.search(label)
+        fmt = _LOAD_FORMAT.search(label)
+        version = _VERSION.search(label)
+        rec_dims: dict[str, str | None] = {**PAPER_BASE_DIMS, "model": model,
+                                          "capture_sizes": str(default_capture)}
+        rec_dims.update(dims)
+        if capture:
+            rec_dims["capture_sizes"] = str(len(capture.group(1).strip("_").split("_")))
+        if fmt:
+            rec_dims["load_format"] = fmt.group(1)
+        if version:
+            rec_dims["engine"] = f"vllm {version.group(1)}"
+        if capture and "_" not in capture.group(1).strip("_"):
+            # One value (Figure 9) is vLLM 0.10's largest captured batch size: it captures
+            # [1, 2, 4] + every 8th size up to it (its default, 512, gives the paper's 67).
+            rec_dims["capture_sizes"] = str(capture_count(int(capture.group(1).strip("_"))))
+        out.append({
+            "id": f"paper:{dataset}:{model}:{rep}", "status": "ok", "dataset": dataset,
+            "label": None, "time_to_ready_s": total, "first_token_s": None, "stages": stages,
+            "substeps": {}, "sources": {s: "log" for s in STAGES if stages.get(s) is not None},
+            "model": {"path": None, "name": model}, "dims": rec_dims,
+        })
+    return out

@@ -1,0 +1,214 @@
+"""Chart data of the report, checked against answers computed independently (by hand, numpy,
+or the paper's own averaged tables)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from coldscope.report import data as d
+from coldscope.stages import BUCKETS, MODEL_LOADING, TORCH_COMPILE, UNATTRIBUTED
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared"
+PAPER = SHARED / "data" / "paper"
+
+
+def record(rid: str, cache: str = "cold", model: str = "tiny", scale: float = 1.0,
+           **over) -> dict:
+    """A small run record of the store's shape: bootstrap 10, loading 2, compile 5, ready 1,
+    unattributed 0.5 seconds (times ``scale``), with intervals, segments and CPU samples."""
+    s = {b: None for b in BUCKETS}
+    s.update(bootstrap=10 * scale, tokenizer=0.0, model_loading=2 * scale,
+             torch_compile=5 * scale, kv_cache_profiling=None, server_ready=1 * scale,
+             unattributed=0.5 * scale)
+    ttr = sum(v for v in s.values() if v)
+    segs, t = [], 0.0
+    for b in ("bootstrap", "unattributed", "model_loading", "torch_compile", "server_ready"):
+        segs.append({"bucket": b, "start": t, "end": t + s[b]})
+        t += s[b]
+    rec = {
+        "id": rid, "status": "ok", "cache": cache, "label": None, "time_to_ready_s": ttr,
+        "first_token_s": ttr + 0.1, "stages": s, "substeps": {"model_loading/weights": 1.0},
+        "sources": {"bootstrap": "probe", "model_loading": "span"},
+        "intervals": [
+            {"name": "bootstrap", "process": "api_server", "pid": 1, "start": 0.0,
+             "end": 10 * scale, "source": "probe"},
+            {"name": "model_loading", "process": "worker", "pid": 3, "start": 10.5 * scale,
+             "end": 12.5 * scale, "source": "span"},
+            {"name": "model_loading", "process": "worker", "pid": 3, "start": 10.6 * scale,
+             "end": 12.4 * scale, "source": "span"},
+            {"name": "model_loading/weights", "process": "worker", "pid": 3,
+             "start": 11 * scale, "end": 12 * scale, "source": "span"},
+            {"name": "bootstrap/engine_core_start", "process": "engine_core", "pid": 2,
+             "start": 2.0, "end": 6.0, "source": "probe"},
+        ],
+        "segments": segs, "not_applicable": ["cuda_graph_capture"],
+        "cpu": {"interval_s": 1.0, "t": [1.0, 2.0, 12.0],
+                "per_core": [[100.0, 10.0], [95.0, 0.0], [20.0, 100.0]]},
+        "engine": {"name": "vllm", "version": "0.32.0", "enforce_eager": False,
+                   "compile": True, "load_format": None, "argv": []},
+        "environment": {"cpu_model": "AMD EPYC", "cpu_cores": 2, "gpus": []},
+        "model": {"path": f"/models/{model}", "name": model},
+    }
+    rec.update(over)
+    return rec
+
+
+def test_summary_matches_statistics_module():
+    s = d.summary([1.0, None, 2.0, 4.0])
+    assert s["n"] == 3 and s["min"] == 1.0 and s["max"] == 4.0
+    assert s["mean"] == pytest.approx(7 / 3)
+    assert s["sd"] == pytest.approx(statistics.stdev([1.0, 2.0, 4.0]))
+    assert d.summary([None]) is None
+    assert d.summary([3.0])["sd"] == 0.0
+
+
+def test_linear_fit_matches_numpy():
+    rng = np.random.default_rng(1)
+    xs = rng.uniform(0, 10, 30)
+    ys = 2.0 + 3.0 * xs + rng.normal(0, 1, 30)
+    fit = d.linear_fit(list(xs), list(ys))
+    slope, intercept = np.polyfit(xs, ys, 1)
+    assert fit["slope"] == pytest.approx(slope)
+    assert fit["intercept"] == pytest.approx(intercept)
+    assert fit["r"] == pytest.approx(np.corrcoef(xs, ys)[0, 1])
+    assert d.linear_fit([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]) is None  # one distinct x
+    assert d.linear_fit([1.0, 2.0, 3.0], [5.0, 5.0, 5.0])["r"] is None  # constant y
+
+
+def test_groups_are_named_by_what_varies():
+    recs = [record("a"), record("b", scale=1.2), record("c", cache="warm", scale=0.5)]
+    groups = d.group_runs(recs)
+    assert [g["name"] for g in groups] == ["cold", "warm"]
+    assert [len(g["runs"]) for g in groups] == [2, 1]
+    assert d.dimensions(recs[0])["mode"] == "compiled"
+    assert d.dimensions(record("e", engine={"enforce_eager": True}))["mode"] == "eager"
+    assert d.dimensions(recs[0])["machine"] == "AMD EPYC ×2"
+
+
+def test_breakdown_means_stack_to_mean_time_to_ready():
+    recs = [record("a"), record("b", scale=1.5)]
+    (row,) = d.breakdown(d.group_runs(recs))
+    stacked = sum(s["mean"] for s in row["buckets"].values() if s)
+    assert stacked == pytest.approx(row["total"]["mean"])
+    assert row["total"]["mean"] == pytest.approx((18.5 + 18.5 * 1.5) / 2)
+    assert row["buckets"][TORCH_COMPILE]["sd"] == pytest.approx(statistics.stdev([5, 7.5]))
+    assert row["buckets"]["kv_cache_profiling"] is None
+    assert row["not_applicable"] == ["cuda_graph_capture"]
+
+
+def test_comparison_ratio_is_warm_over_cold_per_stage():
+    recs = [record("a"), record("b", scale=2.0), record("w", cache="warm", scale=0.6)]
+    (cmp,) = d.comparisons(d.group_runs(recs))
+    assert (cmp["dimension"], cmp["baseline"], cmp["other"]) == ("cache", "cold", "warm")
+    (pair,) = cmp["pairs"]
+    # cold mean compile = (5 + 10) / 2 = 7.5; warm = 3.0
+    assert pair["ratios"][TORCH_COMPILE] == pytest.approx(3.0 / 7.5)
+    assert pair["ratios"]["tokenizer"] is None  # 0 s: below the ratio floor
+    assert cmp["geomean"][d.TOTAL] == pytest.approx((18.5 * 0.6) / (18.5 * 1.5))
+
+
+def test_no_comparison_across_two_changed_dimensions():
+    recs = [record("a"), record("w", cache="warm", model="other")]
+    assert d.comparisons(d.group_runs(recs)) == []
+
+
+def test_timeline_packs_overlaps_and_finds_gaps():
+    tl = d.timeline(record("a"))
+    assert [ln["process"] for ln in tl["lanes"]] == ["api_server", "engine_core", "worker"]
+    worker = tl["lanes"][2]
+    # two overlapping model_loading spans cannot share a row; the sub-step gets its own
+    assert [[b["name"] for b in row] for row in worker["rows"]] == [
+        ["model_loading"], ["model_loading"], ["model_loading/weights"]]
+    assert [(g["start"], g["end"]) for g in tl["gaps"]] == [(10.0, 10.5)]
+    assert sum(s["seconds"] for s in tl["segments"]) == pytest.approx(tl["time_to_ready"])
+
+
+def test_cpu_usage_per_stage():
+    cpu = d.cpu_usage(record("a"))
+    assert cpu["cores"] == 2
+    # samples at 1 s and 2 s (midpoints 0.5, 1.5) fall in bootstrap, 12 s (11.5) in loading
+    boot = cpu["per_bucket"]["bootstrap"]
+    assert boot["samples"] == 2
+    assert boot["mean_percent"] == pytest.approx((55 + 47.5) / 2)
+    assert boot["busiest_core_percent"] == pytest.approx(97.5)
+    assert boot["saturated_cores"] == pytest.approx(1.0)
+    assert cpu["per_bucket"][MODEL_LOADING]["busiest_core_percent"] == 100.0
+    assert d.cpu_usage(record("b", cpu=None)) is None
+
+
+def test_scaling_fits_loading_against_weight_bytes():
+    recs, feats = [], {}
+    for i, gb in enumerate((1.0, 2.0, 4.0, 8.0)):
+        name = f"m{i}"
+        r = record(f"r{i}", model=name)
+        r["stages"][MODEL_LOADING] = 0.5 + 1.5 * gb  # exactly linear
+        recs.append(r)
+        feats[name] = SimpleNamespace(weight_bytes=int(gb * 1e9), tokenizer_bytes=None,
+                                      graph_size=None, kind="dense")
+    feats["m3"].kind = "moe"  # drawn, not fitted
+    recs[3]["stages"][MODEL_LOADING] = 100.0
+    panel = next(p for p in d.scaling(d.group_runs(recs), feats) if p["stage"] == MODEL_LOADING)
+    (series,) = panel["series"]
+    assert len(series["points"]) == 4
+    assert series["fit"]["slope"] == pytest.approx(1.5)
+    assert series["fit"]["intercept"] == pytest.approx(0.5)
+    assert series["fit"]["r"] == pytest.approx(1.0)
+    assert series["fit"]["n"] == 3
+
+
+def test_predictions_mark_measured_inside_interval():
+    class Model:
+        level = 0.9
+
+        def predict(self, features, capture_sizes=None):
+            sp = SimpleNamespace(s=6.0, interval=(4.0, 8.0))
+            return SimpleNamespace(stages={TORCH_COMPILE: sp}, total_s=20.0,
+                                   interval=(10.0, 15.0), warnings=[])
+
+    groups = d.group_runs([record("a")])
+    out = d.predictions(groups, {"tiny": object()}, Model())
+    cells = out["rows"][0]["cells"]
+    assert cells[TORCH_COMPILE]["inside"] is True  # 5 in [4, 8]
+    assert cells[d.TOTAL]["inside"] is False  # 18.5 not in [10, 15]
+    assert out["coverage"] == {TORCH_COMPILE: 1.0, d.TOTAL: 0.0}
+
+
+def test_capture_sizes_from_argv_and_vllm_default():
+    assert d._capture_sizes(["--cuda-graph-sizes", "1", "2", "4", "--port", "1"]) == "3"
+    assert d._capture_sizes(["--cuda-graph-sizes=8"]) == "1"
+    assert d.capture_count(512) == 67  # the paper's default number of capture sizes
+
+
+def test_to_csv_round_trips():
+    import csv
+    import io
+
+    text = d.to_csv([{"a": 1.5, "b": None}, {"a": 2, "b": "x,y"}])
+    assert list(csv.reader(io.StringIO(text))) == [["a", "b"], ["1.5", ""], ["2", "x,y"]]
+
+
+@pytest.mark.skipif(not PAPER.is_dir(), reason="../shared/data/paper not present")
+def test_paper_records_reproduce_the_published_means():
+    recs = d.paper_records(PAPER)
+    main = [r for r in recs if r["dataset"] == d.PAPER_MAIN]
+    assert len(main) == 5 * 17
+    avg = json.loads((PAPER / "figures/figure-rest/avg_comparison_results.json").read_text())
+    i = next(k for k, lab in enumerate(avg["labels"]) if "llama2-13b-hf" in lab)
+    runs = [r for r in main if r["model"]["name"] == "llama2-13b-hf"]
+    mean = statistics.fmean(r["stages"][MODEL_LOADING] for r in runs)
+    assert mean == pytest.approx(avg["data"]["model_loading"][i], abs=0.01)  # avg is rounded
+    for r in recs:  # buckets add up to the paper's actual_total_time
+        assert sum(v for v in r["stages"].values() if v) == pytest.approx(r["time_to_ready_s"])
+        assert r["stages"][UNATTRIBUTED] is None or r["stages"][UNATTRIBUTED] >= 0
+    fig14 = {r["dims"]["load_format"] for r in recs if r["dataset"].startswith("Fig. 14")}
+    assert fig14 == {"safetensors", "runai_streamer", "tensorizer"}
+    cmps = d.comparisons(d.group_runs(recs))
+    eager = next(c for c in cmps if c["dimension"] == "mode")
+    assert (eager["baseline"], eager["other"]) == ("compiled", "eager")
+    assert len(eager["pairs"]) == 8
