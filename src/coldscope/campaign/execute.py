@@ -44,14 +44,31 @@ MEASURE = "measure"
 
 
 def state_dir(spec: CampaignSpec, base: Path) -> Path:
-    """Where a campaign keeps its caches, engine logs and in-flight markers on a machine."""
+    """Where a campaign keeps its in-flight markers on a machine."""
     return (base / ".coldscope" / "campaigns" / spec.name).resolve()
 
 
+#: vLLM puts IPC sockets in TMPDIR (the run's ``CACHE_ROOT/cold/RUN_ID/tmp``) named by a uuid;
+#: a Unix socket path must fit in 107 bytes, so CACHE_ROOT must leave room for the rest.
+SOCKET_PATH_MAX = 107
+_TMP_SUFFIX = len("/cold/20260101T000000-abcdef/tmp/") + 36
+
+
 def cache_root(spec: CampaignSpec, base: Path) -> Path:
-    if spec.cache_root:
-        return (base / spec.cache_root).resolve()
-    return state_dir(spec, base) / "caches"
+    """Where runs keep their caches: the file's ``cache_root``, else ``.coldscope/caches``
+    (the one ``coldscope profile`` uses; a short path, see ``cache_root_warning``)."""
+    return (base / (spec.cache_root or ".coldscope/caches")).resolve()
+
+
+def cache_root_warning(root: Path) -> str | None:
+    """A warning when sockets under this cache root would exceed the Unix path limit (vLLM
+    then fails at start-up with ``ipc path ... is longer than 107 characters``)."""
+    length = len(str(root)) + _TMP_SUFFIX
+    if length <= SOCKET_PATH_MAX:
+        return None
+    return (f"warning: socket paths under cache root {root} reach {length} characters, more "
+            f"than the {SOCKET_PATH_MAX} Unix allows; vLLM will fail to start: set a shorter "
+            "cache_root in the campaign file")
 
 
 def run_config(cell: Cell, spec: CampaignSpec, root: Path, port: int) -> RunConfig:

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coldscope.campaign.execute import ensure_models, reap, run_wave, state_dir
+from coldscope.campaign.execute import (
+    cache_root,
+    cache_root_warning,
+    ensure_models,
+    reap,
+    run_wave,
+    state_dir,
+)
 from coldscope.campaign.plan import Cell, waves
 from coldscope.campaign.progress import Reporter
 from coldscope.campaign.spec import CampaignSpec
@@ -19,6 +26,9 @@ def run_local(spec: CampaignSpec, cells: list[Cell], store, reporter: Reporter, 
               base: Path, concurrency: int = 1, on_line=None) -> bool:
     """Run ``cells`` (already filtered to the missing ones). Returns True when Ctrl-C
     stopped it before the end."""
+    warning = cache_root_warning(cache_root(spec, base))
+    if warning:
+        reporter.note(warning)
     reaped = reap(state_dir(spec, base), spec.shutdown_grace)
     if reaped:
         reporter.note(f"stopped {len(reaped)} engine(s) left running by a killed campaign: "

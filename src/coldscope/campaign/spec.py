@@ -142,7 +142,8 @@ class CampaignSpec(Strict):
     spans: bool = True
     drop_page_cache: bool = False
     shutdown_grace: float = Field(10.0, ge=0)
-    cache_root: str | None = Field(None, description="default .coldscope/campaigns/NAME/caches")
+    cache_root: str | None = Field(None, description="default .coldscope/caches; keep it short: "
+                                   "vLLM's IPC sockets live under it")
     ray: RaySettings = Field(default_factory=RaySettings)
 
     @field_validator("command", mode="before")

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from coldscope.cli.common import console, json_option, print_json, store_option
+from coldscope.errors import ColdscopeError
 
 
 @click.command("campaign")
@@ -27,7 +28,7 @@ def campaign(spec_file, executor, address, resume, concurrency, dry_run, verbose
              as_json):
     """Run the campaign in SPEC_FILE (YAML): every model × engine × flags × cache state,
     `repetitions` times, each run stored as soon as it ends. Exit status: 0 all cells done,
-    1 some cells failed (run again with --resume), 130 stopped by Ctrl-C."""
+    2 some cells without a successful run (run again with --resume), 130 stopped by Ctrl-C."""
     from coldscope.campaign import campaign_runs, done_cells, expand, load_spec, run_campaign
     from coldscope.campaign.progress import Reporter, RichReporter
     from coldscope.campaign.summary import summarize
@@ -63,12 +64,9 @@ def campaign(spec_file, executor, address, resume, concurrency, dry_run, verbose
         out.print(summary_table(rows))
         out.print(f"{result.done} of {result.cells} cells done; {result.runs_stored} runs stored "
                   f"this time ({result.failed_runs} failed) in {result.store}")
-        if result.interrupted:
-            out.print(f"stopped; finish with: coldscope campaign {spec_file} --resume")
-        elif result.missing:
-            out.print(f"{len(result.missing)} cells have no successful run; retry them with: "
-                      f"coldscope campaign {spec_file} --resume")
     if result.interrupted:
-        raise click.exceptions.Exit(130)
+        click.echo(f"stopped; finish with: coldscope campaign {spec_file} --resume", err=True)
+        raise KeyboardInterrupt
     if result.missing:
-        raise click.exceptions.Exit(1)
+        raise ColdscopeError(f"{len(result.missing)} of {result.cells} cells have no successful "
+                             f"run; retry them with: coldscope campaign {spec_file} --resume")
