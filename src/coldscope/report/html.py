@@ -348,8 +348,8 @@ def timeline_chart(tl: Mapping[str, Any], cpu: Mapping[str, Any] | None = None) 
     width, left, right, top, row_h = 980, 150, 24, 8, 16
     end = max([tl.get("first_token") or 0.0, tl.get("time_to_ready") or 0.0,
                *(s["end"] for s in tl["segments"]), 0.1])
-    ticks = nice_ticks(0, end, 8)
-    x = Linear(0, ticks[-1], left, width - right)
+    x = Linear(0, end * 1.01, left, width - right)
+    ticks = [t for t in nice_ticks(0, end, 8) if t <= end * 1.01]
     lanes = tl["lanes"]
     cores = cpu["cores"] if cpu else 0
     core_h = 10 if cores <= 16 else max(2, 160 // cores)
@@ -400,11 +400,13 @@ def timeline_chart(tl: Mapping[str, Any], cpu: Mapping[str, Any] | None = None) 
         svg.text(left - 8, y + 10, f"CPU, {cores} cores", anchor="end", cls="label strong")
         _heatmap(svg, cpu, x, y, core_h)
         y += cores * core_h + 6
-    for key, name in (("time_to_ready", "ready"), ("first_token", "first token")):
+    for key, name, anchor, dx in (("time_to_ready", "ready", "end", -3),
+                                  ("first_token", "first token", "end", -3)):
         v = tl.get(key)
         if v is not None:
             svg.line(x(v), top, x(v), y, cls="marker")
-            svg.text(x(v) + 3, top + 33, name, cls="marker-text")
+            dy = 33 if key == "time_to_ready" else 46
+            svg.text(x(v) + dx, top + dy, name, anchor=anchor, cls="marker-text")
     svg.x_axis(x, ticks, y + 4, y + 4, "seconds since launch")
     return str(svg)
 
@@ -696,8 +698,8 @@ def _cpu_chart(cpu: Mapping[str, Any], tl: Mapping[str, Any] | None) -> str:
     line_h = 90
     height = top + 22 + cores * core_h + 14 + line_h + 44
     end = max(cpu["t"][-1], (tl or {}).get("time_to_ready") or 0.0)
-    ticks = nice_ticks(0, end, 6)
-    x = Linear(0, ticks[-1], left, width - right)
+    x = Linear(0, end * 1.01, left, width - right)
+    ticks = [t for t in nice_ticks(0, end, 6) if t <= end * 1.01]
     svg = Svg(width, height, f"CPU per core during run {cpu['run']}")
     y = top
     if tl:
@@ -720,8 +722,10 @@ def _cpu_chart(cpu: Mapping[str, Any], tl: Mapping[str, Any] | None) -> str:
         pts = " ".join(f"{x(t):.1f},{ys(fn(row) if row else 0):.1f}"
                        for t, row in zip(cpu["t"], cpu["per_core"], strict=False))
         svg.add(f'<polyline points="{pts}" class="{cls}"><title>{key} core</title></polyline>')
-    svg.text(width - right, y - 3, "— busiest core   — mean of all cores", anchor="end",
-             cls="annot")
+    svg.text(width - right - 130, y - 3, "— busiest core", anchor="end", cls="annot",
+             extra=' fill="#b2182b"')
+    svg.text(width - right, y - 3, "— mean of all cores", anchor="end", cls="annot",
+             extra=' fill="#4e79a7"')
     svg.x_axis(x, ticks, y + line_h, y + line_h, "seconds since launch")
     return str(svg)
 
