@@ -450,7 +450,7 @@ def comparisons(groups: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     For each dimension (cache, eager/compiled, load format, storage, capture sizes, engine
     version, machine, label), configurations equal in every other dimension form a cluster; in
     each cluster the baseline is the value seen in most configurations overall (ties:
-    ``BASELINE_PREFERENCE``, then natural order, so older versions first), and every other is
+    ``BASELINE_PREFERENCE``, then natural order, so older versions first); each other value is
     compared with it: ``ratio = other / baseline`` of the bucket means. A dimension with None
     (not controlled) on either side is not compared. One comparison per (dimension, baseline,
     other), with one pair per cluster (usually one per model).
