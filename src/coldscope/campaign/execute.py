@@ -145,8 +145,11 @@ def ensure_models(cells: list[Cell], on_make: Callable[[str, str], None] | None 
             continue
         if on_make:
             on_make(cell.model, str(path))
+        from transformers.utils import logging as hf_logging
+
         from coldscope.models import make_model
 
+        hf_logging.disable_progress_bar()  # its bars would tear the campaign's progress line
         make_model(cell.shape, path)
 
 

@@ -105,7 +105,8 @@ class RichReporter(Reporter):
 
     def finished(self, cell, record) -> None:
         self.console.print(outcome_line(cell, record))
-        if record.get("campaign", {}).get("role") == "prime":
+        if record.get("campaign", {}).get("role") == "prime" or record.get(
+                "reason") == "interrupted":
             return
         self.running.pop(cell.id, None)
         if cell.id in self.counted:  # a retried cell advances the bar once

@@ -52,6 +52,7 @@ def campaign(spec_file, executor, address, resume, concurrency, dry_run, verbose
             out.print(f"{len(cells)} cell(s), {sum(c.id in done for c in cells)} done")
         return
     reporter = Reporter() if as_json else RichReporter(out)
+    _stop_on_sigterm()
     echo = (lambda line: click.echo(f"  │ {line}", err=True)) if verbose and not as_json else None
     result = run_campaign(spec, store, executor=executor, address=address, resume=resume,
                           concurrency=concurrency, reporter=reporter, on_line=echo)
@@ -70,3 +71,14 @@ def campaign(spec_file, executor, address, resume, concurrency, dry_run, verbose
     if result.missing:
         raise ColdscopeError(f"{len(result.missing)} of {result.cells} cells have no successful "
                              f"run; retry them with: coldscope campaign {spec_file} --resume")
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM (``kill``, ``timeout``, a scheduler) stops the campaign like Ctrl-C: the engine is
+    stopped and the interrupted run stored, instead of an engine left running."""
+    import signal
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
