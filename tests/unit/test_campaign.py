@@ -118,7 +118,13 @@ def test_ctrl_c_stops_the_engine_stores_the_run_and_resume_finishes(tmp_path):
     class CtrlC(Events):
         def started(self, cell, run_id, role, port):
             super().started(cell, run_id, role, port)
-            threading.Timer(0.5, _thread.interrupt_main).start()  # mid start-up
+
+            def press_ctrl_c():  # once the engine is up and starting
+                _wait_for(lambda: any(p.environ().get("COLDSCOPE_RUN_ID") == run_id
+                                      for p in run_processes()))
+                _thread.interrupt_main()
+
+            threading.Thread(target=press_ctrl_c, daemon=True).start()
 
     result = run_campaign(spec, store, base=tmp_path, reporter=CtrlC())
     assert result.interrupted and result.done == 0
@@ -139,6 +145,11 @@ def _wait_for(predicate, timeout: float = 30.0) -> None:
         time.sleep(0.05)
 
 
+def _count(db: Path) -> int:
+    with Store(db) as store:
+        return store.count()
+
+
 def test_sigkilled_driver_loses_only_the_run_in_flight_and_resume_finishes(tmp_path):
     spec_data = fake_spec(tmp_path, delay=1.0, repetitions=3)
     spec_file = tmp_path / "c.yaml"
@@ -149,7 +160,7 @@ def test_sigkilled_driver_loses_only_the_run_in_flight_and_resume_finishes(tmp_p
          str(db), "--json"], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     inflight = tmp_path / ".coldscope/campaigns/fake/inflight"
     try:
-        _wait_for(lambda: db.exists() and Store(db).count() >= 1)
+        _wait_for(lambda: db.exists() and _count(db) >= 1)
         _wait_for(lambda: any(inflight.glob("*")))  # the second run is starting
         orphan = next(inflight.glob("*")).name
         _wait_for(lambda: any(p.environ().get("COLDSCOPE_RUN_ID") == orphan

@@ -81,36 +81,42 @@ def run_ray(spec: CampaignSpec, cells: list[Cell], store, reporter: Reporter, *,
 
         for wave in waves(cells, concurrency):
             submit(wave, 0)
-        while pending:
-            try:
-                done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
-            except KeyboardInterrupt:
-                _cancel(ray, list(pending), spec)
-                return True
-            for ref in done:
-                wave, attempt = pending.pop(ref)
-                try:
-                    results = ray.get(ref)
-                except rex.RayTaskError as exc:  # the task itself raised: not worth a retry
-                    cause = getattr(exc, "cause", None) or exc
-                    results = [(failed_record(c, f"task error: {_why(cause)}", wave=wave), {})
-                               for c in wave]
-                except rex.RayError as exc:  # node or worker lost: on record, then again
-                    results = [(failed_record(c, f"lost: {_why(exc)}", wave=wave), {})
-                               for c in wave]
-                    if attempt < spec.ray.max_retries:
-                        reporter.note(f"lost {', '.join(c.id for c in wave)} "
-                                      f"({type(exc).__name__}); retry {attempt + 1} of "
-                                      f"{spec.ray.max_retries}")
-                        submit(wave, attempt + 1)
-                by_id = {c.id: c for c in wave}
-                for record, evidence in results:
-                    store.add_run(record, evidence)
-                    reporter.finished(by_id[record["campaign"]["cell"]], record)
+        try:
+            _collect(ray, rex, pending, submit, spec, store, reporter)
+        except KeyboardInterrupt:
+            _cancel(ray, list(pending), spec)
+            return True
         return False
     finally:
         if started_here:
             ray.shutdown()
+
+
+def _collect(ray, rex, pending: dict, submit, spec: CampaignSpec, store,
+             reporter: Reporter) -> None:
+    """Store each task's runs as it returns; record and resubmit lost ones."""
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+        for ref in done:
+            wave, attempt = pending.pop(ref)
+            try:
+                results = ray.get(ref)
+            except rex.RayTaskError as exc:  # the task itself raised: not worth a retry
+                cause = getattr(exc, "cause", None) or exc
+                results = [(failed_record(c, f"task error: {_why(cause)}", wave=wave), {})
+                           for c in wave]
+            except rex.RayError as exc:  # node or worker lost: on record, then again
+                results = [(failed_record(c, f"lost: {_why(exc)}", wave=wave), {})
+                           for c in wave]
+                if attempt < spec.ray.max_retries:
+                    reporter.note(f"lost {', '.join(c.id for c in wave)} "
+                                  f"({type(exc).__name__}); retry {attempt + 1} of "
+                                  f"{spec.ray.max_retries}")
+                    submit(wave, attempt + 1)
+            by_id = {c.id: c for c in wave}
+            for record, evidence in results:
+                store.add_run(record, evidence)
+                reporter.finished(by_id[record["campaign"]["cell"]], record)
 
 
 def _cancel(ray, refs: list, spec: CampaignSpec) -> None:
