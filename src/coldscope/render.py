@@ -90,7 +90,8 @@ def runs_table(records: list[dict]) -> Table:
     for r in records:
         ttr, ft = r.get("time_to_ready_s"), r.get("first_token_s")
         table.add_row(
-            r["id"], (r.get("started_at") or "")[5:16].replace("T", " "), r.get("status"), r.get("cache") or "",
+            r["id"], (r.get("started_at") or "")[5:16].replace("T", " "), r.get("status"),
+            r.get("cache") or "",
             (r.get("model") or {}).get("name") or "",
             f"{ttr:.2f}" if ttr is not None else "", f"{ft:.2f}" if ft is not None else "",
             r.get("reason") or r.get("label") or "",

@@ -214,18 +214,7 @@ def parse_spec(data: object, source: str = "campaign") -> CampaignSpec:
 
 def load_spec(path: str | Path) -> CampaignSpec:
     """Read and validate a campaign YAML file."""
-    import yaml
+    from coldscope.config_file import read_mapping
 
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ColdscopeError(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ColdscopeError(f"{path}:{where}: not valid YAML ({problem})") from None
+    data = read_mapping(path, "campaign file")
     return parse_spec(data, str(path))

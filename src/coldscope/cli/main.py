@@ -17,7 +17,8 @@ from coldscope import __version__
 from coldscope.errors import ColdscopeError
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "campaign": ("coldscope.cli.campaign:campaign", "Profile a matrix of models x flags x cache states (local or Ray)."),
+    "campaign": ("coldscope.cli.campaign:campaign",
+                 "Profile a matrix of models x flags x cache states (local or Ray)."),
     "features": ("coldscope.cli.predict:features_cmd", "Model features, no weights loaded."),
     "fit": ("coldscope.cli.predict:fit_cmd", "Fit the per-stage startup model."),
     "predict": ("coldscope.cli.predict:predict_cmd", "Predict start-up per stage, with intervals."),
@@ -30,7 +31,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("coldscope.cli.profile:demo", "Profile the tiny local model cold, then warm."),
     "make-model": ("coldscope.cli.models:make_model", "Make a small random-weight model locally."),
     "plan": ("coldscope.cli.plan:plan_cmd", "Cold-start budget, mitigations, cost, SLA."),
-    "simulate": ("coldscope.cli.simulate:simulate", "Simulate autoscaling with cold starts over a request trace."),
+    "simulate": ("coldscope.cli.simulate:simulate",
+                 "Simulate autoscaling with cold starts over a request trace."),
     "traces": ("coldscope.cli.simulate:traces", "Request traces: synthesise (synth)."),
     "report": ("coldscope.cli.report:report", "Write a self-contained HTML report of the runs."),
 }

@@ -34,7 +34,8 @@ def contract(record: dict) -> dict:
 @click.option("--no-request", is_flag=True, help="Do not send the first request.")
 @click.option("--no-probe", is_flag=True, help="Do not load the in-process probe.")
 @click.option("--no-spans", is_flag=True, help="Do not receive the engine's OTLP spans.")
-@click.option("--drop-page-cache", is_flag=True, help="Evict the weights from the page cache first.")
+@click.option("--drop-page-cache", is_flag=True,
+              help="Evict the weights from the page cache first.")
 @click.option("--label", default=None, help="A label stored with the runs.")
 @click.option("--env", "env_pairs", multiple=True, metavar="KEY=VALUE",
               help="Extra environment for the engine (repeatable).")

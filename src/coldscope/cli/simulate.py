@@ -19,14 +19,9 @@ def _load_profile(path: str | None, overrides: dict[str, Any]):
 
     data: dict[str, Any] = {}
     if path:
-        import yaml
+        from coldscope.config_file import read_mapping
 
-        try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ColdscopeError(f"cannot read profile {path}: {exc}") from exc
-        if not isinstance(data, dict):
-            raise ColdscopeError(f"{path}: a profile must be a mapping")
+        data = read_mapping(path, "profile")
     data.update({k: v for k, v in overrides.items() if v is not None})
     try:
         return Profile.model_validate(data)

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from coldscope.config_file import read_mapping
 from coldscope.errors import ColdscopeError
 
 TIERS: tuple[str, ...] = ("registry", "object_store", "node_disk", "nvme", "dram", "hbm")
@@ -231,18 +232,7 @@ def default_profile_data() -> dict[str, Any]:
 
 def read_yaml(path: str | Path, what: str) -> dict[str, Any]:
     """A YAML mapping from ``path``; a missing or malformed file is a one-line error."""
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ColdscopeError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise ColdscopeError(f"{what} {path} is not valid YAML: {_one_line(str(exc))}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ColdscopeError(f"{what} {path} must be a YAML mapping")
-    return data
+    return read_mapping(path, what)
 
 
 def load_profile(

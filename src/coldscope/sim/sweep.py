@@ -19,7 +19,6 @@ The trace is sent to each worker once, not once per case.
 from __future__ import annotations
 
 import itertools
-import json
 import os
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -36,17 +35,9 @@ EXECUTORS = ("local", "ray")
 
 def load_sweep(path: str | Path) -> dict[str, Any]:
     """Read a sweep file into a mapping (``grid``, ``cases`` and base fields)."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ColdscopeError(f"cannot read sweep file {path}: {exc.strerror}") from exc
-    try:
-        import yaml
+    from coldscope.config_file import read_mapping
 
-        spec = yaml.safe_load(text) if path.suffix != ".json" else json.loads(text)
-    except Exception as exc:  # yaml and json raise different types
-        raise ColdscopeError(f"{path}: not valid YAML/JSON ({exc})") from exc
+    spec = read_mapping(path, "sweep file")
     if not isinstance(spec, dict):
         raise ColdscopeError(f"{path}: a sweep file must be a mapping with a 'grid'")
     return spec
