@@ -599,6 +599,8 @@ def _finish(record: dict, ev: Evidence, argv: list[str], config: RunConfig,
             record.update(timeline_dict(tl))
             record["log_info"] = extra["log"]
             record["processes"] = extra["processes"]
+            # the probe's own time, summed over all processes: an upper bound of its overhead
+            record["probe_cost_s"] = sum(p["probe_cost_s"] for p in extra["processes"])
             if extra["log"].get("version") and not record["engine"]["version"]:
                 record["engine"]["version"] = extra["log"]["version"]
         record["time_to_ready_s"] = ev.ready_at

@@ -39,6 +39,11 @@ class ProbedProcess:
     events: list[dict] = field(default_factory=list)
     role: str = "helper"
 
+    @property
+    def cost(self) -> float:
+        """Seconds the probe itself spent in this process, as of its last event."""
+        return max((e.get("cost") or 0.0 for e in self.events), default=0.0)
+
     def first(self, ev: str, name: str) -> float | None:
         return next((e["mono"] for e in self.events if e["ev"] == ev and e["name"] == name), None)
 
@@ -73,6 +78,7 @@ def read_probe_dir(directory: Path) -> list[ProbedProcess]:
                     loaded=e["mono"], start_proc=e.get("start_mono"),
                     events=processes[pid].events if pid in processes else [],
                 )
+                processes[pid].events.append(e)
             else:
                 processes.setdefault(
                     pid, ProbedProcess(pid=pid, ppid=None, argv=[], loaded=e["mono"],
@@ -194,6 +200,7 @@ def process_table(processes: list[ProbedProcess], launch_mono: float) -> list[di
             "ppid": p.ppid,
             "role": p.role,
             "probe_loaded_s": p.loaded - launch_mono,
+            "probe_cost_s": round(p.cost, 6),
             "argv": p.argv,
         }
         for p in processes

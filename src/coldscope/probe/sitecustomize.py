@@ -19,13 +19,16 @@ Events:
 If another ``sitecustomize`` exists further down ``sys.path``, it is loaded afterwards.
 """
 
-import importlib.abc
-import importlib.machinery
-import json
-import os
-import sys
-import threading
 import time
+
+_T0 = time.perf_counter()
+
+import importlib.abc  # noqa: E402
+import importlib.machinery  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
 
 _DIR = os.environ.get("COLDSCOPE_PROBE_DIR")
 
@@ -81,6 +84,9 @@ HOOKS = HOOKS + _extra_hooks()
 _local = threading.local()
 _lock = threading.Lock()
 _file = None
+# Seconds this process has spent in probe code (import, hooks' bookkeeping, writing events):
+# a direct measure of the probe's own overhead, written into every event as "cost".
+_cost = [0.0]
 
 
 def _write(record):
@@ -97,10 +103,13 @@ def _write(record):
 
 
 def _event(ev, name, **extra):
+    t = time.perf_counter()
     rec = {"ev": ev, "name": name, "mono": time.monotonic(), "wall": time.time(),
            "pid": os.getpid()}
     rec.update(extra)
+    rec["cost"] = round(_cost[0], 6)
     _write(rec)
+    _cost[0] += time.perf_counter() - t
 
 
 def _process_start_mono():
@@ -116,14 +125,18 @@ def _process_start_mono():
 
 def _wrap(func, name):
     def wrapper(*args, **kwargs):
+        t = time.perf_counter()
         depth = getattr(_local, name, 0)
         setattr(_local, name, depth + 1)
+        _cost[0] += time.perf_counter() - t
         if depth == 0:
             _event("begin", name)
         try:
             return func(*args, **kwargs)
         finally:
+            t = time.perf_counter()
             setattr(_local, name, depth)
+            _cost[0] += time.perf_counter() - t
             if depth == 0:
                 _event("end", name)
 
@@ -176,8 +189,10 @@ class _Loader(importlib.abc.Loader):
 
     def exec_module(self, module):
         self._inner.exec_module(module)
+        t = time.perf_counter()
         for qualname, name in _BY_MODULE.get(self._fullname, ()):
             _install(module, qualname, name)
+        _cost[0] += time.perf_counter() - t
 
     def __getattr__(self, item):
         return getattr(self._inner, item)
@@ -187,6 +202,13 @@ class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path, target=None):
         if fullname not in _BY_MODULE:
             return None
+        t = time.perf_counter()
+        try:
+            return self._find(fullname, path, target)
+        finally:
+            _cost[0] += time.perf_counter() - t
+
+    def _find(self, fullname, path, target):
         for finder in sys.meta_path:
             if finder is self:
                 continue
@@ -223,12 +245,13 @@ def _chain_next_sitecustomize():
 
 
 if _DIR and os.path.isdir(_DIR):
-    _event("process", "process", argv=sys.argv[:8], ppid=os.getppid(),
-           start_mono=_process_start_mono(), executable=sys.executable)
-    sys.meta_path.insert(0, _Finder())
     import atexit
 
+    sys.meta_path.insert(0, _Finder())
     atexit.register(lambda: _event("exit", "exit"))
+    _cost[0] += time.perf_counter() - _T0
+    _event("process", "process", argv=sys.argv[:8], ppid=os.getppid(),
+           start_mono=_process_start_mono(), executable=sys.executable)
 
 import importlib.util  # noqa: E402  (after the probe is armed; used by the chain)
 
