@@ -163,8 +163,11 @@ def log_evidence_spans(lines: list[tuple[float, str]]) -> tuple[list[Span], dict
     return spans, info
 
 
-def build_timeline(ev: Evidence, argv: list[str]) -> tuple[Timeline, dict]:
-    """Reconcile the three sources into one timeline (pure: no process, no clock)."""
+def build_timeline(ev: Evidence, argv: list[str], *, has_gpu: bool) -> tuple[Timeline, dict]:
+    """Reconcile the three sources into one timeline (pure: no process, no clock).
+
+    ``has_gpu`` comes from the run's recorded environment, so the machine is not probed again.
+    """
     if ev.ready_at is None:
         raise ValueError("a timeline needs the time the engine became ready")
     compiled = compile_enabled(argv)
@@ -184,7 +187,7 @@ def build_timeline(ev: Evidence, argv: list[str]) -> tuple[Timeline, dict]:
     not_applicable = set()
     if not compiled:
         not_applicable.add(TORCH_COMPILE)
-    on_cpu = log_info.get("device") == "cpu" or not environment.gpus()
+    on_cpu = log_info.get("device") == "cpu" or not has_gpu
     if not compiled or on_cpu:
         not_applicable.add(CUDA_GRAPH_CAPTURE)
     tl = reconcile(spans, ev.ready_at, not_applicable=not_applicable,
@@ -592,7 +595,8 @@ def _finish(record: dict, ev: Evidence, argv: list[str], config: RunConfig,
     record["log_tail"] = "\n".join(text for _, text in ev.lines[-40:])
     if record["status"] == "ok" and ev.ready_at is not None:
         try:
-            tl, extra = build_timeline(ev, argv)
+            tl, extra = build_timeline(
+                ev, argv, has_gpu=bool((record.get("environment") or {}).get("gpus")))
         except Exception as exc:  # a bug in evidence handling must not lose the run
             record["notes"].append(f"timeline could not be built: {exc!r}")
         else:
