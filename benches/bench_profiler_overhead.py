@@ -9,13 +9,14 @@ To show *where* a difference arises, each run's engine log (read in both arms th
 by the log adapters) gives when each logged stage began and ended; the medians per arm are
 printed side by side.
 
-    .venv/bin/python benches/bench_profiler_overhead.py [--pairs 3] [--cache warm]
+    .venv/bin/python benches/bench_profiler_overhead.py [--pairs 10] [--cache warm]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -28,12 +29,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--pairs", type=int, default=10)
     ap.add_argument("--cache", choices=["cold", "warm"], default="warm")
     ap.add_argument("--model", default=str(REPO / "models" / "tiny"))
     ap.add_argument("--port", type=int, default=8781)
-    ap.add_argument("--arm", choices=["both", "probe", "spans"], default="both",
-                    help="what 'on' turns on (default: probe and OTLP receiver, as profile does)")
+    ap.add_argument("--arm", choices=["both", "probe", "spans", "none"], default="both",
+                    help="what 'on' turns on (default: probe and OTLP receiver, as profile does;"
+                         " 'none' is an A/A control that measures the bench's own noise)")
     args = ap.parse_args()
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", args.model,
                "--host", "127.0.0.1", "--port", str(args.port), "--max-model-len", "256",
@@ -69,13 +71,32 @@ def main() -> int:
         print(f"pair {i + 1}: on {t[True]:.2f} s, off {t[False]:.2f} s, "
               f"ratio {ratios[-1]:.4f}", flush=True)
     median = statistics.median(ratios)
+    low, high, level = median_interval(ratios)
     print_log_marks(log_marks)
     print(json.dumps({"pairs": args.pairs, "cache": args.cache, "arm": args.arm, "ratios": ratios,
-                      "median_ratio": median, "target": 1.01, "met": median <= 1.01,
+                      "median_ratio": median,
+                      "median_ratio_interval": [low, high], "interval_level": level,
+                      "target": 1.01, "met": median <= 1.01,
                       # the probe's self-timed cost, all processes summed, as a fraction of
                       # time to ready: a direct upper bound that machine noise cannot blur
                       "probe_self_time_fraction": max(probe_costs) if probe_costs else None}))
     return 0
+
+
+def median_interval(xs: list[float], level: float = 0.95) -> tuple[float, float, float]:
+    """Distribution-free interval of the median from order statistics (sign test): the
+    narrowest [x(k), x(n+1-k)] that covers the true median with at least ``level`` (or the
+    whole range when there are too few pairs). Returns (low, high, achieved level)."""
+    xs = sorted(xs)
+    n = len(xs)
+
+    def below(k: int) -> float:  # P(Binomial(n, 1/2) < k)
+        return sum(math.comb(n, i) for i in range(k)) / 2**n
+
+    k = 1
+    while k + 1 <= n // 2 and 1 - 2 * below(k + 1) >= level:
+        k += 1
+    return xs[k - 1], xs[n - k], 1 - 2 * below(k)
 
 
 def print_log_marks(log_marks: dict[bool, list[dict[str, tuple[float, float]]]]) -> None:
