@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import hashlib
 import http.client
 import json
@@ -127,10 +128,13 @@ def config_key(config: RunConfig) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
+@functools.cache
 def _compiled_probe_dir() -> str:
     """The probe's directory, its ``sitecustomize.py`` byte-compiled first. Engines often run
     with ``PYTHONDONTWRITEBYTECODE=1`` (containers, CI), and then every engine process would
-    compile the probe again: 3.5 ms each, ten times the probe's own work in a process."""
+    compile the probe again: 3.5 ms each, ten times the probe's own work in a process. Once per
+    coldscope process is enough: if the source changes later, Python sees the stale ``.pyc``
+    by its recorded mtime and compiles in memory, as without it."""
     with contextlib.suppress(OSError, py_compile.PyCompileError):
         py_compile.compile(str(PROBE_DIR / "sitecustomize.py"), doraise=True)
     return str(PROBE_DIR)
