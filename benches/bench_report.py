@@ -87,7 +87,8 @@ def main() -> int:
     print(f"python build + render: {build_s:.2f} s")
     print(f"size: {size / 1e6:.2f} MB (target < {MAX_BYTES / 1e6:.0f} MB)")
 
-    from coldscope.report.browser import CHROMIUM, Browser
+    sys.path.insert(0, str(REPO))  # the Chromium driver is test tooling, in tests/
+    from tests.browser import CHROMIUM, Browser
 
     if not Path(CHROMIUM).exists():
         print(f"browser render: skipped ({CHROMIUM} missing: apt-get install -y chromium)")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from coldscope.report import data as d
-from coldscope.report.browser import CHROMIUM
+from tests.browser import CHROMIUM
 from coldscope.report.html import render_report
 from tests.unit.test_report_data import record
 
@@ -27,7 +27,7 @@ pytest.importorskip("websockets.sync.client", reason="the DevTools client needs 
 
 @pytest.fixture(scope="module")
 def browser():
-    from coldscope.report.browser import Browser
+    from tests.browser import Browser
 
     with Browser() as b:
         yield b

@@ -1,8 +1,8 @@
 """``coldscope report``: the paper's figures for the user's own runs, as one offline HTML page.
 
 ``data`` turns run records (or the paper's published data) into chart data, pure functions;
-``html`` renders that data as inline SVG and tables with the package's CSS/JS inlined;
-``browser`` drives a headless Chromium for the tests and the benchmark.
+``html`` renders that data as inline SVG and tables with the package's CSS/JS inlined. (The
+headless-Chromium driver the tests and the benchmark use lives in ``tests/browser.py``.)
 """
 
 from coldscope.report.data import build_report_data, paper_records

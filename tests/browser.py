@@ -1,6 +1,7 @@
 """A headless Chromium, driven over the DevTools protocol, to check a report as a user's
 browser sees it: console errors, network requests, what rendered, how long it took, and a
-screenshot. Used by the browser test and the benchmark; needs ``websockets``."""
+screenshot. Test tooling, not part of the library: used by the browser tests and
+``benches/bench_report.py``; needs ``websockets`` (a dev dependency only)."""
 
 from __future__ import annotations
 
