@@ -163,18 +163,15 @@ def bucket_value(record: Mapping[str, Any], bucket: str) -> float | None:
 
 
 def linear_fit(xs: Sequence[float], ys: Sequence[float]) -> dict[str, float] | None:
-    """Least-squares line ``y = intercept + slope x`` and Pearson's r; None with fewer than
-    two distinct x or three points (r would say nothing), r is None when y is constant."""
+    """Least-squares line ``y = intercept + slope x`` and Pearson's r (the standard library's
+    ``statistics``); None with fewer than two distinct x or three points (r would say nothing),
+    r is None when y is constant."""
     n = len(xs)
     if n < 3 or len(set(xs)) < 2:
         return None
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    syy = sum((y - my) ** 2 for y in ys)
-    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
-    slope = sxy / sxx
-    r = sxy / math.sqrt(sxx * syy) if syy > 0 else None
-    return {"slope": slope, "intercept": my - slope * mx, "r": r, "n": n}
+    slope, intercept = statistics.linear_regression(xs, ys)
+    r = statistics.correlation(xs, ys) if len(set(ys)) > 1 else None
+    return {"slope": slope, "intercept": intercept, "r": r, "n": n}
 
 
 # -- 1. breakdown ------------------------------------------------------------------------------
