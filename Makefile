@@ -12,6 +12,8 @@ BROKEN := torchvision torchaudio torchcodec
 EXTRAS := dev,parquet,ray
 # Debian's Chromium, for the report's real-browser tests (skipped, with the reason, without it).
 BROWSER := /usr/bin/chromium
+# Debian's Prometheus, for `coldscope serve`'s real-scrape tests (skipped, with the reason, without it).
+PROMETHEUS := /usr/bin/prometheus
 
 .PHONY: setup demo test lint bench clean
 
@@ -37,11 +39,19 @@ $(BROWSER):
 	-command -v apt-get >/dev/null && apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 
-test: setup models/tiny $(BROWSER)
+$(PROMETHEUS):
+	-command -v apt-get >/dev/null && apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+
+# Import layering and no cycles (.importlinter) are part of the tests, not only of lint.
+test: setup models/tiny $(BROWSER) $(PROMETHEUS)
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -ra
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benches
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 bench: setup models/tiny
 	@for b in benches/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
