@@ -1,0 +1,546 @@
+"""Findings: what is wrong or improvable in one start-up, from its evidence, with the seconds at
+stake.
+
+Every rule is a pure function of ``RunFacts`` (the parsed log, the reconciled timeline, the
+probe's process table, the CPU samples and the cache state the run was started with), so the
+same rules serve a profiled run, a stored run and a log parsed on its own. A rule fires only on
+evidence (a log line, a span, a probe event, CPU samples) and quotes it; it never guesses. The
+ids are stable and documented in ``docs/findings.md``: tools and people key on them.
+
+A log read on its own does not know whether a compile cache existed before the start-up, so it
+never yields ``compile_cache_cold``; a compile there is reported as ``compile_cache_unknown``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from coldscope.capture.logs import LogEvidence, parse_vllm_log
+from coldscope.records import Finding
+from coldscope.stages import (
+    BOOTSTRAP,
+    CUDA_GRAPH_CAPTURE,
+    KV_CACHE_PROFILING,
+    MODEL_LOADING,
+    TORCH_COMPILE,
+)
+
+#: The stable ids, in the order ``docs/findings.md`` explains them.
+FINDING_IDS: tuple[str, ...] = (
+    "compile_cache_load_failed",
+    "compile_cache_cold",
+    "compile_cache_unknown",
+    "model_inspect_uncached",
+    "repeated_imports",
+    "single_core_bound",
+    "weights_from_disk",
+    "cuda_graph_capture_heavy",
+    "kv_profiling_every_start",
+    "engine_warning",
+)
+
+#: Lines meaning "a compile cache was there but could not be used, so the graphs were compiled
+#: again" (0.32's AOT loader; the older inductor-cache wording).
+_LOAD_FAILED = re.compile(
+    r"Compiling model again due to a load failure"
+    r"|Failed to load (?:the )?(?:AOT[- ]compiled|compiled) (?:graph|function|artifact)"
+    r"|Cache (?:load|loading) failed.*?recompil"
+)
+_SAVED_AOT = re.compile(r"saved AOT compiled function|Compiling a graph for .*? takes")
+_WARN = re.compile(
+    r"^(?:\((?P<tag>[A-Za-z][\w\-]*)(?:\s+rank=\d+)?\s+pid=\d+\)\s*)?"
+    r"(?P<level>WARNING|ERROR|CRITICAL)\s+\d{2}-\d{2} [\d:.]+\s+"
+    r"\[(?P<where>[^\]]*)\]\s?(?P<msg>.*)$"
+)
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_SHUTDOWN = re.compile(r"\[shutdown\]|shutdown triggered|EngineDeadError|output_handler failed")
+_READY_LINES = re.compile(r"Application startup complete|Starting vLLM (?:API )?server on")
+
+#: Sizes beyond which CUDA-graph capture counts as heavy: vLLM 0.10's default list has 35
+#: sizes, 0.8/0.9's had 67; a short list of the batch sizes actually served is usually enough.
+HEAVY_CAPTURE_SIZES = 16
+#: Shortest stage (seconds) that a GPU start-up rule reports.
+MIN_GPU_STAGE_S = 1.5
+#: A CPU sample is single-core-bound when one core is at least this busy (percent) ...
+BUSY_CORE = 85.0
+#: ... while the mean of the other cores stays at or under this.
+IDLE_OTHERS = 30.0
+#: Report single-core-bound stretches only when they add up to this many seconds.
+MIN_SINGLE_CORE_S = 5.0
+#: At most this many distinct engine warnings are reported (the rest are counted).
+MAX_WARNINGS = 12
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """The evidence of one start-up that the rules read. Everything is optional: a rule that
+    lacks its evidence stays silent.
+
+    ``lines`` are the engine's output lines in order; ``line_times`` their arrival in seconds
+    since launch (empty for a log read from a file). ``cache`` is ``"cold"`` (coldscope gave
+    the run empty caches), ``"warm"`` (it gave it the caches of an earlier run of the same
+    configuration) or None (unknown: a log on its own). ``page_cache`` is ``"cold"`` when the
+    weights were evicted from the page cache before the run, ``"hot"`` when known resident,
+    None when unknown. ``segments`` are the timeline's ``{"bucket", "start", "end"}`` pieces.
+    """
+
+    lines: Sequence[str] = ()
+    line_times: Sequence[float] = ()
+    log: LogEvidence | None = None
+    stages: Mapping[str, float | None] = field(default_factory=dict)
+    substeps: Mapping[str, float] = field(default_factory=dict)
+    segments: Sequence[Mapping[str, Any]] = ()
+    processes: Sequence[Mapping[str, Any]] = ()
+    cpu: Mapping[str, Any] | None = None
+    cache: str | None = None
+    page_cache: str | None = None
+    ready_at: float | None = None
+    compile_enabled: bool | None = None
+
+
+# -- building the facts ------------------------------------------------------------------------
+
+
+def facts_from_log(lines: Iterable[str]) -> RunFacts:
+    """Facts of a log read on its own: the timeline the log shows, cache state unknown."""
+    from coldscope.capture.logs import log_timeline
+    from coldscope.timeline import timeline_dict
+
+    lines = list(lines)
+    ev = parse_vllm_log(lines)
+    tl = timeline_dict(log_timeline(ev))
+    return RunFacts(lines=lines, log=ev, stages=tl["stages"], substeps=tl["substeps"],
+                    segments=tl.get("segments") or (), cache=None,
+                    compile_enabled=ev.compile_enabled)
+
+
+def _as_mapping(record: Any) -> Mapping[str, Any]:
+    if isinstance(record, Mapping):
+        return record
+    dump = getattr(record, "model_dump", None)
+    if dump is not None:
+        return dump(mode="json")
+    raise TypeError(f"not a run record: {type(record).__name__}")
+
+
+def _get(d: Mapping[str, Any] | None, *path: str) -> Any:
+    for key in path:
+        if not isinstance(d, Mapping):
+            return None
+        d = d.get(key)
+    return d
+
+
+def _page_cache_state(record: Mapping[str, Any]) -> str | None:
+    """``cold`` when the runner evicted the weights first, ``hot``/``cold`` when the record's
+    storage says so, else None."""
+    storage = _get(record, "storage", "page_cache")
+    if storage in ("hot", "cold"):
+        return storage
+    setting = record.get("page_cache")
+    if isinstance(setting, str) and setting.startswith("done"):
+        return "cold"
+    return None
+
+
+def facts_from_run(record: Any, log: Sequence[Any] | None = None) -> RunFacts:
+    """Facts of a profiled run: its record (a dict or a pydantic ``Run``) and its log, given as
+    ``[seconds, text]`` pairs (the store's evidence) or plain lines.
+
+    The run's timeline may sit at the top level (``stages``) or under ``timeline``; the cache
+    state is the one coldscope set up (``cache`` or ``config.cache.actual``)."""
+    rec = _as_mapping(record)
+    tl = rec.get("timeline") if isinstance(rec.get("timeline"), Mapping) else rec
+    lines: list[str] = []
+    times: list[float] = []
+    for item in log or ():
+        if isinstance(item, str):
+            lines.append(item)
+        else:
+            times.append(float(item[0]))
+            lines.append(str(item[1]))
+    if len(times) != len(lines):
+        times = []
+    cache = rec.get("cache")
+    if isinstance(cache, Mapping):
+        cache = cache.get("actual")
+    if cache is None:
+        cache = _get(rec, "config", "cache", "actual") or _get(rec, "config", "cache")
+    ev = parse_vllm_log(lines) if lines else None
+    compiled = _get(rec, "engine", "compile")
+    if compiled is None and ev is not None:
+        compiled = ev.compile_enabled
+    return RunFacts(
+        lines=lines, line_times=times, log=ev,
+        stages=tl.get("stages") or {}, substeps=tl.get("substeps") or {},
+        segments=tl.get("segments") or (), processes=rec.get("processes") or (),
+        cpu=rec.get("cpu"), cache=cache if cache in ("cold", "warm") else None,
+        page_cache=_page_cache_state(rec), ready_at=rec.get("time_to_ready_s"),
+        compile_enabled=compiled,
+    )
+
+
+# -- the rules ---------------------------------------------------------------------------------
+
+
+def _stage(f: RunFacts, name: str) -> float | None:
+    v = f.stages.get(name)
+    return float(v) if v is not None else None
+
+
+def _quote(text: str, limit: int = 220) -> str:
+    text = _ANSI.sub("", text).strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_HEX = re.compile(r"[0-9a-f]{24,}")
+
+
+def _message(text: str) -> str:
+    """A log line without its process/level/time prefix, long hashes shortened."""
+    from coldscope.capture.logs import _split
+
+    return _HEX.sub(lambda m: m.group(0)[:8] + "…", _split(text).message or text)
+
+
+def _startup_lines(f: RunFacts) -> list[tuple[int, str]]:
+    """The lines of the start-up itself: up to readiness (by arrival time when known, else up
+    to the log's "server started" line), never the shutdown that follows."""
+    out = []
+    end = len(f.lines)
+    if f.line_times and f.ready_at is not None:
+        end = sum(1 for t in f.line_times if t <= f.ready_at + 0.5)
+    else:
+        for i, text in enumerate(f.lines):
+            if _READY_LINES.search(text):
+                end = i + 1
+                break
+    for i in range(end):
+        out.append((i, f.lines[i]))
+    return out
+
+
+def _compile_seconds(f: RunFacts, failed_at: int | None) -> float | None:
+    """Seconds spent compiling: the timeline's torch_compile, else, on the log's own clock, from
+    the load-failure line to the line that saved the new compile."""
+    s = _stage(f, TORCH_COMPILE)
+    if s:
+        return s
+    ev = f.log
+    if ev is None or failed_at is None or not ev.line_clock:
+        return None
+    start = ev.line_clock[failed_at]
+    for i in range(failed_at + 1, len(f.lines)):
+        if _SAVED_AOT.search(f.lines[i]) and ev.line_clock[i] is not None and start is not None:
+            return max(0.0, ev.line_clock[i] - start)
+    return None
+
+
+def rule_compile_cache(f: RunFacts) -> list[Finding]:
+    """``compile_cache_load_failed`` / ``compile_cache_cold`` / ``compile_cache_unknown``."""
+    failed = next(((i, t) for i, t in enumerate(f.lines) if _LOAD_FAILED.search(t)), None)
+    if failed is not None:
+        secs = _compile_seconds(f, failed[0])
+        return [Finding(
+            id="compile_cache_load_failed", stage=TORCH_COMPILE, seconds_at_stake=secs,
+            evidence=f"line {failed[0] + 1}: {_quote(_message(failed[1]), 400)}",
+            advice="the compile cache was there but not used: the graphs were compiled again. "
+                   "Try the engine's other cache format (vLLM: VLLM_USE_AOT_COMPILE=0 falls back "
+                   "to the inductor cache) or turn compilation off (--enforce-eager); "
+                   "`coldscope tune` measures both.",
+        )]
+    ev = f.log
+    compiled = _stage(f, TORCH_COMPILE)
+    if ev is not None and ev.compile_cache == "hit":
+        return []  # the graphs were loaded from the cache: what is left is tracing, not compiling
+    missed = ev is not None and ev.compile_cache == "miss"
+    if not (compiled or missed) or f.compile_enabled is False:
+        return []
+    what = f"torch.compile ran for {compiled:.1f} s" if compiled else "graphs were compiled"
+    if f.cache == "cold":
+        return [Finding(
+            id="compile_cache_cold", stage=TORCH_COMPILE, seconds_at_stake=compiled,
+            evidence=f"{what} with an empty compile cache (coldscope started the run cold)",
+            advice="ship a pre-seeded compile cache (`coldscope bundle`), or trade serving speed "
+                   "for start-up with --enforce-eager; `coldscope tune` measures both.",
+        )]
+    if f.cache is None:
+        return [Finding(
+            id="compile_cache_unknown", stage=TORCH_COMPILE, seconds_at_stake=compiled,
+            evidence=f"{what}; a log alone does not show whether a compile cache existed "
+                     "(cache state: unknown)",
+            advice="profile the command with `coldscope profile --cache warm` to see whether a "
+                   "warm cache removes this time.",
+        )]
+    return []
+
+
+def rule_model_inspect(f: RunFacts) -> list[Finding]:
+    """``model_inspect_uncached``: the model-inspection subprocess ran (probe span)."""
+    secs = f.substeps.get(f"{BOOTSTRAP}/model_inspect")
+    if not secs or secs < 0.5:
+        return []
+    return [Finding(
+        id="model_inspect_uncached", stage=BOOTSTRAP, seconds_at_stake=float(secs),
+        evidence=f"bootstrap/model_inspect took {secs:.1f} s (probe span: the model-class "
+                 "inspection ran instead of reading the model-info cache)",
+        advice="keep the engine's cache directory (vLLM: VLLM_CACHE_ROOT/modelinfos) between "
+               "start-ups or bake it into the image (`coldscope bundle`).",
+    )]
+
+
+_IMPORT_SUBSTEPS = {
+    "api_server": f"{BOOTSTRAP}/api_server_imports",
+    "engine_core": f"{BOOTSTRAP}/engine_core_start",
+    "worker": f"{BOOTSTRAP}/worker_start",
+}
+
+
+def _log_process_gaps(f: RunFacts) -> dict[str, float]:
+    """Per child process (engine core, worker): seconds on the log's clock between the last
+    line before its first line and that first line: its spawn and imports, as the log sees it."""
+    ev = f.log
+    if ev is None or not ev.line_clock:
+        return {}
+    from coldscope.capture.logs import _split
+
+    gaps: dict[str, float] = {}
+    seen: set[str] = set()
+    prev_clock: float | None = None
+    for i, text in enumerate(f.lines):
+        ln = _split(text)
+        clock = ev.line_clock[i] if i < len(ev.line_clock) else None
+        if ln.process in ("engine_core", "worker") and ln.process not in seen and ln.wallclock:
+            seen.add(ln.process)
+            if prev_clock is not None and clock is not None:
+                gaps[ln.process] = max(0.0, clock - prev_clock)
+        if ln.wallclock and clock is not None:
+            prev_clock = clock
+    return gaps
+
+
+def rule_repeated_imports(f: RunFacts) -> list[Finding]:
+    """``repeated_imports``: several engine processes each start Python and import torch and
+    the engine; every process but one is time a single-process engine would not spend."""
+    roles = [p.get("role") for p in f.processes if p.get("role") in _IMPORT_SUBSTEPS]
+    per: dict[str, float] = {}
+    source = "probe spans"
+    if len(roles) >= 2:
+        for role in set(roles):
+            v = f.substeps.get(_IMPORT_SUBSTEPS[role])
+            if v:
+                per[role] = float(v)
+    if len(per) < 2:
+        gaps = _log_process_gaps(f)
+        if gaps:
+            # A child's gap (its spawn and imports, plus whatever its parent waited for) bounds
+            # its imports from above; the shortest gap, once per process but one, is the
+            # estimate the log supports (the API server's own imports precede its first line).
+            per = gaps
+            n = len(per) + 1
+            secs = min(per.values()) * (n - 1)
+            source = (f"log-clock gaps before each process's first line; estimate: shortest "
+                      f"gap x {n - 1}")
+        else:
+            return []
+    else:
+        secs = sum(per.values()) - max(per.values())
+        n = len(per)
+    if secs < 1.0:
+        return []
+    detail = ", ".join(f"{k} {v:.1f} s" for k, v in sorted(per.items()))
+    return [Finding(
+        id="repeated_imports", stage=BOOTSTRAP, seconds_at_stake=round(secs, 3),
+        evidence=f"{n} engine processes each start Python and import torch/the engine "
+                 f"({detail}; {source})",
+        advice="run the engine core in the API-server process where the engine allows it "
+               "(vLLM: VLLM_ENABLE_V1_MULTIPROCESSING=0); `coldscope tune` measures it.",
+    )]
+
+
+def _bucket_at(f: RunFacts, t: float) -> str | None:
+    for seg in f.segments:
+        if seg.get("start", 0) <= t < seg.get("end", 0):
+            return seg.get("bucket")
+    return None
+
+
+def rule_single_core(f: RunFacts) -> list[Finding]:
+    """``single_core_bound``: one core saturated while the others idled (CPU samples)."""
+    cpu = f.cpu or {}
+    samples, times = cpu.get("per_core") or [], cpu.get("t") or []
+    interval = float(cpu.get("interval_s") or 0.5)
+    if not samples or len(samples[0]) < 2:
+        return []
+    hits: list[float] = []
+    for t, cores in zip(times, samples, strict=False):
+        if f.ready_at is not None and t > f.ready_at:
+            break
+        busiest = max(cores)
+        others = (sum(cores) - busiest) / (len(cores) - 1)
+        if busiest >= BUSY_CORE and others <= IDLE_OTHERS:
+            hits.append(t)
+    secs = len(hits) * interval
+    if secs < MIN_SINGLE_CORE_S:
+        return []
+    buckets: dict[str, int] = {}
+    for t in hits:
+        b = _bucket_at(f, t - interval / 2)
+        if b:
+            buckets[b] = buckets.get(b, 0) + 1
+    stage = max(buckets, key=buckets.get) if buckets else None
+    where = ", ".join(f"{b} {n * interval:.1f} s" for b, n in
+                      sorted(buckets.items(), key=lambda kv: -kv[1])) or "stages unknown"
+    ncores = len(samples[0])
+    return [Finding(
+        id="single_core_bound", stage=stage, seconds_at_stake=round(secs, 3),
+        evidence=f"{len(hits)} of {len(samples)} CPU samples ({secs:.1f} s) had one core at "
+                 f">= {BUSY_CORE:.0f} % while the other {ncores - 1} averaged <= "
+                 f"{IDLE_OTHERS:.0f} % ({where})",
+        advice="the start-up is serial here; more cores do not help this part, fewer start-up "
+               "steps do (compile off or cached, one process instead of several).",
+    )]
+
+
+def rule_weights_from_disk(f: RunFacts) -> list[Finding]:
+    """``weights_from_disk``: the weights were read from storage, not the page cache."""
+    if f.page_cache != "cold":
+        return []
+    secs = f.substeps.get(f"{MODEL_LOADING}/weights") or _stage(f, MODEL_LOADING)
+    return [Finding(
+        id="weights_from_disk", stage=MODEL_LOADING, seconds_at_stake=secs,
+        evidence="the weights were evicted from the page cache before the run, so they were "
+                 f"read from storage (model_loading/weights {secs:.2f} s)" if secs is not None
+                 else "the weights were evicted from the page cache before the run",
+        advice="keep the weights in memory between start-ups (page cache, tmpfs, a local NVMe "
+               "copy) or use a streaming loader (--load-format runai_streamer/fastsafetensors).",
+    )]
+
+
+def rule_cuda_graph_capture(f: RunFacts) -> list[Finding]:
+    """``cuda_graph_capture_heavy``: many CUDA-graph capture sizes (GPU logs)."""
+    ev = f.log
+    secs = _stage(f, CUDA_GRAPH_CAPTURE)
+    n = ev.capture_sizes if ev is not None else None
+    if not n or n <= HEAVY_CAPTURE_SIZES or secs is None or secs < MIN_GPU_STAGE_S:
+        return []
+    return [Finding(
+        id="cuda_graph_capture_heavy", stage=CUDA_GRAPH_CAPTURE, seconds_at_stake=secs,
+        evidence=f"{n} CUDA-graph capture sizes configured; capture took {secs:.1f} s",
+        advice="capture only the batch sizes you serve (vLLM: --cuda-graph-sizes / "
+               "compilation_config max_cudagraph_capture_size); seconds at stake is the whole "
+               "capture, an upper bound.",
+    )]
+
+
+def rule_kv_profiling(f: RunFacts) -> list[Finding]:
+    """``kv_profiling_every_start``: memory profiling ran on a GPU start-up where its result
+    (the KV-cache size) could have been reused."""
+    ev = f.log
+    if ev is None or ev.device in (None, "cpu"):
+        return []
+    prof = ev.last("marker:memory_profiling_end") if hasattr(ev, "last") else None
+    rec = next((r for r in ev.records if r.name.endswith("memory_profiling_end")
+                and r.duration is not None), prof)
+    secs = rec.duration if rec is not None and rec.duration is not None else \
+        _stage(f, KV_CACHE_PROFILING)
+    if secs is None or secs < MIN_GPU_STAGE_S:
+        return []
+    quote = f"line {rec.line_no + 1}: {_quote(f.lines[rec.line_no])}" if rec is not None and \
+        rec.line_no < len(f.lines) else f"kv_cache_profiling took {secs:.1f} s"
+    return [Finding(
+        id="kv_profiling_every_start", stage=KV_CACHE_PROFILING, seconds_at_stake=secs,
+        evidence=quote,
+        advice="the profiling result is the same for the same model, GPU and settings: reuse it "
+               "(vLLM >= 0.32: VLLM_ENABLE_STARTUP_PLAN=1; older: --kv-cache-memory / "
+               "num_gpu_blocks_override from a previous run).",
+    )]
+
+
+def rule_engine_warnings(f: RunFacts) -> list[Finding]:
+    """``engine_warning``: any other WARNING/ERROR the engine logged during start-up, quoted
+    once per distinct message."""
+    seen: dict[str, tuple[int, str, str]] = {}
+    for i, text in _startup_lines(f):
+        clean = _ANSI.sub("", text)
+        m = _WARN.match(clean)
+        if not m or _LOAD_FAILED.search(clean) or _SHUTDOWN.search(clean):
+            continue
+        msg = m.group("msg").strip()
+        if msg and msg not in seen:
+            seen[msg] = (i, m.group("level"), m.group("where"))
+    out = []
+    for msg, (i, level, where) in list(seen.items())[:MAX_WARNINGS]:
+        out.append(Finding(
+            id="engine_warning", stage=None, seconds_at_stake=None,
+            evidence=f"line {i + 1}: {level} [{where}] {_quote(msg)}",
+            advice="the engine's own warning during start-up; coldscope cannot time its effect.",
+        ))
+    if len(seen) > MAX_WARNINGS:
+        out.append(Finding(
+            id="engine_warning", stage=None, seconds_at_stake=None,
+            evidence=f"{len(seen) - MAX_WARNINGS} more distinct warnings not listed",
+            advice="see the run's log.",
+        ))
+    return out
+
+
+RULES = (rule_compile_cache, rule_model_inspect, rule_repeated_imports, rule_single_core,
+         rule_weights_from_disk, rule_cuda_graph_capture, rule_kv_profiling,
+         rule_engine_warnings)
+
+
+def evaluate(facts: RunFacts) -> list[Finding]:
+    """All findings of one start-up, most seconds at stake first (engine warnings last)."""
+    out: list[Finding] = []
+    for rule in RULES:
+        out.extend(rule(facts))
+    return sorted(out, key=lambda x: (x.id == "engine_warning", -(x.seconds_at_stake or 0.0)))
+
+
+def findings_from_log(lines: Iterable[str]) -> list[Finding]:
+    """Findings of a log read on its own (cache state unknown)."""
+    return evaluate(facts_from_log(lines))
+
+
+def findings_for_run(record: Any, log: Sequence[Any] | None = None) -> list[Finding]:
+    """Findings of a profiled run (see ``facts_from_run``). Never raises on odd evidence: a
+    rule that fails is skipped, since findings must not cost the run."""
+    try:
+        facts = facts_from_run(record, log)
+    except (TypeError, ValueError, KeyError):
+        return []
+    out: list[Finding] = []
+    for rule in RULES:
+        try:
+            out.extend(rule(facts))
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError):
+            continue
+    return sorted(out, key=lambda x: (x.id == "engine_warning", -(x.seconds_at_stake or 0.0)))
+
+
+def findings_json(findings: Iterable[Finding]) -> list[dict]:
+    """The ``"findings"`` list of the JSON contract."""
+    return [f.model_dump(mode="json") for f in findings]
+
+
+def findings_table(findings: Sequence[Finding | Mapping[str, Any]]):
+    """A rich table of findings, printed after a timeline (profile, show, parse)."""
+    from rich import box
+    from rich.table import Table
+
+    items = [f if isinstance(f, Finding) else Finding.model_validate(f) for f in findings]
+    table = Table(title="findings", title_justify="left", box=box.SIMPLE_HEAVY)
+    table.add_column("finding")
+    table.add_column("stage")
+    table.add_column("s at stake", justify="right")
+    table.add_column("evidence / advice", overflow="fold")
+    if not items:
+        table.add_row("none", "", "", "no rule fired on this run's evidence")
+    for f in items:
+        secs = f"{f.seconds_at_stake:.1f}" if f.seconds_at_stake is not None else "?"
+        table.add_row(f.id, f.stage or "", secs, f"{f.evidence}\n[dim]→ {f.advice}[/dim]")
+    return table
