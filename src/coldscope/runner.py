@@ -419,7 +419,8 @@ def cache_dirs(config: RunConfig, run_id: str) -> CacheDirs:
 
 
 def run_once(config: RunConfig, *, run_id: str | None = None, cache_state: str | None = None,
-             on_line: Callable[[str], None] | None = None) -> tuple[dict, dict]:
+             on_line: Callable[[str], None] | None = None,
+             after_ready: Callable[[str, str], dict] | None = None) -> tuple[dict, dict]:
     """Launch, time, and stop the engine once. Returns (run record, raw evidence).
 
     Never raises for an engine failure: a failed run is returned with status "failed", its
@@ -556,6 +557,10 @@ def run_once(config: RunConfig, *, run_id: str | None = None, cache_state: str |
             ttft, _text = first_token(base, served, config.prompt, config.max_tokens,
                                       config.request_timeout)
             ev.first_token_at = ev.ready_at + ttft
+        if after_ready is not None:  # e.g. tune's verification, while the engine is still up
+            base = urllib.parse.urlunsplit(urllib.parse.urlsplit(health_url)._replace(path=""))
+            served = _flag(argv, "--served-model-name") or model or "default"
+            record["verification"] = after_ready(base, served)
         if receiver is not None:
             time.sleep(0.6)  # > OTEL_BSP_SCHEDULE_DELAY: let the last batch of spans arrive
         record["status"] = "ok"
