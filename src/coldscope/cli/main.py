@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                  "Simulate autoscaling with cold starts over a request trace."),
     "traces": ("coldscope.cli.simulate:traces", "Request traces: synthesise (synth)."),
     "report": ("coldscope.cli.report:report", "Write a self-contained HTML report of the runs."),
+    "serve": ("coldscope.cli.serve:serve", "Serve start-up metrics, runs, predictions, hints."),
 }
 
 

@@ -1,0 +1,120 @@
+"""``coldscope serve``: start-up observability and prediction as a local HTTP service."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import socket
+import stat
+
+import click
+
+from coldscope.cli.common import store_option
+from coldscope.errors import ColdscopeError
+
+
+@click.command("serve")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; loopback unless you say otherwise.")
+@click.option("--port", default=8780, show_default=True, type=click.IntRange(0, 65535))
+@store_option
+@click.option("--startup-model", "startup_model", type=click.Path(exists=True, dir_okay=False),
+              default=None, help="Startup model JSON (coldscope fit): enables /v1/predict, "
+                                 "scale hints from predictions and the prediction metrics.")
+@click.option("--watch", "watch", multiple=True, type=click.Path(),
+              help="Engine log file or directory to follow (repeatable).")
+@click.option("--glob", default="*.log", show_default=True,
+              help="File names to follow inside watched directories.")
+@click.option("--replica-label", default=None, metavar="REGEX",
+              help="Replica name from the log's path: the first group (or the match) of "
+                   "REGEX; default: the file name without .log.")
+@click.option("--timeout", default=900.0, show_default=True, type=click.FloatRange(min=1),
+              help="Seconds after its first line before a start-up that never became ready "
+                   "is stored as failed.")
+@click.option("--poll-interval", default=0.2, show_default=True,
+              type=click.FloatRange(0.01, 10), help="Seconds between looks at the logs.")
+@click.option("--model-root", "model_roots", multiple=True,
+              type=click.Path(exists=True, file_okay=False),
+              help="Directory whose models (and plan files) requests may name (repeatable); "
+                   "no path outside it is read.")
+@click.option("--token-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="File holding a bearer token every request must carry.")
+@click.option("--max-body", "max_body", default=1024 * 1024, show_default=True,
+              type=click.IntRange(1024), help="Largest request body, in bytes.")
+@click.option("--max-replicas", default=512, show_default=True, type=click.IntRange(1),
+              help="Distinct replica label values in the metrics (then 'other').")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
+              default="info", show_default=True)
+def serve(host, port, store_path, startup_model, watch, glob, replica_label, timeout,
+          poll_interval, model_roots, token_file, max_body, max_replicas, log_level):
+    """Serve start-up metrics, stored runs, predictions, plans and scale hints over HTTP,
+    watching engine logs for start-ups (Ctrl-C stops it)."""
+    import re
+
+    import uvicorn
+
+    from coldscope.serve.app import create_app
+    from coldscope.serve.service import ServeConfig, Service
+
+    if replica_label:
+        try:
+            re.compile(replica_label)
+        except re.error as exc:
+            raise ColdscopeError(f"--replica-label is not a regular expression: {exc}") from None
+    token = _read_token(token_file) if token_file else None
+    if not _is_loopback(host) and token is None:
+        click.echo(f"warning: listening on {host} without --token-file: anyone who can reach "
+                   "it can read runs and metrics", err=True)
+    _check_port(host, port)
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    config = ServeConfig(store=store_path, startup_model=startup_model, watch=list(watch),
+                         glob=glob, replica_label=replica_label, timeout=timeout,
+                         poll_interval=poll_interval, model_roots=list(model_roots),
+                         token=token, max_body_bytes=max_body, max_replicas=max_replicas)
+    service = Service(config)
+    app = create_app(service)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level,
+                                           access_log=False, lifespan="on"))
+    server.run()
+    if not server.started:
+        raise ColdscopeError(f"could not serve on {host}:{port} (see the log above)")
+
+
+def _read_token(path: str) -> str:
+    mode = os.stat(path).st_mode
+    if mode & (stat.S_IRGRP | stat.S_IROTH):
+        click.echo(f"warning: {path} is readable by other users; chmod 600 it", err=True)
+    try:
+        with open(path, encoding="utf-8") as f:
+            token = f.read().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ColdscopeError(f"cannot read --token-file {path}: {exc}") from None
+    if not token or any(c.isspace() for c in token) or len(token) > 4096:
+        raise ColdscopeError(f"--token-file {path} must hold one token (no spaces, at most "
+                             "4096 characters)")
+    return token
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_port(host: str, port: int) -> None:
+    """Fail with one line, before anything starts, when the address cannot be bound."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise ColdscopeError(f"--host {host}: {exc.strerror}") from None
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(addr)
+        except OSError as exc:
+            raise ColdscopeError(f"cannot listen on {host}:{port}: {exc.strerror}") from None

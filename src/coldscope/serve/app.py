@@ -1,0 +1,173 @@
+"""The HTTP face of ``coldscope serve``: a FastAPI app over a :class:`Service`.
+
+Every JSON answer is what the matching CLI command prints with ``--json`` (the handlers call
+the same functions). Safety is one small ASGI layer in front of everything, the OpenAPI pages
+included: a bearer token when one is configured (compared in constant time) and a bound on
+request bodies (413 past it, whether or not the client sent Content-Length). Bad input is a 400
+with ``{"error": "<one line>"}``, the CLI's one-line message.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+from fastapi import Body, FastAPI, Query, Request
+from fastapi.responses import JSONResponse, Response
+
+from coldscope import __version__
+from coldscope.errors import ColdscopeError
+from coldscope.serve.service import Service
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class Guard:
+    """Pure ASGI middleware: bearer token and request-body bound (cheaper per request than
+    Starlette's BaseHTTPMiddleware, which matters at hundreds of requests per second)."""
+
+    def __init__(self, app: Any, token: str | None, max_body_bytes: int):
+        self.app = app
+        self.expected = f"Bearer {token}".encode() if token else None
+        self.max_body = max_body_bytes
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        if self.expected is not None and not hmac.compare_digest(
+                headers.get(b"authorization", b""), self.expected):
+            await _reply(send, 401, {"error": "missing or wrong bearer token"},
+                         [(b"www-authenticate", b"Bearer")])
+            return
+        length = headers.get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_body):
+            await _reply(send, 413, {"error": f"request body over {self.max_body} bytes"})
+            return
+        seen = 0
+        started = False
+
+        async def bounded_receive() -> dict:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_body:
+                    raise _TooLarge
+            return message
+
+        async def tracked_send(message: dict) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, bounded_receive, tracked_send)
+        except _TooLarge:
+            if not started:
+                await _reply(send, 413, {"error": f"request body over {self.max_body} bytes"})
+
+
+async def _reply(send: Any, status: int, body: dict, extra: list | None = None) -> None:
+    import json
+
+    data = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(data)).encode()), *(extra or [])]})
+    await send({"type": "http.response.body", "body": data})
+
+
+def create_app(service: Service) -> FastAPI:
+    """The app; starting it (its lifespan) starts the watcher, stopping it stops it."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        service.start()
+        try:
+            yield
+        finally:
+            service.stop()
+
+    app = FastAPI(title="coldscope serve", version=__version__, lifespan=lifespan,
+                  description="Start-up observability and prediction for LLM-server fleets: "
+                              "watched start-ups as runs and Prometheus metrics, prediction, "
+                              "planning and scale hints with coldscope's own functions.")
+
+    @app.exception_handler(ColdscopeError)
+    async def user_error(request: Request, exc: ColdscopeError) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=_status_of(exc))
+
+    @app.post("/v1/predict", summary="coldscope predict --json")
+    async def predict(body: Annotated[dict[str, Any], Body(
+            description="a features document (`coldscope features --json`), "
+                        "{\"features\": {...}}, or {\"model\": PATH} under a --model-root; "
+                        "optional capture_sizes")]) -> JSONResponse:
+        # async: a prediction is well under a millisecond of CPU; a thread hop would cost more
+        return JSONResponse(service.predict(body))
+
+    @app.post("/v1/plan", summary="coldscope plan --json")
+    def plan(body: Annotated[dict[str, Any], Body(
+            description="plan options by their CLI names (model, params, dtype, gpu, mitigate, "
+                        "min_workers, products, sla_p99_ttft, cheapest, ...); file options "
+                        "(model, profile, traffic, trace, tiers) must lie under a "
+                        "--model-root")]) -> JSONResponse:
+        return JSONResponse(service.plan(body))
+
+    @app.get("/v1/runs", summary="coldscope runs --json")
+    def runs(status: str = Query("all", pattern="^(ok|failed|all)$"),
+             cache: str | None = Query(None, pattern="^(cold|warm)$"),
+             label: str | None = Query(None, max_length=200)) -> JSONResponse:
+        return JSONResponse(service.runs(None if status == "all" else status, cache, label))
+
+    @app.get("/v1/runs/{run_id}", summary="coldscope show RUN_ID --json")
+    def run(run_id: str) -> JSONResponse:
+        if len(run_id) > 200:
+            raise ColdscopeError("run id too long")
+        return JSONResponse(service.run(run_id))
+
+    @app.get("/v1/startups", summary="start-ups in progress in the watched logs")
+    def startups() -> JSONResponse:
+        return JSONResponse({"startups": service.in_progress()})
+
+    @app.get("/v1/scale-hint", summary="warm replicas needed now, by the planner's SLA search")
+    def scale_hint(model: str = Query(..., max_length=4096),
+                   rate: float = Query(..., ge=0, description="request rate now, req/s"),
+                   sla_p99_ttft: str = Query(..., max_length=32,
+                                             description="P99 TTFT SLA, e.g. 2s"),
+                   gpu: str | None = Query(None, max_length=64),
+                   replica_rps: float | None = Query(None, gt=0)) -> JSONResponse:
+        return JSONResponse(service.scale_hint(model, rate, sla_p99_ttft, gpu=gpu,
+                                               replica_rps=replica_rps))
+
+    @app.get("/metrics", summary="Prometheus metrics")
+    async def metrics() -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return Response(generate_latest(service.metrics.registry),
+                        media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/healthz", summary="liveness")
+    async def healthz() -> dict[str, Any]:
+        watcher = service.watcher
+        return {"ok": True, "watching": len(watcher.tails) if watcher else 0,
+                "stored": service.stored, "watch_errors": watcher.errors if watcher else 0}
+
+    app.add_middleware(Guard, token=service.config.token,
+                       max_body_bytes=service.config.max_body_bytes)
+    return app
+
+
+def _status_of(exc: ColdscopeError) -> int:
+    text = str(exc)
+    if text.startswith("no run ") or text.startswith("no store at"):
+        return 404
+    if text.startswith("no startup model loaded") or "not accepted" in text:
+        return 409
+    return 400

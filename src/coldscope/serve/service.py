@@ -1,0 +1,352 @@
+"""What ``coldscope serve`` does, apart from HTTP: watch logs, store runs, keep metrics, and
+answer predict / plan / runs / scale-hint questions with the same functions as the CLI.
+
+One ``Service`` per process. The watcher thread is the only writer of the store; request
+handlers open their own read connection per request (SQLite connections are per thread).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from coldscope.errors import ColdscopeError
+from coldscope.serve.metrics import StartupMetrics
+from coldscope.serve.runs import as_json, build_run
+from coldscope.serve.watcher import LogWatcher, Startup
+
+log = logging.getLogger("coldscope.serve")
+
+MAX_PATH_CHARS = 4096
+
+
+@dataclass
+class ServeConfig:
+    """Everything ``coldscope serve`` was told (the CLI builds it, tests too)."""
+
+    store: str | None = None
+    startup_model: str | None = None
+    watch: list[str] = field(default_factory=list)
+    glob: str = "*.log"
+    replica_label: str | None = None
+    timeout: float = 900.0
+    poll_interval: float = 0.2
+    model_roots: list[str] = field(default_factory=list)
+    token: str | None = None
+    max_body_bytes: int = 1024 * 1024
+    max_replicas: int = 512
+    max_models: int = 64
+
+
+class Service:
+    def __init__(self, config: ServeConfig):
+        from coldscope.store import default_store_path
+
+        self.config = config
+        self.store_path = Path(config.store) if config.store else default_store_path()
+        self.model_roots = [Path(r).resolve() for r in config.model_roots]
+        for root in self.model_roots:
+            if not root.is_dir():
+                raise ColdscopeError(f"--model-root {root} is not a directory")
+        self.startup_model = None
+        if config.startup_model:
+            from coldscope.predictor import StartupModel
+
+            self.startup_model = StartupModel.load(config.startup_model)
+        self.metrics = StartupMetrics(max_replicas=config.max_replicas,
+                                      max_models=config.max_models,
+                                      in_progress=self._in_progress)
+        self.watcher: LogWatcher | None = None
+        if config.watch:
+            self.watcher = LogWatcher(config.watch, on_finish=self._on_finish,
+                                      on_start=self._on_start, glob=config.glob,
+                                      replica_label=config.replica_label,
+                                      timeout=config.timeout, interval=config.poll_interval)
+        self._stored = 0
+        self._lock = threading.Lock()
+        self._predictions: dict[str, dict[str, Any] | None] = {}
+
+    # -- life ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.watcher is not None:
+            self.watcher.start()
+
+    def stop(self) -> None:
+        if self.watcher is not None:
+            self.watcher.stop()
+
+    @property
+    def stored(self) -> int:
+        """Runs this process stored from watched logs."""
+        return self._stored
+
+    # -- the watcher's side ----------------------------------------------------------------------
+
+    def _in_progress(self) -> list[tuple[str, float]]:
+        if self.watcher is None:
+            return []
+        now = self.watcher.clock()
+        return [(s.replica, now - s.first_seen) for s in self.watcher.running()]
+
+    def _on_start(self, s: Startup) -> None:
+        log.info("start-up of %s began (%s)", s.replica, s.path)
+
+    def _on_finish(self, s: Startup) -> None:
+        from coldscope.store import Store
+
+        run = build_run(s)
+        record = as_json(run)
+        with Store(self.store_path) as store:  # a connection per run: cheap, thread-safe
+            try:
+                store.run(record["id"])
+            except ColdscopeError:
+                store.add_run(run)
+            else:
+                log.info("start-up %s of %s is already stored", record["id"], s.replica)
+                return
+        self._stored += 1
+        log.info("stored %s: %s %s (%s)", record["id"], s.replica, record["status"],
+                 record.get("reason") or f"{record.get('time_to_ready_s')} s to ready")
+        self.metrics.observe(record, s.replica, self._prediction_for(record))
+
+    def _prediction_for(self, record: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The startup model's prediction for the run's model, when a model is loaded and the
+        run's model directory is found under a --model-root (by path, else by name)."""
+        if self.startup_model is None or not self.model_roots:
+            return None
+        model = record.get("model") or {}
+        engine = record.get("engine") or {}
+        path = model.get("path") or engine.get("model")
+        if not path:
+            return None
+        if path in self._predictions:
+            return self._predictions[path]
+        prediction = None
+        for candidate in (path, Path(path).name):
+            try:
+                prediction = self.predict({"model": candidate})
+                break
+            except ColdscopeError:
+                continue
+        self._predictions[path] = prediction
+        return prediction
+
+    # -- questions ---------------------------------------------------------------------------------
+
+    def resolve_model(self, path: str) -> Path:
+        """``path`` (absolute, or relative to a --model-root) if it lies inside a --model-root
+        once symlinks are resolved; a one-line error otherwise."""
+        if not self.model_roots:
+            raise ColdscopeError("model paths are not accepted: start serve with --model-root")
+        if not path or len(path) > MAX_PATH_CHARS or "\x00" in path:
+            raise ColdscopeError("model path is empty, too long or has a NUL byte")
+        given = Path(path)
+        candidates = [given] if given.is_absolute() else [r / given for r in self.model_roots]
+        inside = [c.resolve() for c in candidates
+                  if any(c.resolve().is_relative_to(r) for r in self.model_roots)]
+        if not inside:
+            raise ColdscopeError(f"model path {path!r} is outside every --model-root")
+        for resolved in inside:
+            if resolved.exists():
+                return resolved
+        raise ColdscopeError(f"no model at {path!r} under the --model-root(s)")
+
+    def predict(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """``predict --json`` for a features document, or ``{"model": path}`` under a model
+        root, with optional ``capture_sizes``."""
+        if self.startup_model is None:
+            raise ColdscopeError("no startup model loaded: start serve with --startup-model")
+        body = dict(body)
+        capture_sizes = body.pop("capture_sizes", None)
+        if capture_sizes is not None and (not isinstance(capture_sizes, int) or
+                                          isinstance(capture_sizes, bool) or capture_sizes < 0):
+            raise ColdscopeError("capture_sizes must be a non-negative integer")
+        if set(body) == {"model"}:
+            if not isinstance(body["model"], str):
+                raise ColdscopeError("model must be a path (a string)")
+            target: Any = str(self.resolve_model(body["model"]))
+        elif set(body) == {"features"}:
+            target = body["features"]
+        else:
+            target = body  # a features document as `coldscope features --json` prints it
+        if not isinstance(target, Mapping | str):
+            raise ColdscopeError("features must be a JSON object")
+        return predict_json(self.startup_model, target, capture_sizes=capture_sizes)
+
+    def plan(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """``plan --json`` for plan options given by their CLI names. Files named in the body
+        must lie under a --model-root; the startup model and the store are serve's own."""
+        try:
+            from coldscope.plan import PlanRequest, plan
+        except ImportError:
+            raise ColdscopeError("this coldscope has no plan function for serve") from None
+        options = dict(body)
+        for key in ("startup_model", "store"):
+            if key in options:
+                raise ColdscopeError(f"{key} is serve's own (--{key.replace('_', '-')}); "
+                                     "it cannot be set per request")
+        for key in _PLAN_FILES:
+            if options.get(key) is not None:
+                if not isinstance(options[key], str):
+                    raise ColdscopeError(f"{key} must be a path (a string)")
+                options[key] = str(self.resolve_model(options[key]))
+        if self.config.startup_model and options.get("model") is not None:
+            options["startup_model"] = self.config.startup_model
+        options["store"] = str(self.store_path)
+        try:
+            request = PlanRequest(**options)
+        except ValidationError as exc:
+            raise ColdscopeError(_one_line(exc)) from None
+        return _dump(plan(request))
+
+    def scale_hint(self, model: str, rate: float, sla: str, *, gpu: str | None = None,
+                   replica_rps: float | None = None) -> dict[str, Any]:
+        """The warm replicas the planner's SLA search asks for now, and the start-up it used:
+        the startup model's prediction for ``model`` (a directory under a --model-root) when
+        there is one, else the observed start-ups of ``model`` in the store (median, P90)."""
+        try:
+            from coldscope.plan import ScaleHintRequest, scale_hint
+        except ImportError:
+            raise ColdscopeError("this coldscope has no scale-hint function") from None
+        startup, source, params = None, None, None
+        if self.startup_model is not None and self.model_roots:
+            try:
+                path = self.resolve_model(model)
+            except ColdscopeError:
+                path = None
+            if path is not None:
+                from coldscope.features import model_features
+
+                features = model_features(path)
+                prediction = predict_json(self.startup_model, str(path))
+                startup = _interval_dict(prediction["interval"])
+                source = f"predicted by the startup model for {path.name}"
+                params = getattr(features, "params", None)
+        if startup is None:
+            observed = self.observed_startup(model)
+            if observed is not None:
+                startup = {"low": observed["low"], "high": observed["high"]}
+                source = f"observed: median and P90 of {observed['n']} stored start-up(s)"
+        if startup is None:
+            raise ColdscopeError(f"no start-up known for model {model!r}: no prediction (needs "
+                                 "--startup-model and the model under a --model-root) and no "
+                                 "stored start-up of it")
+        fields: dict[str, Any] = {"rate_rps": rate, "sla_p99_ttft": sla, "startup_s": startup,
+                                  "gpu": gpu, "replica_rps": replica_rps, "params": params}
+        if "startup_source" in getattr(ScaleHintRequest, "model_fields", {}):
+            fields["startup_source"] = source
+        try:
+            request = ScaleHintRequest(**fields)
+        except ValidationError as exc:
+            raise ColdscopeError(_one_line(exc)) from None
+        return _dump(scale_hint(request))
+
+    def runs(self, status: str | None = None, cache: str | None = None,
+             label: str | None = None) -> dict[str, Any]:
+        """``runs --json``."""
+        from coldscope.cli.profile import contract
+        from coldscope.store import Store
+
+        with Store(self.store_path, create=False) as store:
+            return {"runs": [contract(as_json(r)) for r in
+                             store.runs(status=status, cache=cache, label=label)]}
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        """``show --json``."""
+        from coldscope.cli.profile import contract
+        from coldscope.store import Store
+
+        with Store(self.store_path, create=False) as store:
+            return contract(as_json(store.run(run_id)))
+
+    def in_progress(self) -> list[dict[str, Any]]:
+        """Start-ups seen and not yet ready, with what their lines show so far."""
+        if self.watcher is None:
+            return []
+        from coldscope.capture.logs import log_timeline, parse_vllm_log
+        from coldscope.timeline import timeline_dict
+
+        now = self.watcher.clock()
+        out = []
+        for s in self.watcher.running():
+            tl = timeline_dict(log_timeline(parse_vllm_log(list(s.lines))))
+            out.append({"replica": s.replica, "path": s.path, "status": "running",
+                        "seconds_since_first_line": round(now - s.first_seen, 3),
+                        "lines": len(s.lines), "stages_so_far": tl["stages"]})
+        return out
+
+    def observed_startup(self, model: str) -> dict[str, float] | None:
+        """{low: median, high: P90} of the stored time to ready of ``model`` (by name)."""
+        from coldscope.store import Store
+
+        if not self.store_path.exists():
+            return None
+        with Store(self.store_path, create=False) as store:
+            runs = [as_json(r) for r in store.runs("ok")]
+        name = Path(model).name
+        ttrs = sorted(r["time_to_ready_s"] for r in runs
+                      if r.get("time_to_ready_s") is not None and
+                      ((r.get("model") or {}).get("name") == name or
+                       Path((r.get("model") or {}).get("path") or "").name == name))
+        if not ttrs:
+            return None
+        return {"low": _quantile(ttrs, 0.5), "high": _quantile(ttrs, 0.9), "n": len(ttrs)}
+
+
+_PLAN_FILES = ("model", "profile", "traffic", "trace", "tiers")
+
+
+def _dump(obj: Any) -> dict[str, Any]:
+    """A report object as its command's --json prints it."""
+    if hasattr(obj, "to_json"):
+        return obj.to_json()
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json")
+    return dict(obj)
+
+
+def _one_line(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err.get("loc", ())) or "request"
+    return f"{where}: {err.get('msg')}"
+
+
+def _interval_dict(value: Any) -> dict[str, float]:
+    if isinstance(value, Mapping):
+        return {"low": float(value["low"]), "high": float(value["high"])}
+    return {"low": float(value[0]), "high": float(value[1])}
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolated quantile (numpy's default) of sorted values."""
+    pos = (len(sorted_values) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def predict_json(model: Any, target: Any, capture_sizes: int | None = None) -> dict[str, Any]:
+    """What ``predict --json`` prints for ``target`` (a model path or a features dict)."""
+    try:
+        from coldscope.predictor import predict_json as shared
+    except ImportError:
+        shared = None
+    if shared is not None:
+        return shared(model, target, capture_sizes=capture_sizes)
+    from coldscope.features import ModelFeatures, model_features
+
+    if isinstance(target, Mapping):
+        try:
+            features = ModelFeatures.model_validate(target)
+        except ValidationError as exc:
+            raise ColdscopeError(f"not a features document: {exc.errors()[0]['msg']}") from None
+    else:
+        features = model_features(target)
+    return model.predict(features, capture_sizes=capture_sizes).to_dict()

@@ -1,0 +1,387 @@
+"""Follow engine log files as they are written and cut them into start-ups.
+
+A fleet writes one log per replica (a pod's log file, a systemd unit's journal export, a
+terminal redirected to a file). The watcher polls the files and directories it is given, reads
+what was appended since the last poll, and runs each replica's lines through a small state
+machine that recognises where a start-up begins, when it became ready, and when it failed.
+Everything a line *means* comes from the same adapters as ``coldscope parse``
+(:func:`coldscope.capture.logs.parse_vllm_log`); this module only decides where one start-up's
+lines begin and end.
+
+Why polling and not inotify: it works the same on every filesystem (NFS, overlay, bind mounts
+of pod logs), needs no extra dependency, and at the default 0.2 s period costs a few stat calls
+per file — well under 1 % of a core for hundreds of files (``benches/bench_serve_watch.py``).
+
+File events handled:
+
+* new files in a watched directory (matching ``--glob``, recursively);
+* appends (partial last lines wait for their newline);
+* rotation (the path now names another inode: the old file is drained, then the new one is
+  read from its start, continuing the replica's start-up);
+* truncation (the size fell below what was read: read again from the start);
+* deletion or a file that cannot be read: an error is logged once and the watcher goes on.
+
+A start-up begins at a file's first line, or — after the previous one finished — at the next
+line that opens a start-up (the API server's version banner or the engine's
+``Initializing … LLM engine (vX)`` line). It is *running* until a ready line (``Application
+startup complete``, or the paper harness's ``initialize_engine took``), a failure line
+(``Engine core initialization failed``, ``EngineCore failed to start``, ``Application startup
+failed``), a second start line of the same kind (the replica restarted), or ``timeout`` seconds
+without becoming ready.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from coldscope.capture.logs import APP_STARTUP_COMPLETE, HARNESS_END, parse_vllm_log
+
+log = logging.getLogger("coldscope.serve.watcher")
+
+#: Lines that say the start-up failed (vLLM V1 engine core, its API server, uvicorn).
+FAILURE = re.compile(
+    r"Engine core initialization failed|EngineCore failed to start|"
+    r"Engine process failed to start|Application startup failed"
+)
+_READY_NAMES = frozenset({APP_STARTUP_COMPLETE, HARNESS_END})
+
+#: Longest line kept (bytes); longer ones are cut, so one runaway line cannot exhaust memory.
+MAX_LINE_BYTES = 64 * 1024
+#: Most lines one start-up may hold before it is failed as runaway.
+MAX_STARTUP_LINES = 200_000
+#: Most bytes read from one file per poll (the rest is read on the next poll).
+MAX_READ_BYTES = 4 * 1024 * 1024
+
+
+def classify(line: str) -> str | None:
+    """What one line means to the state machine: ``"start:server"``, ``"start:engine"``,
+    ``"ready"``, ``"failed"`` or None.
+
+    A cheap substring test runs first; only candidate lines go through the parser, so the
+    per-line cost stays low for the thousands of lines a start-up prints.
+    """
+    if FAILURE.search(line):
+        return "failed"
+    if "startup complete" in line or "initialize_engine took" in line:
+        ev = parse_vllm_log([line])
+        if any(r.name in _READY_NAMES for r in ev.records):
+            return "ready"
+    if "version" in line or "LLM engine (v" in line:
+        ev = parse_vllm_log([line])
+        if ev.version is not None:
+            return "start:engine" if "LLM engine (v" in line else "start:server"
+    return None
+
+
+@dataclass
+class Startup:
+    """One start-up seen in one replica's log: its lines so far and where it stands.
+
+    ``first_seen``/``last_line_at`` are on the watcher's clock (monotonic seconds);
+    ``started_wall`` is the wall-clock time the first line was read. ``confirmed`` becomes
+    True once a line shows it is an engine start-up (a start or ready line); unconfirmed
+    text (a file that is not an engine log) is never reported or stored.
+    """
+
+    replica: str
+    path: str
+    seq: int
+    first_seen: float
+    started_wall: float
+    lines: list[str] = field(default_factory=list)
+    last_line_at: float = 0.0
+    confirmed: bool = False
+    kinds: set[str] = field(default_factory=set)
+    status: str = "running"
+    reason: str | None = None
+    finished_at: float | None = None
+
+    @property
+    def elapsed(self) -> float:
+        return (self.finished_at if self.finished_at is not None else self.last_line_at) - \
+            self.first_seen
+
+
+class _Stream:
+    """The start-up state machine of one replica (one watched path)."""
+
+    def __init__(self, replica: str, path: str, timeout: float,
+                 on_finish: Callable[[Startup], None], on_start: Callable[[Startup], None]):
+        self.replica, self.path, self.timeout = replica, path, timeout
+        self.on_finish, self.on_start = on_finish, on_start
+        self.current: Startup | None = None
+        self.seq = 0
+
+    def _begin(self, now: float) -> Startup:
+        self.seq += 1
+        self.current = Startup(self.replica, self.path, self.seq, now, time.time(),
+                               last_line_at=now)
+        return self.current
+
+    def _finish(self, s: Startup, status: str, reason: str | None, now: float) -> None:
+        s.status, s.reason, s.finished_at = status, reason, now
+        if s.confirmed:
+            self.on_finish(s)
+
+    def feed(self, line: str, now: float) -> None:
+        kind = classify(line)
+        cur = self.current
+        if cur is None:
+            cur = self._begin(now)  # a file's first line opens its first start-up
+        elif cur.status != "running":
+            if kind is None or not kind.startswith("start:"):
+                return  # after ready: requests, shutdown; nothing to do until the next start
+            cur = self._begin(now)
+        elif kind is not None and kind.startswith("start:") and kind in cur.kinds:
+            self._finish(cur, "failed", "a new start-up began before this one became ready",
+                         now)
+            cur = self._begin(now)
+        cur.lines.append(line)
+        cur.last_line_at = now
+        if kind is not None and kind.startswith("start:"):
+            cur.kinds.add(kind)
+            if not cur.confirmed:
+                cur.confirmed = True
+                self.on_start(cur)
+        elif kind == "ready":
+            if not cur.confirmed:
+                cur.confirmed = True
+                self.on_start(cur)
+            self._finish(cur, "ok", None, now)
+        elif kind == "failed" and cur.confirmed:
+            self._finish(cur, "failed", f"the log says so: {line.strip()[:300]}", now)
+        elif len(cur.lines) >= MAX_STARTUP_LINES:
+            if cur.confirmed:
+                self._finish(cur, "failed", f"no ready line in {MAX_STARTUP_LINES} lines", now)
+            else:
+                self.current = None  # not an engine log (yet): forget the text, keep following
+
+    def check_timeout(self, now: float) -> None:
+        cur = self.current
+        if cur is not None and cur.status == "running" and cur.confirmed and \
+                now - cur.first_seen > self.timeout:
+            self._finish(cur, "failed", f"not ready {self.timeout:g} s after its first line",
+                         now)
+
+    def running(self) -> Startup | None:
+        cur = self.current
+        return cur if cur is not None and cur.status == "running" and cur.confirmed else None
+
+
+class _Tail:
+    """An open file being followed, and how far it has been read."""
+
+    def __init__(self, path: str, stream: _Stream):
+        self.path, self.stream = path, stream
+        self.fd: int | None = None
+        self.ident: tuple[int, int] | None = None
+        self.pos = 0
+        self.buf = b""
+        self.error: str | None = None  # the last error logged, so each is logged once
+
+    def close(self) -> None:
+        if self.fd is not None:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+        self.fd, self.ident, self.pos, self.buf = None, None, 0, b""
+
+    def _problem(self, message: str) -> None:
+        if self.error != message:
+            log.error("%s", message)
+            self.error = message
+
+    def _read(self, now: float) -> int:
+        """Read what was appended; feed complete lines. Returns the bytes read."""
+        assert self.fd is not None
+        try:
+            chunk = os.pread(self.fd, MAX_READ_BYTES, self.pos)
+        except OSError as exc:
+            self._problem(f"cannot read {self.path}: {exc.strerror}")
+            return 0
+        if not chunk:
+            return 0
+        self.pos += len(chunk)
+        data = self.buf + chunk
+        parts = data.split(b"\n")
+        self.buf = parts.pop()
+        if len(self.buf) > MAX_LINE_BYTES:  # a line with no end in sight: cut it here
+            parts.append(self.buf)
+            self.buf = b""
+        for raw in parts:
+            self.stream.feed(raw[:MAX_LINE_BYTES].decode("utf-8", "replace"), now)
+        return len(chunk)
+
+    def poll(self, now: float) -> None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            if self.fd is not None:
+                self._read(now)  # drain what the writer wrote before the rename / deletion
+                self.close()
+                log.warning("%s is gone (deleted or rotated); waiting for it to reappear",
+                            self.path)
+            return
+        except OSError as exc:
+            self._problem(f"cannot stat {self.path}: {exc.strerror}")
+            return
+        ident = (st.st_dev, st.st_ino)
+        if self.fd is not None and ident != self.ident:
+            self._read(now)  # rotated: finish the old file, then follow the new one
+            self.close()
+            log.info("%s was rotated; following the new file", self.path)
+        if self.fd is None:
+            try:
+                self.fd = os.open(self.path, os.O_RDONLY)
+            except OSError as exc:
+                self._problem(f"cannot open {self.path}: {exc.strerror}")
+                return
+            self.ident, self.pos, self.buf, self.error = ident, 0, b"", None
+        elif st.st_size < self.pos:
+            log.info("%s was truncated; reading it again from the start", self.path)
+            self.pos, self.buf = 0, b""
+        if st.st_size > self.pos:
+            while self._read(now) == MAX_READ_BYTES:
+                pass
+
+
+def replica_name(path: str, pattern: re.Pattern[str] | None) -> str:
+    """The replica a log belongs to: the first group (or the whole match) of ``pattern``
+    searched in the path, else the file name without its extension."""
+    if pattern is not None:
+        m = pattern.search(path)
+        if m:
+            return m.group(1) if m.groups() else m.group(0)
+    name = os.path.basename(path)
+    return name[: -len(".log")] if name.endswith(".log") else name
+
+
+class LogWatcher:
+    """Follow ``targets`` (files or directories) and report start-ups.
+
+    ``on_start(startup)`` is called when a start-up is recognised, ``on_finish(startup)`` once
+    it is ready or failed (status ``ok`` / ``failed``, with ``reason``). Both are called from
+    the polling thread; exceptions they raise are logged, never fatal.
+    ``clock`` is injectable so tests can drive time.
+    """
+
+    def __init__(self, targets: Iterable[str | Path], *, on_finish: Callable[[Startup], None],
+                 on_start: Callable[[Startup], None] | None = None, glob: str = "*.log",
+                 replica_label: str | None = None, timeout: float = 900.0,
+                 interval: float = 0.2, scan_interval: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.targets = [str(t) for t in targets]
+        self.glob = glob
+        self.replica_label = re.compile(replica_label) if replica_label else None
+        self.timeout, self.interval, self.scan_interval = timeout, interval, scan_interval
+        self.clock = clock
+        self._on_finish, self._on_start = on_finish, on_start or (lambda s: None)
+        self.tails: dict[str, _Tail] = {}
+        self._last_scan = -float("inf")
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.errors = 0
+        self._scan_errors: set[str] = set()
+
+    # -- callbacks, guarded --------------------------------------------------------------------
+
+    def _guard(self, fn: Callable[[Startup], None], s: Startup) -> None:
+        try:
+            fn(s)
+        except Exception:  # a bad start-up must not stop the watcher
+            self.errors += 1
+            log.exception("handling the start-up of %s (%s) failed", s.replica, s.path)
+
+    # -- discovery -----------------------------------------------------------------------------
+
+    def _files(self) -> list[str]:
+        found: list[str] = []
+        for target in self.targets:
+            if os.path.isdir(target):
+                for root, dirs, files in os.walk(target, onerror=self._walk_error):
+                    dirs.sort()
+                    for name in sorted(files):
+                        if fnmatch.fnmatch(name, self.glob):
+                            found.append(os.path.join(root, name))
+            else:
+                found.append(target)  # a file, present or still to come
+        return found
+
+    def _walk_error(self, exc: OSError) -> None:
+        message = f"cannot list {exc.filename}: {exc.strerror}"
+        if message not in self._scan_errors:
+            self._scan_errors.add(message)
+            self.errors += 1
+            log.error("%s", message)
+
+    def _scan(self) -> None:
+        followed = {t.ident for t in self.tails.values() if t.ident is not None}
+        for path in self._files():
+            if path in self.tails:
+                continue
+            try:
+                st = os.stat(path)
+            except OSError:
+                if path not in self.targets:
+                    continue
+            else:
+                if (st.st_dev, st.st_ino) in followed:
+                    continue  # a file we follow, renamed by rotation: not a new replica
+            stream = _Stream(replica_name(path, self.replica_label), path, self.timeout,
+                             lambda s: self._guard(self._on_finish, s),
+                             lambda s: self._guard(self._on_start, s))
+            self.tails[path] = _Tail(path, stream)
+
+    # -- polling -------------------------------------------------------------------------------
+
+    def poll_once(self) -> None:
+        """One pass: discover files (every ``scan_interval``), read appends, apply timeouts."""
+        with self._lock:
+            now = self.clock()
+            if now - self._last_scan >= self.scan_interval:
+                self._last_scan = now
+                self._scan()
+            for tail in list(self.tails.values()):
+                try:
+                    tail.poll(now)
+                except Exception:
+                    self.errors += 1
+                    log.exception("following %s failed", tail.path)
+                tail.stream.check_timeout(now)
+
+    def running(self) -> list[Startup]:
+        """Start-ups recognised and not yet ready, failed or timed out."""
+        with self._lock:
+            return [s for t in self.tails.values() if (s := t.stream.running()) is not None]
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            self.poll_once()
+            self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._loop, name="coldscope-watch",
+                                            daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        with self._lock:
+            for tail in self.tails.values():
+                tail.close()
