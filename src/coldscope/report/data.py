@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
 from coldscope.errors import ColdscopeError
 from coldscope.stages import (
     BOOTSTRAP,
@@ -189,7 +191,13 @@ def breakdown(groups: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         if g["dataset"] not in within:
             within[g["dataset"]] = varying_dimensions(
                 [h["dims"] for h in groups if h["dataset"] == g["dataset"]])
-    for g in groups:
+    ordered = list(groups)
+    # Engine versions read in version order (0.9 before 0.10, rc before its release), whatever
+    # order the runs were made in; other configurations keep their order of first appearance.
+    ordered.sort(key=lambda g: _natural(g["dims"].get("engine"))
+                 if "engine" in within[g["dataset"]] else (2,))
+    ordered.sort(key=lambda g: list(within).index(g["dataset"]))
+    for g in ordered:
         runs = g["runs"]
         shown = [str(g["dims"][d]) for d in within[g["dataset"]] if g["dims"][d] is not None]
         na = set().union(*(set(r.get("not_applicable") or []) for r in runs))
@@ -424,9 +432,24 @@ def _series_name(group: Mapping[str, Any], own_dims: tuple[str, ...]) -> str:
 # -- 4. comparisons ----------------------------------------------------------------------------
 
 def _natural(value: str | None) -> tuple:
-    """Sort key that orders ``v0.3.1`` before ``v0.10.0`` and ``8`` before ``56``."""
-    return tuple((0, int(p)) if p.isdigit() else (1, p)
-                 for p in re.split(r"(\d+)", str(value or "")) if p)
+    """Sort key that orders ``v0.3.1`` before ``v0.10.0`` and ``8`` before ``56``; values that
+    hold a version (``vllm 0.10.0rc1``) are ordered as versions (PEP 440: a release candidate
+    before its release, a post-release after it), text around it first."""
+    text = str(value or "")
+    m = _VERSION_IN_TEXT.search(text)
+    if m:
+        try:
+            v = Version(m.group(0))
+        except InvalidVersion:
+            pass
+        else:
+            return (0, text[:m.start()], v, text[m.end():])
+    return (1, tuple((0, int(p)) if p.isdigit() else (1, p)
+                     for p in re.split(r"(\d+)", text) if p))
+
+
+_VERSION_IN_TEXT = re.compile(r"(?<![\w.])v?\d+(?:\.\d+)+(?:[.-]?(?:a|b|rc|post|dev)\d*)*"
+                              r"(?:\+[\w.]+)?(?![\w.])")
 
 
 #: Baselines people expect when two values are equally common (cold before warm, ...).
@@ -546,6 +569,78 @@ def _cell(predicted: float, interval: tuple[float, float],
             "inside": None if mean is None else interval[0] <= mean <= interval[1]}
 
 
+# -- 0. key findings --------------------------------------------------------------------------
+
+#: How many of each kind of key finding the top of the page shows.
+KEY_STAGES, KEY_FINDINGS = 3, 5
+
+
+def key_findings(rows: Sequence[Mapping[str, Any]], cmps: Sequence[Mapping[str, Any]],
+                 records: Sequence[Any]) -> dict[str, Any]:
+    """What a reader should see first: the stages that take most of the start-up, the findings
+    of the runs (``run.findings``, grouped by id, largest seconds at stake first), and the
+    largest change between two compared configurations.
+
+    ``rows``: ``breakdown`` rows (the first dataset is used: for the paper, its main table);
+    ``cmps``: ``comparisons``. Stage shares are of the summed mean time to ready over the
+    configurations, so each configuration weighs the same however many runs it has.
+    """
+    first = [r for r in rows if r["dataset"] == rows[0]["dataset"]] if rows else []
+    total = sum((r["total"] or {}).get("mean") or 0.0 for r in first)
+    stages = []
+    for b in BUCKETS:
+        if b == UNATTRIBUTED:
+            continue
+        means = [(r["buckets"].get(b) or {}).get("mean") for r in first]
+        known = [m for m in means if m is not None]
+        if known and total > 0:
+            stages.append({"stage": b, "mean_s": statistics.fmean(known),
+                           "share": sum(known) / total})
+    stages.sort(key=lambda s: -s["share"])
+    by_id: dict[str, dict[str, Any]] = {}
+    for rec in records:
+        for f in _findings_of(rec):
+            entry = by_id.setdefault(f["id"], {
+                "id": f["id"], "stage": f.get("stage"), "runs": 0, "at_stake": [],
+                "evidence": f.get("evidence"), "advice": f.get("advice")})
+            entry["runs"] += 1
+            if f.get("seconds_at_stake") is not None:
+                entry["at_stake"].append(float(f["seconds_at_stake"]))
+    findings = []
+    for entry in by_id.values():
+        stake = entry.pop("at_stake")
+        entry["seconds_at_stake"] = statistics.median(stake) if stake else None
+        findings.append(entry)
+    findings.sort(key=lambda f: (-(f["seconds_at_stake"] or 0.0), -f["runs"], f["id"]))
+    return {"stages": stages[:KEY_STAGES], "findings": findings[:KEY_FINDINGS],
+            "findings_total": len(findings), "runs": len(records),
+            "change": _largest_change(cmps)}
+
+
+def _findings_of(record: Any) -> list[dict[str, Any]]:
+    found = record.get("findings") if isinstance(record, Mapping) else getattr(
+        record, "findings", None)
+    return [f if isinstance(f, Mapping) else f.model_dump() for f in found or []]
+
+
+def _largest_change(cmps: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The comparison whose time to ready changed most (furthest from 1× on a log scale), with
+    the stage that changed most within it."""
+    best = None
+    for c in cmps:
+        g = c["geomean"].get(TOTAL)
+        if not g:
+            continue
+        if best is None or abs(math.log(g)) > abs(math.log(best["ratio"])):
+            stage = max((b for b in BUCKETS if c["geomean"].get(b)),
+                        key=lambda b: abs(math.log(c["geomean"][b])), default=None)
+            best = {"dimension": c["dimension"], "title": c["title"], "baseline": c["baseline"],
+                    "other": c["other"], "ratio": g, "pairs": len(c["pairs"]),
+                    "stage": stage,
+                    "stage_ratio": c["geomean"][stage] if stage else None}
+    return best
+
+
 # -- the whole report --------------------------------------------------------------------------
 
 def build_report_data(records: Sequence[Mapping[str, Any]], *,
@@ -571,16 +666,18 @@ def build_report_data(records: Sequence[Mapping[str, Any]], *,
         if cpu is not None:
             cpu["group"] = g["name"]
             cpus.append(cpu)
+    rows, cmps = breakdown(groups), comparisons(groups)
     return {
         "title": title, "source": source, "notes": list(notes),
         "runs": len(records), "configurations": len(groups),
         "varying": varying_dimensions([g["dims"] for g in groups]),
         "datasets": sorted({str(g["dataset"]) for g in groups if g["dataset"]}),
-        "breakdown": breakdown(groups),
+        "key_findings": key_findings(rows, cmps, records),
+        "breakdown": rows,
         "timelines": timelines,
         "cpu": cpus,
         "scaling": scaling(groups, features),
-        "comparisons": comparisons(groups),
+        "comparisons": cmps,
         "predictions": predictions(groups, features, startup_model) if startup_model else None,
         "run_table": [run_row(r) for r in records],
     }

@@ -170,6 +170,12 @@ class Svg:
         self.text(14, mid, caption, anchor="middle", cls="caption",
                   extra=f' transform="rotate(-90 14 {mid:.1f})"')
 
+    def gantt(self, left: float, right: float, end: float) -> str:
+        """The markup of a zoomable Gantt: the plot's pixel range and time span ride along."""
+        return str(self).replace(
+            "<svg ", f'<svg data-left="{left:.1f}" data-right="{right:.1f}" '
+                     f'data-end="{end:.6g}" ', 1)
+
     def __str__(self) -> str:
         return (f'<svg class="{self.cls}" role="img" viewBox="0 0 {self.width:.0f} '
                 f'{self.height:.0f}" width="{self.width:.0f}" height="{self.height:.0f}" '
@@ -192,9 +198,17 @@ def csv_link(name: str, rows: Sequence[Mapping[str, Any]],
 
 
 def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], caption: str = "",
-          numeric_from: int = 1) -> str:
-    head = "".join(f'<th scope="col"{" class=num" if i >= numeric_from else ""}>{esc(c)}</th>'
-                   for i, c in enumerate(columns))
+          numeric_from: int = 1, sticky_last: bool = False) -> str:
+    """A table whose first column (the row's name) stays in view when it scrolls sideways;
+    with ``sticky_last`` the last column (time to ready) stays in view too."""
+    n = len(columns)
+
+    def cls(i: int) -> str:
+        names = (["num"] if i >= numeric_from else []) + (
+            ["pin"] if sticky_last and i == n - 1 else [])
+        return f' class="{" ".join(names)}"' if names else ""
+
+    head = "".join(f'<th scope="col"{cls(i)}>{esc(c)}</th>' for i, c in enumerate(columns))
     body = []
     for row in rows:
         cells = []
@@ -202,7 +216,7 @@ def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], caption: str = 
             if i == 0:
                 cells.append(f'<th scope="row">{v}</th>')
             else:
-                cells.append(f'<td{" class=num" if i >= numeric_from else ""}>{v}</td>')
+                cells.append(f'<td{cls(i)}>{v}</td>')
         body.append("<tr>" + "".join(cells) + "</tr>")
     cap = f"<caption>{esc(caption)}</caption>" if caption else ""
     return (f'<div class="table-wrap"><table>{cap}<thead><tr>{head}</tr></thead>'
@@ -210,27 +224,38 @@ def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], caption: str = 
 
 
 def figure(chart_id: str, title: str, chart: str, tables: str, downloads: str,
-           note: str = "", side: bool = False) -> str:
-    """One chart with its title, note, table (beside it when ``side``) and CSV link."""
+           note: str = "", side: bool = False, keys: str = "", tools: str = "") -> str:
+    """One chart with its title, legend (``keys``, see ``legend``), note, table (beside it
+    when ``side``) and CSV link. Every chart gets its own legend: a reader who jumps to one
+    chart should not have to scroll back to the page header to decode its colours."""
     cls = "figure side" if side else "figure"
     note_html = f'<p class="note">{note}</p>' if note else ""
     return (f'<figure class="{cls}" id="{esc(chart_id)}" data-chart="{esc(chart_id)}">'
-            f'<figcaption><span>{esc(title)}</span><span class="downloads">{downloads}</span>'
-            f'</figcaption>{note_html}<div class="body"><div class="plot">{chart}</div>'
-            f'<div class="data">{tables}</div></div></figure>')
+            f'<figcaption><span>{esc(title)}</span><span class="downloads">{tools}{downloads}'
+            f'</span></figcaption>{note_html}{keys}<div class="body"><div class="plot">{chart}'
+            f'</div><div class="data">{tables}</div></div></figure>')
 
 
 def empty(text: str) -> str:
     return f'<p class="empty">{esc(text)}</p>'
 
 
-def legend(buckets: Sequence[str] = BUCKETS) -> str:
-    items = []
-    for b in buckets:
-        style = ("background: repeating-linear-gradient(45deg,#eee 0 3px,#b5aca6 3px 5px)"
-                 if b == UNATTRIBUTED else f"background:{COLORS[b]}")
-        items.append(f'<span class="key"><i style="{style}"></i>{esc(label(b))}</span>')
-    return '<div class="legend">' + "".join(items) + "</div>"
+#: Legend swatch styles for marks that are not a bucket's colour.
+HATCH = "background: repeating-linear-gradient(45deg,#eee 0 3px,#b5aca6 3px 5px)"
+
+
+def key(text: str, style: str, shape: str = "") -> str:
+    """One legend entry: a swatch (``shape``: "" square, "dot", "line", "dash", "diamond",
+    "ring") styled by ``style``, then its text."""
+    cls = f' class="{shape}"' if shape else ""
+    return f'<span class="key"><i{cls} style="{style}"></i>{esc(text)}</span>'
+
+
+def legend(buckets: Sequence[str] = BUCKETS, extra: Sequence[str] = ()) -> str:
+    """A legend of bucket colours (in stage order), followed by ``extra`` entries (``key``)."""
+    items = [key(label(b), HATCH if b == UNATTRIBUTED else f"background:{COLORS[b]}")
+             for b in buckets]
+    return '<div class="legend">' + "".join([*items, *extra]) + "</div>"
 
 
 def fill(bucket: str) -> str:
@@ -319,11 +344,15 @@ def breakdown_section(data: Mapping[str, Any]) -> str:
                 f' <small>±{fmt_s(t["sd"], "")}</small>' if t and t["n"] > 1 else "")
                 if t else "–")
             trows.append(cells)
-        tbl = table(["configuration", "runs", *(label(b) for b in shown), "time to ready"],
-                    trows, caption="seconds, mean ± sd over repetitions")
+        tbl = table(["configuration", "runs", *(f"{label(b)} s" for b in shown),
+                     "time to ready s"],
+                    trows, caption="seconds, mean ± sd over repetitions", sticky_last=True)
+        drawn = [b for b in BUCKETS if any((r["buckets"].get(b) or {}).get("mean") for r in drows)]
+        keys = legend(drawn, [key("±1 sd of time to ready", "background:#1f2430", "line"),
+                              key("min–max", "background:#1f2430", "thin")])
         fig = figure(
             f"breakdown-{i + 1}", title, breakdown_chart(drows, title), tbl,
-            csv_link(f"breakdown-{i + 1}.csv", csv_rows),
+            csv_link(f"breakdown-{i + 1}.csv", csv_rows), keys=keys,
             note="Each bar stacks the mean seconds of every stage; the whisker spans the "
                  "repetitions' time to ready (thick: ±1 sd, thin: min–max). Hover a segment "
                  "for its spread and evidence source.")
@@ -341,11 +370,26 @@ def breakdown_section(data: Mapping[str, Any]) -> str:
 
 # -- 2. timeline -------------------------------------------------------------------------------
 
-def timeline_chart(tl: Mapping[str, Any], cpu: Mapping[str, Any] | None = None) -> str:
+def _t(*times: float) -> str:
+    """``data-t0``/``data-t1`` (or ``data-t``) attributes: the seconds an element stands for,
+    so the page's script can re-place it when the Gantt is zoomed."""
+    if len(times) == 1:
+        return f' data-t="{times[0]:.6g}"'
+    return f' data-t0="{times[0]:.6g}" data-t1="{times[1]:.6g}"'
+
+
+def timeline_chart(tl: Mapping[str, Any], cpu: Mapping[str, Any] | None = None,
+                   chart_no: int = 1) -> str:
     """Per-process Gantt of one run: the reconciled stages on top, then one lane per process
     (stage bars, sub-steps below), hatched bands where no evidence explains the time, markers
-    for ready and first token, and (when sampled) the per-core CPU heatmap on the same axis."""
-    width, left, right, top, row_h = 980, 150, 24, 8, 16
+    for ready and first token, and (when sampled) the per-core CPU heatmap on the same axis.
+
+    Zoomable: every timed element carries its seconds (``_t``) and sits in a clipped group, and
+    the x axis is a ``g.xaxis`` the script redraws, so dragging across the chart zooms into that
+    span (double-click or the reset button zooms out). The marker labels have a row of their
+    own above the plot, ``ready`` left of its line and ``first token`` right of its own, so they
+    never overlap however close the two moments are."""
+    width, left, right, top, row_h = 980, 150, 24, 22, 16
     end = max([tl.get("first_token") or 0.0, tl.get("time_to_ready") or 0.0,
                *(s["end"] for s in tl["segments"]), 0.1])
     x = Linear(0, end * 1.01, left, width - right)
@@ -354,61 +398,96 @@ def timeline_chart(tl: Mapping[str, Any], cpu: Mapping[str, Any] | None = None) 
     cores = cpu["cores"] if cpu else 0
     core_h = 10 if cores <= 16 else max(2, 160 // cores)
     height = top + 24 + sum(6 + row_h * max(1, len(ln["rows"])) for ln in lanes) \
-        + (14 + cores * core_h if cpu else 0) + 48
+        + (14 + cores * core_h + 26 if cpu else 0) + 48
     svg = Svg(width, height, f"timeline of run {tl['run']}", cls="chart gantt")
-    y = top
-    # reconciled stages
-    svg.text(left - 8, y + 14, "stages (reconciled)", anchor="end", cls="label strong")
+    clip = f"gclip{chart_no}"
+    svg.add(f'<clipPath id="{clip}"><rect x="{left}" y="0" width="{width - right - left}" '
+            f'height="{height}"/></clipPath>')
+    # labels outside the plot (not zoomed)
+    svg.text(left - 8, top + 14, "stages (reconciled)", anchor="end", cls="label strong")
+    y = top + 28
+    lane_ys = []
+    for ln in lanes:
+        h = row_h * len(ln["rows"] or [[]])
+        lane_ys.append((y, h))
+        name = ln["process"] + (f" {ln['pid']}" if ln.get("pid") else "")
+        svg.rect(left, y, width - right - left, h + 2, "#f6f7f9", cls="lane")
+        svg.text(left - 8, y + 12, name, anchor="end", cls="label")
+        y += h + 6
+    lanes_top, lanes_bottom = top + 28, y
+    if cpu:
+        y += 8
+        svg.text(left - 8, y + 10, f"CPU, {cores} cores", anchor="end", cls="label strong")
+    # the zoomable plot
+    svg.add(f'<g class="zoom" clip-path="url(#{clip})">')
     for s in tl["segments"]:
         tip = (f"{label(s['bucket'])}: {fmt_s(s['seconds'])} ({fmt_s(s['start'], '')}–"
                f"{fmt_s(s['end'])})" + (f"\nsource: {tl['sources'][s['bucket']]}"
                                         if s["bucket"] in tl["sources"] else "")
                + ("\nno evidence covers this time" if s["bucket"] == UNATTRIBUTED else ""))
-        svg.rect(x(s["start"]), y + 2, x(s["end"]) - x(s["start"]), 18, fill(s["bucket"]), tip,
-                 cls="mark seg")
-    y += 28
-    lanes_top = y
-    for ln in lanes:
-        rows = ln["rows"] or [[]]
-        h = row_h * len(rows)
-        name = ln["process"] + (f" {ln['pid']}" if ln.get("pid") else "")
-        svg.rect(left, y, width - right - left, h + 2, "#f6f7f9", cls="lane")
-        svg.text(left - 8, y + 12, name, anchor="end", cls="label")
-        for j, row in enumerate(rows):
+        svg.rect(x(s["start"]), top + 2, x(s["end"]) - x(s["start"]), 18, fill(s["bucket"]), tip,
+                 cls="mark seg", extra=_t(s["start"], s["end"]))
+    for ln, (ly, _) in zip(lanes, lane_ys, strict=True):
+        for j, row in enumerate(ln["rows"] or [[]]):
             for bar in row:
-                by = y + 1 + j * row_h
+                by = ly + 1 + j * row_h
                 bh = row_h - 3 if bar["depth"] == 0 else row_h - 6
                 tip = (f"{bar['name']} — {fmt_s(bar['seconds'])}\n{fmt_s(bar['start'], '')}–"
                        f"{fmt_s(bar['end'])} after launch\nsource: {bar['source']} · "
                        f"{ln['process']}" + (f" pid {ln['pid']}" if ln.get("pid") else ""))
                 svg.rect(x(bar["start"]), by + (0 if bar["depth"] == 0 else 2),
                          max(x(bar["end"]) - x(bar["start"]), 1.0), bh, fill(bar["stage"]), tip,
-                         cls="mark bar" + (" sub" if bar["depth"] else ""))
-                if bar["depth"] and x(bar["end"]) - x(bar["start"]) > 7 * len(bar["name"]) * 0.6:
-                    svg.text(x(bar["start"]) + 3, by + bh - 1, bar["name"].split("/", 1)[1],
-                             cls="inbar")
-        y += h + 6
-    lanes_bottom = y
+                         cls="mark bar" + (" sub" if bar["depth"] else ""),
+                         extra=_t(bar["start"], bar["end"]))
+                if bar["depth"]:
+                    text = bar["name"].split("/", 1)[1]
+                    need = _text_width(text, 9.5) + 6
+                    fits = x(bar["end"]) - x(bar["start"]) > need
+                    svg.text(x(bar["start"]) + 3, by + bh - 1, text, cls="inbar",
+                             extra=_t(bar["start"], bar["end"]) + f' data-w="{need:.0f}"'
+                             + ("" if fits else ' display="none"'))
     for g in tl["gaps"]:
-        if x(g["end"]) - x(g["start"]) >= 1.5:
-            svg.rect(x(g["start"]), lanes_top - 2, x(g["end"]) - x(g["start"]),
-                     lanes_bottom - lanes_top, "url(#hatch)",
-                     f"gap: {fmt_s(g['seconds'])} no evidence explains "
-                     f"({fmt_s(g['start'], '')}–{fmt_s(g['end'])})", cls="mark gap")
+        svg.rect(x(g["start"]), lanes_top - 2, x(g["end"]) - x(g["start"]),
+                 lanes_bottom - lanes_top, "url(#hatch)",
+                 f"gap: {fmt_s(g['seconds'])} no evidence explains "
+                 f"({fmt_s(g['start'], '')}–{fmt_s(g['end'])})", cls="mark gap",
+                 extra=_t(g["start"], g["end"]))
     if cpu:
-        y += 8
-        svg.text(left - 8, y + 10, f"CPU, {cores} cores", anchor="end", cls="label strong")
         _heatmap(svg, cpu, x, y, core_h)
-        y += cores * core_h + 6
-    for key, name, anchor, dx in (("time_to_ready", "ready", "end", -3),
-                                  ("first_token", "first token", "end", -3)):
-        v = tl.get(key)
+    plot_bottom = y + (cores * core_h + 6 if cpu else 0)
+    for key_, name, anchor, dx in (("time_to_ready", "ready", "end", -3),
+                                   ("first_token", "first token", "start", 3)):
+        v = tl.get(key_)
         if v is not None:
-            svg.line(x(v), top, x(v), y, cls="marker")
-            dy = 33 if key == "time_to_ready" else 46
-            svg.text(x(v) + dx, top + dy, name, anchor=anchor, cls="marker-text")
-    svg.x_axis(x, ticks, y + 4, y + 4, "seconds since launch")
-    return str(svg)
+            svg.line(x(v), top - 14, x(v), plot_bottom, cls="marker", extra=_t(v))
+            svg.text(x(v) + dx, top - 4, name, anchor=anchor, cls="marker-text",
+                     extra=_t(v) + f' data-dx="{dx}"')
+    svg.add("</g>")
+    y = plot_bottom
+    if cpu:
+        _color_scale(svg, left, y + 8)
+        y += 26
+    svg.add('<g class="xaxis">')
+    svg.x_axis(x, ticks, y + 4, y + 4, "time since launch (s)")
+    svg.add("</g>")
+    return svg.gantt(left, width - right, end * 1.01)
+
+
+def _text_width(text: str, size: float) -> float:
+    """A generous estimate of a label's width in px (average glyph 0.62 em)."""
+    return len(text) * size * 0.62
+
+
+def _color_scale(svg: Svg, x0: float, y: float, steps: int = 10) -> None:
+    """The CPU heatmap's colour scale: ``steps`` swatches from idle to saturated, labelled."""
+    w = 18
+    svg.text(x0 - 8, y + 9, "CPU busy (%)", anchor="end", cls="tick")
+    for i in range(steps):
+        lo, hi = 100 * i / steps, 100 * (i + 1) / steps
+        svg.rect(x0 + i * w, y, w, 10, _heat((lo + hi) / 2), f"{lo:.0f}–{hi:.0f} % busy",
+                 cls="scale")
+    for v in (0, 50, 100):
+        svg.text(x0 + steps * w * v / 100, y + 21, f"{v}", anchor="middle", cls="tick")
 
 
 def _heatmap(svg: Svg, cpu: Mapping[str, Any], x, y: float, core_h: float,
@@ -425,7 +504,8 @@ def _heatmap(svg: Svg, cpu: Mapping[str, Any], x, y: float, core_h: float,
             v = sum(vals) / len(vals) if vals else 0.0
             svg.rect(x(max(t0, 0.0)), y + c * core_h, max(x(t1) - x(max(t0, 0.0)), 0.5),
                      core_h - 1, _heat(v),
-                     f"core {c}: {v:.0f} % at {fmt_s(t1)}", cls="mark cell")
+                     f"core {c}: {v:.0f} % busy at {fmt_s(t1)}", cls="mark cell",
+                     extra=_t(max(t0, 0.0), t1))
 
 
 def _heat(percent: float) -> str:
@@ -473,8 +553,21 @@ def timeline_section(data: Mapping[str, Any]) -> str:
             if rows else ""
         title = f"Timeline — {tl['group']} (run {tl['run']}"
         title += f", median of {tl['n']})" if tl.get("n", 1) > 1 else ")"
-        body = figure(f"timeline-{i + 1}", title, timeline_chart(tl, cpu), tbl,
-                      csv_link(f"timeline-{i + 1}.csv", csv_rows), note=note)
+        seen = {s["bucket"] for s in tl["segments"]} | {
+            bar["stage"] for ln in tl["lanes"] for row in ln["rows"] for bar in row}
+        extra = [key("no evidence (gap)", HATCH)] if tl["gaps"] else []
+        extra += [key(name, "border-color:#1f2430", "dash") for k, name in
+                  (("time_to_ready", "ready"), ("first_token", "first token"))
+                  if tl.get(k) is not None]
+        if cpu:
+            extra.append(key("CPU busy 0–100 %", "background:linear-gradient(90deg,"
+                             f"{_heat(0)},{_heat(50)},{_heat(100)})", "wide"))
+        note += " Drag across the chart to zoom into a span; double-click to zoom out."
+        body = figure(f"timeline-{i + 1}", title, timeline_chart(tl, cpu, i + 1), tbl,
+                      csv_link(f"timeline-{i + 1}.csv", csv_rows), note=note,
+                      keys=legend([b for b in BUCKETS if b in seen], extra),
+                      tools='<button type="button" class="zoomreset" hidden>reset zoom'
+                            '</button>')
         parts.append(f'<details class="run"{" open" if i == 0 else ""}><summary>'
                      f'{esc(tl["group"])} <small>ready in {fmt_s(tl["time_to_ready"])}'
                      f'</small></summary>{body}</details>')
@@ -515,16 +608,27 @@ def scaling_chart(panel: Mapping[str, Any]) -> str:
             else:
                 svg.circle(x(p["x"]), y(p["mean"]), 4, "#fff", tip,
                            extra=f' stroke="{color}" stroke-width="1.5"')
-    # fit annotations, top-left
-    for k, s in enumerate(panel["series"]):
-        fit = s["fit"]
-        text = (f"r = {fit['r']:.2f}" if fit and fit["r"] is not None else
-                "r: y constant" if fit else "no fit (< 2 models)")
-        if fit:
-            text += f" · {fit['slope']:.3g} s/{panel['unit']} · n={fit['n']}"
-        svg.text(left + 8, top + 14 + 15 * k, text, cls="annot",
-                 extra=f' fill="{SERIES_COLORS[k % len(SERIES_COLORS)]}"')
     return str(svg)
+
+
+def fit_text(fit: Mapping[str, Any] | None, unit: str) -> str:
+    """Pearson r, slope (with its unit) and run count of a series' fit, for its legend entry
+    (outside the plot, so it can never sit on a point or on another series' text)."""
+    if not fit:
+        return "no fit (< 2 models)"
+    r = f"r = {fit['r']:.2f}" if fit["r"] is not None else "r: y constant"
+    return f"{r} · slope {fit['slope']:.3g} s/{unit} · n = {fit['n']}"
+
+
+def scaling_legend(panel: Mapping[str, Any]) -> str:
+    """Per series: its colour, name and fit; then what the marks mean."""
+    items = [key(f"{s['name']}: {fit_text(s['fit'], panel['unit'])}",
+                 f"background:{SERIES_COLORS[k % len(SERIES_COLORS)]}", "dot")
+             for k, s in enumerate(panel["series"])]
+    if any(p["kind"] != "dense" for s in panel["series"] for p in s["points"]):
+        items.append(key("MoE / hybrid: not fitted", "border-color:#555", "ring"))
+    items.append(key("least-squares fit", "border-color:#555", "dash"))
+    return '<div class="legend small">' + "".join(items) + "</div>"
 
 
 def _clip_line(fit: Mapping[str, float], x0: float, x1: float, y0: float,
@@ -554,13 +658,14 @@ def scaling_section(data: Mapping[str, Any]) -> str:
     charts, csv_rows, trows = [], [], []
     for p in panels:
         charts.append(f'<div class="panel" data-stage="{esc(p["stage"])}">'
-                      f'<h4>{esc(label(p["stage"]))}</h4>{scaling_chart(p)}</div>')
+                      f'<h4>{esc(label(p["stage"]))}</h4>{scaling_legend(p)}'
+                      f'{scaling_chart(p)}</div>')
         for k, s in enumerate(p["series"]):
             fit = s["fit"]
             trows.append([esc(label(p["stage"])), esc(p["feature"]),
                           f'<i class="dot" style="background:{SERIES_COLORS[k]}"></i>'
                           + esc(s["name"]),
-                          f"{fit['slope']:.4g}" if fit else "–",
+                          f"{fit['slope']:.4g} s/{esc(p['unit'])}" if fit else "–",
                           f"{fit['intercept']:.3g}" if fit else "–",
                           f"{fit['r']:.3f}" if fit and fit["r"] is not None else "–",
                           str(fit["n"]) if fit else str(sum(pt["n"] for pt in s["points"]))])
@@ -572,9 +677,9 @@ def scaling_section(data: Mapping[str, Any]) -> str:
                                  "fit_slope": fit["slope"] if fit else None,
                                  "fit_intercept_s": fit["intercept"] if fit else None,
                                  "pearson_r": fit["r"] if fit else None})
-    tbl = table(["stage", "feature", "series", "slope (s per unit)", "intercept s", "Pearson r",
-                 "runs"], trows, caption="least-squares line over the individual runs of dense "
-                                         "models", numeric_from=3)
+    tbl = table(["stage", "feature", "series", "slope (s per feature unit)", "intercept s",
+                 "Pearson r", "runs"], trows, caption="least-squares line over the individual "
+                                                      "runs of dense models", numeric_from=3)
     omitted = sum(p["omitted_series"] for p in panels)
     note = ("Each dot is a configuration (mean; whisker: min–max of its runs); hollow dots are "
             "MoE or hybrid models, drawn but not fitted. The dashed line is the least-squares "
@@ -584,7 +689,9 @@ def scaling_section(data: Mapping[str, Any]) -> str:
                  f"apart from the model); {omitted} smaller ones are left out.")
     return figure("scaling", "Each stage against what it should scale with",
                   f'<div class="grid">{"".join(charts)}</div>', tbl,
-                  csv_link("scaling.csv", csv_rows), note=note)
+                  csv_link("scaling.csv", csv_rows), note=note,
+                  keys=legend((), [key("configuration (mean)", "background:#4e79a7", "dot"),
+                                   key("min–max of its runs", "background:#1f2430", "thin")]))
 
 
 # -- 4. comparisons ----------------------------------------------------------------------------
@@ -654,6 +761,10 @@ def comparison_section(data: Mapping[str, Any]) -> str:
         parts.append(figure(
             f"compare-{i + 1}", title, comparison_chart(c), tbl,
             csv_link(f"compare-{i + 1}.csv", csv_rows), side=True,
+            keys=legend((), [key("one pair of configurations", "background:#888", "dot"),
+                             key("geometric mean (stage colour)", "background:#59a14f",
+                                 "diamond"),
+                             key("1× (no change)", "border-color:#1f2430", "dash")]),
             note=f"Ratio of mean seconds, {esc(c['other'])} over {esc(c['baseline'])}, for "
                  f"configurations equal in everything else ({esc(models)}). Grey dots: each "
                  f"pair; diamond: geometric mean. Left of 1× is faster."))
@@ -682,9 +793,15 @@ def cpu_section(data: Mapping[str, Any]) -> str:
         csv_rows = [{"t_s": t, **{f"core{c}_percent": row[c] if c < len(row) else None
                                   for c in range(cpu["cores"])}}
                     for t, row in zip(cpu["t"], cpu["per_core"], strict=False)]
+        seen = {s["bucket"] for s in (tl or {}).get("segments", [])}
+        keys = legend([b for b in BUCKETS if b in seen], [
+            key("CPU busy 0–100 %", "background:linear-gradient(90deg,"
+                f"{_heat(0)},{_heat(50)},{_heat(100)})", "wide"),
+            key("busiest core", "background:#b2182b", "line"),
+            key("mean of all cores", "background:#4e79a7", "line")])
         parts.append(figure(
             f"cpu-{i + 1}", f"CPU per core — {cpu['group']} (run {cpu['run']})", chart, tbl,
-            csv_link(f"cpu-{i + 1}.csv", csv_rows), side=True,
+            csv_link(f"cpu-{i + 1}.csv", csv_rows), side=True, keys=keys,
             note=f"Utilisation of each core, sampled every {cpu['interval_s']:g} s, under the "
                  f"run's reconciled stages. A start-up bound by one Python thread shows one "
                  f"saturated core at a time."))
@@ -696,7 +813,7 @@ def _cpu_chart(cpu: Mapping[str, Any], tl: Mapping[str, Any] | None) -> str:
     cores = cpu["cores"]
     core_h = 16 if cores <= 8 else max(3, 200 // cores)
     line_h = 90
-    height = top + 22 + cores * core_h + 14 + line_h + 44
+    height = top + 22 + cores * core_h + 14 + line_h + 44 + 30
     end = max(cpu["t"][-1], (tl or {}).get("time_to_ready") or 0.0)
     x = Linear(0, end * 1.01, left, width - right)
     ticks = [t for t in nice_ticks(0, end, 6) if t <= end * 1.01]
@@ -716,17 +833,14 @@ def _cpu_chart(cpu: Mapping[str, Any], tl: Mapping[str, Any] | None) -> str:
     y += cores * core_h + 14
     # busiest core and mean of all cores, as lines
     ys = Linear(0, 100, y + line_h, y)
-    svg.y_axis(ys, (0, 50, 100), left, width - right, "%")
+    svg.y_axis(ys, (0, 50, 100), left, width - right, "busy (%)")
     for key, cls, fn in (("busiest", "busiest", max), ("mean", "meanline",
                                                        lambda r: sum(r) / len(r))):
         pts = " ".join(f"{x(t):.1f},{ys(fn(row) if row else 0):.1f}"
                        for t, row in zip(cpu["t"], cpu["per_core"], strict=False))
         svg.add(f'<polyline points="{pts}" class="{cls}"><title>{key} core</title></polyline>')
-    svg.text(width - right - 130, y - 3, "— busiest core", anchor="end", cls="annot",
-             extra=' fill="#b2182b"')
-    svg.text(width - right, y - 3, "— mean of all cores", anchor="end", cls="annot",
-             extra=' fill="#4e79a7"')
-    svg.x_axis(x, ticks, y + line_h, y + line_h, "seconds since launch")
+    svg.x_axis(x, ticks, y + line_h, y + line_h, "time since launch (s)")
+    _color_scale(svg, left, y + line_h + 44)
     return str(svg)
 
 
@@ -789,9 +903,13 @@ def prediction_section(data: Mapping[str, Any]) -> str:
                if cov is not None else ""))
     if warnings:
         note += "<br><small>" + "<br>".join(esc(w) for w in warnings[:6]) + "</small>"
+    keys = legend((), [key("measured mean inside the interval", "background:#59a14f", "dot"),
+                       key("outside", "background:#e15759", "dot"),
+                       key(f"{pred['level']:.0%} interval", "background:#1f2430", "line"),
+                       key("predicted = measured", "border-color:#9ca3af", "dash")])
     return figure("predictions", "Predicted against measured, per stage",
                   f'<div class="grid small">{charts}</div>', tbl,
-                  csv_link("predictions.csv", csv_rows), note=note)
+                  csv_link("predictions.csv", csv_rows), note=note, keys=keys)
 
 
 # -- runs --------------------------------------------------------------------------------------
@@ -799,15 +917,63 @@ def prediction_section(data: Mapping[str, Any]) -> str:
 def runs_section(data: Mapping[str, Any]) -> str:
     rows = data["run_table"]
     varying = [d for d in data["varying"] if d != "label" or any(r.get("label") for r in rows)]
-    cols = ["id", *varying, "time_to_ready_s", *[b for b in BUCKETS
-                                                 if any(r.get(b) is not None for r in rows)]]
+    buckets = [b for b in BUCKETS if any(r.get(b) is not None for r in rows)]
     trows = [[esc(r["id"]), *(esc(r.get(d) or "") for d in varying),
-              *(fmt_s(r.get(c), "") for c in cols[1 + len(varying):])] for r in rows]
-    tbl = table([*(DIMENSION_TITLES.get(c, c) for c in cols[:1 + len(varying)]),
-                 "ready s", *(label(b) + " s" for b in cols[2 + len(varying):])], trows,
-                numeric_from=1 + len(varying))
+              *(fmt_s(r.get(b), "") for b in buckets),
+              f'<b>{fmt_s(r.get("time_to_ready_s"), "")}</b>'] for r in rows]
+    tbl = table(["id", *(DIMENSION_TITLES.get(d, d) for d in varying),
+                 *(label(b) + " s" for b in buckets), "time to ready s"], trows,
+                numeric_from=1 + len(varying), sticky_last=True)
     return (f'<details class="runs"><summary>All {len(rows)} runs, one row each '
             f'{csv_link("runs.csv", rows)}</summary>{tbl}</details>')
+
+
+# -- 0. key findings ---------------------------------------------------------------------------
+
+def key_findings_section(data: Mapping[str, Any]) -> str:
+    """Three cards at the top of the page: where the time goes, what the runs' findings say
+    (largest seconds at stake first), and the largest change between compared
+    configurations. Each links to the section with the detail."""
+    kf = data.get("key_findings") or {}
+    stages = kf.get("stages") or []
+    items = "".join(
+        f'<li><i class="sw" style="background:{COLORS.get(s["stage"], "#999")}"></i>'
+        f'<b>{esc(label(s["stage"]))}</b> {s["share"]:.0%} of time to ready '
+        f'<small>({fmt_s(s["mean_s"])} mean per configuration)</small></li>' for s in stages)
+    where = (f"<ol>{items}</ol>" if items else "<p>No stage timings in these runs.</p>")
+    findings = kf.get("findings") or []
+    if findings:
+        lis = []
+        for f in findings:
+            stake = (f"{fmt_s(f['seconds_at_stake'])} at stake (median)"
+                     if f["seconds_at_stake"] is not None else "not timed")
+            lis.append(f'<li data-finding="{esc(f["id"])}"><b>{esc(f["id"])}</b>'
+                       + (f' <small>{esc(label(f["stage"]))}</small>' if f.get("stage") else "")
+                       + f' — {f["runs"]} of {kf["runs"]} run(s), {stake}.'
+                       f'<br><span class="ev">{esc(f["evidence"] or "")}</span>'
+                       + (f' <span class="adv">→ {esc(f["advice"])}</span>'
+                          if f.get("advice") else "") + "</li>")
+        more = kf["findings_total"] - len(findings)
+        found = "<ul>" + "".join(lis) + "</ul>" + (
+            f"<p><small>and {more} more finding(s)</small></p>" if more > 0 else "")
+    else:
+        found = "<p>No findings recorded for these runs.</p>"
+    ch = kf.get("change")
+    if ch:
+        pct = (ch["ratio"] - 1) * 100
+        change = (f'<p><b>{esc(ch["title"])}: {esc(ch["other"])} vs {esc(ch["baseline"])}</b>'
+                  f' — time to ready {fmt_x(ch["ratio"])} ({pct:+.0f} %) over '
+                  f'{ch["pairs"]} pair(s)')
+        if ch.get("stage"):
+            change += (f'; the stage that changed most: <b>{esc(label(ch["stage"]))}</b> '
+                       f'{fmt_x(ch["stage_ratio"])}')
+        change += '. <a href="#s-compare">all comparisons</a></p>'
+    else:
+        change = "<p>No two configurations differ in exactly one dimension.</p>"
+    cards = [("Where the time goes", where + '<a href="#s-breakdown">breakdown</a>'),
+             ("Findings", found), ("Largest change", change)]
+    return '<div class="cards">' + "".join(
+        f'<div class="card"><h3>{esc(t)}</h3>{body}</div>' for t, body in cards) + "</div>"
 
 
 # -- the page ----------------------------------------------------------------------------------
@@ -829,6 +995,7 @@ def render_report(data: Mapping[str, Any], generated_at: datetime | None = None)
     pills = "".join(f'<div class="pill"><b>{esc(v)}</b><span>{esc(k)}</span></div>'
                     for k, v in summary_items)
     sections = [
+        ("findings", "Key findings", key_findings_section(data)),
         ("breakdown", "Where the start-up time goes", breakdown_section(data)),
         ("timeline", "One start-up, process by process", timeline_section(data)),
         ("scaling", "What each stage scales with", scaling_section(data)),
