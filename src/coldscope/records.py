@@ -2,11 +2,34 @@
 
 Pydantic models with ``extra="forbid"``: what capture produces, the store keeps, and every
 consumer (CLI JSON, report, fit, export, serve) reads. Seconds are floats.
+
+``Run`` is one engine start-up, measured (``origin`` "profile", "campaign", "tune") or read
+from a saved log ("log"). Its JSON (``Run.to_json()``) is what ``show --json`` and
+``profile --json`` print and what ``coldscope schema run`` describes; the field order is the
+contract's (``id, status, reason, cache, time_to_ready_s, first_token_s, stages, substeps,
+sources, environment`` first). The reconciled timeline is kept flat in the record, as the
+contract always had it (``stages``, ``substeps``, ``sources``, ``intervals``, ``segments``,
+``origin_unix``, ``not_applicable``), and comes back typed as ``Run.timeline``.
+
+Records written by coldscope 0.1 (schema 1, plain dicts) are read with ``Run.from_legacy``.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+from coldscope.stages import BUCKETS
+from coldscope.timeline import Span, Timeline
+
+#: Version of the ``Run`` JSON; the store's schema version follows it.
+RUN_SCHEMA_VERSION = 2
+
+Origin = Literal["profile", "campaign", "tune", "log"]
+Status = Literal["ok", "failed", "running", "lost"]
+CacheState = Literal["cold", "warm", "unknown"]
 
 
 class Finding(BaseModel):
@@ -22,3 +45,317 @@ class Finding(BaseModel):
     seconds_at_stake: float | None = Field(None, ge=0)
     evidence: str
     advice: str
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Tool(_Record):
+    """The coldscope that wrote the record."""
+
+    name: str = "coldscope"
+    version: str | None = None
+
+
+class EngineInfo(_Record):
+    """The engine as launched: its adapter's name, version and command line, and the settings
+    read from that command line that change the start-up (``compile``, ``enforce_eager``)."""
+
+    name: str | None = None
+    version: str | None = None
+    argv: list[str] = Field(default_factory=list)
+    model: str | None = Field(None, description="the model argument as given")
+    enforce_eager: bool | None = None
+    compile: bool | None = None
+    load_format: str | None = None
+    family: str | None = Field(None, description="log-format family (from the log adapter)")
+    device: str | None = None
+
+
+class ModelRef(_Record):
+    """The model served: absolute path when it is a local directory, and a short name."""
+
+    path: str | None = None
+    name: str | None = None
+
+
+class Gpu(_Record):
+    index: int | None = None
+    name: str | None = None
+    memory_bytes: int | None = None
+    driver: str | None = None
+    source: str | None = None
+
+
+class Filesystem(_Record):
+    fstype: str | None = None
+    device: str | None = None
+    mountpoint: str | None = None
+
+
+class Environment(BaseModel):
+    """The machine and software a run saw. Package versions are keyed by package name
+    (``python``, ``torch``, the engine's package, ...): those are the only extra keys allowed,
+    and they must be strings (or null)."""
+
+    model_config = ConfigDict(extra="allow")
+    __pydantic_extra__: dict[str, str | None] = Field(init=False)  # type: ignore[assignment]
+
+    hostname: str | None = None
+    os: str | None = None
+    cpu_model: str | None = None
+    cpu_cores: int | None = None
+    cpu_physical_cores: int | None = None
+    cpu_affinity: int | None = None
+    memory_bytes: int | None = None
+    memory_available_bytes: int | None = None
+    gpus: list[Gpu] = Field(default_factory=list)
+    weights_fs: Filesystem | None = None
+    env: dict[str, str] = Field(default_factory=dict,
+                                description="start-up relevant environment variables")
+
+    def package(self, name: str) -> str | None:
+        """The recorded version of package ``name``, or None."""
+        return (self.__pydantic_extra__ or {}).get(name)
+
+
+class Storage(_Record):
+    """Where the weights were read from, as far as the run knows. ``page_cache`` is "cold"
+    only when the run evicted the weights first; None means not known."""
+
+    page_cache: Literal["hot", "cold"] | None = None
+    kind: str | None = Field(None, description="nvme, ssd, hdd, nfs, tmpfs, dram, ...")
+    read_bandwidth_bps: float | None = None
+    source: str | None = None
+
+
+class SpanRecord(_Record):
+    """One piece of timeline evidence (``coldscope.timeline.Span``)."""
+
+    name: str
+    process: str = "engine"
+    pid: int | None = None
+    start: float
+    end: float
+    source: str
+
+
+class Segment(_Record):
+    """One elementary cut of [0, time to ready]: ``bucket`` from ``start`` to ``end``."""
+
+    bucket: str
+    start: float
+    end: float
+
+
+class CpuSamples(_Record):
+    interval_s: float
+    t: list[float] = Field(default_factory=list)
+    per_core: list[list[float]] = Field(default_factory=list)
+
+
+class ProcessRecord(_Record):
+    """One Python process of the engine as the probe saw it."""
+
+    pid: int
+    ppid: int | None = None
+    role: str
+    probe_loaded_s: float
+    probe_cost_s: float = 0.0
+    argv: list[str] = Field(default_factory=list)
+
+
+class LogInfo(_Record):
+    """What the log adapter learnt about the engine from its output."""
+
+    version: str | None = None
+    family: str | None = None
+    device: str | None = None
+    enforce_eager: bool | None = None
+    compile_cache: Literal["hit", "miss"] | None = None
+
+
+class Membership(_Record):
+    """The campaign cell (or tune session) a run was measured for. ``kind`` says which."""
+
+    kind: Literal["campaign", "tune"] = "campaign"
+    name: str | None = Field(None, description="campaign name, or tune session id")
+    cell: str | None = None
+    model: str | None = None
+    engine: str | None = None
+    flags: str | None = None
+    cache: str | None = None
+    repetition: int | None = None
+    concurrency: int | None = None
+    role: str | None = Field(None, description="measure or prime (campaign); baseline, trial "
+                                               "or verify (tune)")
+    trial: int | None = Field(None, description="tune: the trial's number")
+    change: str | None = Field(None, description="tune: the mitigation tried")
+    slot: int | None = None
+    port: int | None = None
+    host: str | None = None
+    started_with: list[str] = Field(default_factory=list)
+
+
+class MissedItem(_Record):
+    what: str
+    seconds: float | None = None
+    detail: str | None = None
+
+
+class Run(_Record):
+    """One start-up. See the module docstring for the JSON contract."""
+
+    id: str
+    status: Status
+    reason: str | None = None
+    cache: CacheState | None = Field(None, description="the caches' state this run actually saw")
+    time_to_ready_s: float | None = None
+    first_token_s: float | None = None
+    stages: dict[str, float | None] = Field(default_factory=lambda: dict.fromkeys(BUCKETS))
+    substeps: dict[str, float] = Field(default_factory=dict)
+    sources: dict[str, str] = Field(default_factory=dict)
+    environment: Environment = Field(default_factory=Environment)
+    schema_version: Literal[2] = RUN_SCHEMA_VERSION
+    origin: Origin = "profile"
+    started_at: str
+    tool: Tool = Field(default_factory=Tool)
+    label: str | None = None
+    config_key: str | None = None
+    cache_requested: Literal["cold", "warm"] | None = None
+    env_overrides: dict[str, str] = Field(default_factory=dict)
+    model: ModelRef = Field(default_factory=ModelRef)
+    engine: EngineInfo = Field(default_factory=EngineInfo)
+    page_cache: str | None = Field(None, description="what was done to the page cache")
+    storage: Storage = Field(default_factory=Storage)
+    origin_unix: float | None = None
+    not_applicable: list[str] = Field(default_factory=list)
+    intervals: list[SpanRecord] = Field(default_factory=list)
+    segments: list[Segment] = Field(default_factory=list)
+    findings: list[Finding] = Field(default_factory=list)
+    campaign: Membership | None = Field(None, description="campaign cell / tune session")
+    verification: dict[str, Any] | None = Field(
+        None, description="what a post-ready check (tune) found while the engine was up")
+    notes: list[str] = Field(default_factory=list)
+    health_url: str | None = None
+    log_path: str | None = None
+    log_tail: str | None = None
+    log_info: LogInfo | None = None
+    processes: list[ProcessRecord] = Field(default_factory=list)
+    probe_cost_s: float | None = None
+    cpu: CpuSamples | None = None
+    paper_metrics: dict[str, float | None] | None = None
+    missed_by_paper_parser: list[MissedItem] | None = None
+
+    # -- the typed timeline ------------------------------------------------------------------
+
+    @property
+    def membership(self) -> Membership | None:
+        """The campaign cell or tune session (stored under the JSON key ``campaign``)."""
+        return self.campaign
+
+    @property
+    def timeline(self) -> Timeline:
+        """The reconciled timeline this record carries, as a ``Timeline``."""
+        return Timeline(
+            time_to_ready=self.time_to_ready_s,
+            stages={b: self.stages.get(b) for b in BUCKETS},
+            substeps=dict(self.substeps),
+            sources=dict(self.sources),
+            spans=tuple(Span(name=s.name, start=s.start, end=s.end, source=s.source,
+                             process=s.process, pid=s.pid) for s in self.intervals),
+            not_applicable=frozenset(self.not_applicable),
+            origin_unix=self.origin_unix,
+            segments=tuple((g.bucket, g.start, g.end) for g in self.segments),
+        )
+
+    def with_timeline(self, tl: Timeline) -> Run:
+        """A copy carrying ``tl`` (its stages, sub-steps, sources, spans and segments)."""
+        return self.model_copy(update=timeline_fields(tl))
+
+    # -- JSON --------------------------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON contract (what ``show --json`` prints), as a dict in contract order."""
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Run:
+        """A record as stored: schema 2 JSON, or a schema 1 (coldscope 0.1) dict."""
+        if data.get("schema_version") == RUN_SCHEMA_VERSION:
+            return cls.model_validate(data)
+        return cls.from_legacy(data)
+
+    @classmethod
+    def from_legacy(cls, data: Mapping[str, Any]) -> Run:
+        """A Run from a schema 1 record dict (coldscope 0.1's store and JSON). Keys this model
+        does not know are dropped, each named in ``notes``."""
+        d = {k: v for k, v in data.items() if v is not None or k in ("reason",)}
+        d.pop("schema_version", None)
+        if "campaign" in d and isinstance(d["campaign"], Mapping):
+            d["campaign"] = {"kind": "campaign", **d["campaign"]}
+            d.setdefault("origin", "campaign")
+        stages = dict.fromkeys(BUCKETS)
+        stages.update(d.get("stages") or {})
+        d["stages"] = stages
+        if d.get("cache") not in (None, "cold", "warm", "unknown"):
+            d["cache"] = "unknown"
+        known = set(cls.model_fields)
+        dropped = sorted(k for k in d if k not in known)
+        notes = list(d.get("notes") or [])
+        notes += [f"schema 1 field {k!r} dropped in migration" for k in dropped]
+        d = {k: v for k, v in d.items() if k in known}
+        d["notes"] = notes
+        d["schema_version"] = RUN_SCHEMA_VERSION
+        return cls.model_validate(d)
+
+    # -- transitional mapping view -----------------------------------------------------------
+    # Consumers written for the schema 1 dict (``record["stages"]``, ``record.get("cache")``)
+    # keep working while they move to attributes. Read-only; remove once no caller is left.
+
+    _json_cache: dict[str, Any] | None = PrivateAttr(None)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not name.startswith("_"):
+            self._json_cache = None
+        super().__setattr__(name, value)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Run:
+        copy = super().model_copy(update=update, deep=deep)
+        copy._json_cache = None
+        return copy
+
+    def _view(self) -> dict[str, Any]:
+        if self._json_cache is None:
+            self._json_cache = self.to_json()
+        return self._json_cache
+
+    def __getitem__(self, key: str) -> Any:
+        return self._view()[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._view().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._view()
+
+    def keys(self) -> Iterator[str]:
+        return iter(self._view())
+
+    def items(self) -> Iterator[tuple[str, Any]]:
+        return iter(self._view().items())
+
+
+def timeline_fields(tl: Timeline) -> dict[str, Any]:
+    """The Run fields that carry a reconciled timeline, from ``tl`` (typed)."""
+    return {
+        "time_to_ready_s": tl.time_to_ready,
+        "origin_unix": tl.origin_unix,
+        "stages": {b: tl.stages.get(b) for b in BUCKETS},
+        "not_applicable": sorted(tl.not_applicable),
+        "substeps": dict(tl.substeps),
+        "sources": dict(tl.sources),
+        "intervals": [SpanRecord(**s.to_dict()) for s in tl.spans],
+        "segments": [Segment(bucket=b, start=lo, end=hi) for b, lo, hi in tl.segments],
+    }

@@ -1,10 +1,18 @@
 """The run store: one SQLite file, all SQL in this module.
 
-Each run is written in one transaction (the run row, its stage and sub-step rows), so a process
-killed half-way leaves the store as it was before that run: finished runs are never lost and no
-run is half there. WAL journaling lets readers (``runs``, ``report``) work while a campaign
-writes. The full run record (the JSON contract of ``coldscope show --json``) is kept as JSON in
-``runs.record``; stages and sub-steps are also normalised into tables for queries.
+Each run is written in one transaction (the run row, its stage and sub-step rows, its raw
+evidence), so a process killed half-way leaves the store as it was before that run: finished
+runs are never lost and no run is half there. WAL journaling lets readers (``runs``,
+``report``) work while a campaign writes. The full ``Run`` (``Run.to_json()``) is kept as JSON
+in ``runs.record``; stages and sub-steps are also normalised into tables for queries, and the
+raw evidence (log lines with arrival times, probe events, received spans, launch clocks) is
+kept so that ``Store.timeline`` can rebuild a run's timeline from it.
+
+Opening checks before it touches anything: a file that is not SQLite, an SQLite file that is
+not a coldscope store, or a store written by a newer coldscope is refused with a one-line error
+and left as it was. Read-only opens (``create=False``) never write, so they never create tables
+or migrate; they read schema 1 stores (coldscope 0.1) as they are. Writable opens migrate a
+schema 1 store to schema 2 in one transaction.
 """
 
 from __future__ import annotations
@@ -13,22 +21,28 @@ import csv
 import json
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator
+import sys
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-from coldscope.errors import ColdscopeError
+from pydantic import ValidationError
+
+from coldscope.errors import ColdscopeError, one_line
+from coldscope.records import RUN_SCHEMA_VERSION, Run
 from coldscope.stages import BUCKETS
+from coldscope.timeline import Timeline
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = RUN_SCHEMA_VERSION
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS runs (
+_RUNS_TABLE = """
+CREATE TABLE {name} (
     id TEXT PRIMARY KEY,
     schema_version INTEGER NOT NULL,
+    origin TEXT NOT NULL DEFAULT 'profile',
     started_at TEXT NOT NULL,
-    status TEXT NOT NULL CHECK (status IN ('ok', 'failed')),
+    status TEXT NOT NULL CHECK (status IN ('ok', 'failed', 'running', 'lost')),
     reason TEXT,
     cache TEXT,
     label TEXT,
@@ -38,28 +52,34 @@ CREATE TABLE IF NOT EXISTS runs (
     time_to_ready_s REAL,
     first_token_s REAL,
     record TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS runs_config ON runs(config_key);
-CREATE TABLE IF NOT EXISTS stages (
+)
+"""
+
+_SCHEMA = "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);\n" + \
+    _RUNS_TABLE.format(name="runs") + """;
+CREATE INDEX runs_config ON runs(config_key);
+CREATE TABLE stages (
     run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
     stage TEXT NOT NULL,
     seconds REAL,
     source TEXT,
     PRIMARY KEY (run_id, stage)
 );
-CREATE TABLE IF NOT EXISTS evidence (
+CREATE TABLE evidence (
     run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
     kind TEXT NOT NULL,
     data TEXT NOT NULL,
     PRIMARY KEY (run_id, kind)
 );
-CREATE TABLE IF NOT EXISTS substeps (
+CREATE TABLE substeps (
     run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
     name TEXT NOT NULL,
     seconds REAL NOT NULL,
     PRIMARY KEY (run_id, name)
 );
 """
+
+_TABLES = {"meta", "runs", "stages", "evidence", "substeps"}
 
 
 def default_store_path() -> Path:
@@ -68,34 +88,119 @@ def default_store_path() -> Path:
     return Path(env) if env else Path(".coldscope") / "store.db"
 
 
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
 class Store:
     """The embedded run store. Cheap to open; safe to use from one process at a time per
-    connection, and from several processes at once (SQLite locking, WAL)."""
+    connection, and from several processes at once (SQLite locking, WAL).
+
+    ``create=False`` opens read-only: the file must exist and be a coldscope store.
+    """
 
     def __init__(self, path: str | Path | None = None, *, create: bool = True) -> None:
         self.path = Path(path) if path is not None else default_store_path()
+        self.readonly = not create
+        self.skipped: list[str] = []
+        """Ids of stored runs that could not be read (each also reported on stderr)."""
         if not create and not self.path.exists():
             raise ColdscopeError(f"no store at {self.path} (run `coldscope profile` first)")
+        if self.path.exists() and self.path.is_dir():
+            raise ColdscopeError(f"{self.path} is a directory, not a coldscope store")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-            self._conn.execute("PRAGMA journal_mode=WAL")
+            if self.readonly:
+                uri = f"{self.path.resolve().as_uri()}?mode=ro"
+                self._conn = sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None)
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            self.schema = self._check()
+            if not self.readonly:
+                self._prepare()
             self._conn.execute("PRAGMA foreign_keys=ON")
-            self._migrate()
         except sqlite3.DatabaseError as exc:
             raise ColdscopeError(f"{self.path} is not a coldscope store ({exc})") from None
+        except OSError as exc:
+            raise ColdscopeError(f"cannot open store {self.path}: {exc.strerror or exc}") from None
 
-    def _migrate(self) -> None:
-        self._conn.executescript(_SCHEMA)
+    # -- opening -----------------------------------------------------------------------------
+
+    def _check(self) -> int | None:
+        """The store's schema version, None for an empty file; raises for anything that is
+        not a coldscope store this version can read. Reads only."""
+        tables = {r[0] for r in self._conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not tables:
+            if self.readonly:
+                raise ColdscopeError(f"{self.path} is an empty database, not a coldscope store")
+            return None
+        if "meta" not in tables or "runs" not in tables:
+            raise ColdscopeError(f"{self.path} is an SQLite file but not a coldscope store "
+                                 "(no runs/meta tables); left untouched")
         row = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        if row is None:
-            self._conn.execute(
-                "INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,)
-            )
-        elif int(row[0]) > SCHEMA_VERSION:
+        try:
+            version = int(row[0]) if row is not None else 0
+        except ValueError:
+            version = 0
+        if version < 1:
+            raise ColdscopeError(f"{self.path}: no valid schema version in its meta table; "
+                                 "not a coldscope store")
+        if version > SCHEMA_VERSION:
             raise ColdscopeError(
-                f"{self.path} was written by a newer coldscope (schema {row[0]}); upgrade coldscope"
-            )
+                f"{self.path} was written by a newer coldscope (schema {version}, this one reads "
+                f"up to {SCHEMA_VERSION}); upgrade coldscope")
+        missing = _TABLES - tables
+        if missing:
+            raise ColdscopeError(f"{self.path}: coldscope store lacks table(s) "
+                                 f"{', '.join(sorted(missing))}; left untouched")
+        return version
+
+    def _prepare(self) -> None:
+        """Create the tables of a new store, or migrate an old one; then switch to WAL."""
+        if self.schema is None:
+            with self._tx() as cur:
+                for stmt in _SCHEMA.split(";"):
+                    if stmt.strip():
+                        cur.execute(stmt)
+                cur.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?)",
+                            (str(SCHEMA_VERSION),))
+            self.schema = SCHEMA_VERSION
+        elif self.schema == 1:
+            self._migrate_v1()
+        self._conn.execute("PRAGMA journal_mode=WAL")
+
+    def _migrate_v1(self) -> None:
+        """Schema 1 -> 2 in one transaction: the runs table gets an ``origin`` column and the
+        statuses ``running``/``lost``; each record is rewritten as a schema 2 ``Run``. A record
+        that cannot be read is kept as it was (and skipped, with a message, when read)."""
+        self._conn.execute("PRAGMA foreign_keys=OFF")  # dropping the old table must not cascade
+        with self._tx() as cur:
+            cur.execute(_RUNS_TABLE.format(name="runs_v2"))
+            rows = cur.execute(
+                "SELECT id, started_at, status, reason, cache, label, config_key, model_path,"
+                " engine_version, time_to_ready_s, first_token_s, record FROM runs ORDER BY rowid"
+            ).fetchall()
+            for row in rows:
+                record, version, origin = row[-1], 1, "profile"
+                try:
+                    run = Run.from_legacy(json.loads(record))
+                    record, version, origin = json.dumps(run.to_json()), SCHEMA_VERSION, run.origin
+                except (ValueError, TypeError, ValidationError) as exc:
+                    _warn(f"run {row[0]} in {self.path} could not be migrated ({_short(exc)}); "
+                          "kept as it was")
+                cur.execute(
+                    "INSERT INTO runs_v2 (id, schema_version, origin, started_at, status, reason,"
+                    " cache, label, config_key, model_path, engine_version, time_to_ready_s,"
+                    " first_token_s, record) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (row[0], version, origin, *row[1:-1], record),
+                )
+            cur.execute("DROP TABLE runs")
+            cur.execute("ALTER TABLE runs_v2 RENAME TO runs")
+            cur.execute("CREATE INDEX runs_config ON runs(config_key)")
+            cur.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
+                        (str(SCHEMA_VERSION),))
+        self.schema = SCHEMA_VERSION
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Cursor]:
@@ -115,47 +220,55 @@ class Store:
     def __enter__(self) -> Store:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- writing -----------------------------------------------------------------------------
 
-    def add_run(self, record: dict, evidence: dict[str, object] | None = None) -> None:
-        """Store one finished run (ok or failed) atomically, with its raw evidence (log lines
-        with arrival times, probe events, received spans) so timelines can be rebuilt later."""
-        stages = record.get("stages") or {}
-        sources = record.get("sources") or {}
+    def add_run(self, run: Run | Mapping[str, Any],
+                evidence: Mapping[str, object] | None = None) -> Run:
+        """Store one run atomically, with its raw evidence (by kind: ``log``, ``probe``,
+        ``otel``, ``launch``) so its timeline can be rebuilt later. A plain dict is read as a
+        schema 1 record (transitional: for callers not yet building ``Run``)."""
+        if self.readonly:
+            raise ColdscopeError(f"{self.path} was opened read-only")
+        if not isinstance(run, Run):
+            run = Run.from_json(run)
         with self._tx() as cur:
             cur.execute(
-                "INSERT INTO runs (id, schema_version, started_at, status, reason, cache, label,"
-                " config_key, model_path, engine_version, time_to_ready_s, first_token_s, record)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO runs (id, schema_version, origin, started_at, status, reason, cache,"
+                " label, config_key, model_path, engine_version, time_to_ready_s, first_token_s,"
+                " record) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
-                    record["id"], SCHEMA_VERSION, record["started_at"], record["status"],
-                    record.get("reason"), record.get("cache"), record.get("label"),
-                    record.get("config_key"), (record.get("model") or {}).get("path"),
-                    (record.get("engine") or {}).get("version"), record.get("time_to_ready_s"),
-                    record.get("first_token_s"), json.dumps(record),
+                    run.id, SCHEMA_VERSION, run.origin, run.started_at, run.status, run.reason,
+                    run.cache, run.label, run.config_key, run.model.path, run.engine.version,
+                    run.time_to_ready_s, run.first_token_s, json.dumps(run.to_json()),
                 ),
             )
             cur.executemany(
                 "INSERT INTO stages (run_id, stage, seconds, source) VALUES (?,?,?,?)",
-                [(record["id"], b, stages.get(b), sources.get(b)) for b in BUCKETS],
+                [(run.id, b, run.stages.get(b), run.sources.get(b)) for b in BUCKETS],
             )
             cur.executemany(
                 "INSERT INTO substeps (run_id, name, seconds) VALUES (?,?,?)",
-                [(record["id"], k, v) for k, v in (record.get("substeps") or {}).items()],
+                [(run.id, k, v) for k, v in run.substeps.items()],
             )
             cur.executemany(
                 "INSERT INTO evidence (run_id, kind, data) VALUES (?,?,?)",
-                [(record["id"], k, json.dumps(v)) for k, v in (evidence or {}).items()],
+                [(run.id, k, json.dumps(v)) for k, v in (evidence or {}).items()],
             )
-
-    def delete_run(self, run_id: str) -> None:
-        with self._tx() as cur:
-            cur.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+        return run
 
     # -- reading -----------------------------------------------------------------------------
+
+    def _load(self, run_id: str, record: str) -> Run | None:
+        try:
+            return Run.from_json(json.loads(record))
+        except (ValueError, TypeError, AttributeError) as exc:
+            why = one_line(exc, "record") if isinstance(exc, ValidationError) else _short(exc)
+            _warn(f"run {run_id} in {self.path} is unreadable ({why}); skipped")
+            self.skipped.append(run_id)
+            return None
 
     def runs(
         self,
@@ -165,98 +278,147 @@ class Store:
         label: str | None = None,
         config_key: str | None = None,
         model_path: str | None = None,
-    ) -> list[dict]:
-        """Run records, oldest first, filtered by the given columns (None = any)."""
+        origin: str | None = None,
+    ) -> list[Run]:
+        """Runs, oldest first, filtered by the given columns (None = any). Unreadable records
+        are skipped, each with a one-line warning on stderr."""
         where, args = [], []
         for col, val in (("status", status), ("cache", cache), ("label", label),
                          ("config_key", config_key), ("model_path", model_path)):
             if val is not None:
                 where.append(f"{col} = ?")
                 args.append(val)
-        sql = "SELECT record FROM runs"
+        if origin is not None:
+            if self.schema == 1:  # schema 1 had profile and campaign runs only
+                where.append("(record LIKE '%\"campaign\": {%') = ?")
+                args.append(1 if origin == "campaign" else 0)
+                if origin not in ("profile", "campaign"):
+                    return []
+            else:
+                where.append("origin = ?")
+                args.append(origin)
+        sql = "SELECT id, record FROM runs"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY started_at, rowid"
-        return [json.loads(r[0]) for r in self._conn.execute(sql, args)]
+        out = []
+        for run_id, record in self._conn.execute(sql, args):
+            run = self._load(run_id, record)
+            if run is not None:
+                out.append(run)
+        return out
 
-    def run(self, run_id: str) -> dict:
+    def run(self, run_id: str) -> Run:
         """One run by id, or by a unique id prefix."""
         rows = self._conn.execute(
-            "SELECT record FROM runs WHERE id = ? OR id LIKE ? ORDER BY id", (run_id, run_id + "%")
+            "SELECT id, record FROM runs WHERE id = ? OR id LIKE ? ESCAPE '\\' ORDER BY id",
+            (run_id, _like_prefix(run_id)),
         ).fetchall()
-        exact = [r for r in rows if json.loads(r[0])["id"] == run_id]
+        exact = [r for r in rows if r[0] == run_id]
         if exact:
-            return json.loads(exact[0][0])
+            rows = exact
         if not rows:
             raise ColdscopeError(f"no run {run_id!r} in {self.path}")
         if len(rows) > 1:
             raise ColdscopeError(f"run id prefix {run_id!r} is ambiguous ({len(rows)} runs)")
-        return json.loads(rows[0][0])
+        run = self._load(*rows[0])
+        if run is None:
+            raise ColdscopeError(f"run {rows[0][0]} in {self.path} is unreadable")
+        return run
 
-    def evidence(self, run_id: str) -> dict[str, object]:
-        """The raw evidence stored with a run, by kind (``log``, ``probe``, ``otel``)."""
+    def evidence(self, run_id: str) -> dict[str, Any]:
+        """The raw evidence stored with a run, by kind (``log``, ``probe``, ``otel``,
+        ``launch``; ``saved_log`` for a log stored by ``parse --save``)."""
         rows = self._conn.execute(
             "SELECT kind, data FROM evidence WHERE run_id = ?", (run_id,)
         ).fetchall()
         return {k: json.loads(d) for k, d in rows}
 
+    def timeline(self, run_id: str) -> Timeline:
+        """The run's timeline, reconciled again from its stored raw evidence. Runs stored
+        before probe events were kept (schema 1) rebuild from their log and spans only."""
+        from coldscope.capture.reconcile import rebuild
+        from coldscope.engines import read_log
+
+        run = self.run(run_id)
+        if run.time_to_ready_s is None:
+            raise ColdscopeError(f"run {run.id} never became ready ({run.reason}); no timeline")
+        evidence = self.evidence(run.id)
+        if "saved_log" in evidence:  # a log read alone: no arrival times, read it again
+            found = read_log(evidence["saved_log"])
+            if found is None:
+                raise ColdscopeError(f"run {run.id}: its stored log is no longer recognised")
+            return found[1].timeline
+        return rebuild(run, evidence).timeline
+
     def count(self) -> int:
-        return self._conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+        return int(self._conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
 
     # -- export ------------------------------------------------------------------------------
 
-    def export(self, out: Path, fmt: str | None = None, runs: Iterable[dict] | None = None) -> int:
+    def export(self, out: Path, fmt: str | None = None, runs: Iterable[Run] | None = None) -> int:
         """Write one row per run (stage columns in seconds) as CSV or Parquet; returns rows."""
         out = Path(out)
         fmt = fmt or out.suffix.lstrip(".").lower()
-        rows = [flat_row(r) for r in (runs if runs is not None else self.runs(status=None))]
-        if fmt == "csv":
-            columns = _columns(rows)
-            with out.open("w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=columns)
-                writer.writeheader()
-                writer.writerows(rows)
-        elif fmt == "parquet":
-            try:
-                import pyarrow as pa
-                import pyarrow.parquet as pq
-            except ImportError:
-                raise ColdscopeError("Parquet export needs pyarrow: pip install pyarrow") from None
-            columns = _columns(rows)
-            table = pa.table({c: [r.get(c) for r in rows] for c in columns})
-            pq.write_table(table, out)
-        else:
+        if fmt not in ("csv", "parquet"):
             raise ColdscopeError(f"unknown export format {fmt!r}; use csv or parquet")
+        rows = [flat_row(r) for r in (runs if runs is not None else self.runs(status=None))]
+        columns = _columns(rows)
+        try:
+            if fmt == "csv":
+                with out.open("w", newline="") as f:
+                    writer = csv.DictWriter(f, fieldnames=columns)
+                    writer.writeheader()
+                    writer.writerows(rows)
+            else:
+                try:
+                    import pyarrow as pa
+                    import pyarrow.parquet as pq
+                except ImportError:
+                    raise ColdscopeError(
+                        "Parquet export needs pyarrow: pip install pyarrow") from None
+                table = pa.table({c: [r.get(c) for r in rows] for c in columns})
+                pq.write_table(table, out)
+        except OSError as exc:
+            raise ColdscopeError(f"cannot write {out}: {exc.strerror or exc}") from None
         return len(rows)
 
 
-def flat_row(record: dict) -> dict:
+def flat_row(run: Run) -> dict[str, Any]:
     """A run as one flat row: identity, totals, one column per bucket and sub-step."""
-    env = record.get("environment") or {}
-    row = {
-        "id": record["id"],
-        "started_at": record.get("started_at"),
-        "status": record.get("status"),
-        "reason": record.get("reason"),
-        "cache": record.get("cache"),
-        "label": record.get("label"),
-        "model": (record.get("model") or {}).get("path"),
-        "engine_version": (record.get("engine") or {}).get("version"),
-        "cpu_model": env.get("cpu_model"),
-        "time_to_ready_s": record.get("time_to_ready_s"),
-        "first_token_s": record.get("first_token_s"),
+    row: dict[str, Any] = {
+        "id": run.id,
+        "started_at": run.started_at,
+        "status": run.status,
+        "reason": run.reason,
+        "cache": run.cache,
+        "label": run.label,
+        "model": run.model.path,
+        "engine_version": run.engine.version,
+        "cpu_model": run.environment.cpu_model,
+        "time_to_ready_s": run.time_to_ready_s,
+        "first_token_s": run.first_token_s,
     }
     for b in BUCKETS:
-        row[b] = (record.get("stages") or {}).get(b)
-    for k, v in sorted((record.get("substeps") or {}).items()):
+        row[b] = run.stages.get(b)
+    for k, v in sorted(run.substeps.items()):
         row[k] = v
     return row
 
 
-def _columns(rows: list[dict]) -> list[str]:
+def _columns(rows: list[dict[str, Any]]) -> list[str]:
     columns: list[str] = []
     for r in rows:
         for k in r:
             if k not in columns:
                 columns.append(k)
     return columns or ["id"]
+
+
+def _like_prefix(prefix: str) -> str:
+    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped + "%"
+
+
+def _short(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:200]

@@ -61,32 +61,46 @@ class ProbedProcess:
         return out
 
 
-def read_probe_dir(directory: Path) -> list[ProbedProcess]:
-    """Parse every probe file in ``directory``; torn or foreign lines are skipped."""
-    processes: dict[int, ProbedProcess] = {}
+def read_probe_events(directory: Path) -> list[dict]:
+    """Every event the probe wrote in ``directory`` (all processes, file order); torn or
+    foreign lines are skipped. This raw list is what the store keeps as ``probe`` evidence."""
+    events: list[dict] = []
     for path in sorted(Path(directory).glob("probe-*.jsonl")):
         for line in path.read_text(errors="replace").splitlines():
             try:
                 e = json.loads(line)
-                pid = int(e["pid"])
+                int(e["pid"])
                 float(e["mono"])
             except (ValueError, KeyError, TypeError):
                 continue
-            if e.get("ev") == "process":
-                processes[pid] = ProbedProcess(
-                    pid=pid, ppid=e.get("ppid"), argv=list(e.get("argv") or []),
-                    loaded=e["mono"], start_proc=e.get("start_mono"),
-                    events=processes[pid].events if pid in processes else [],
-                )
-                processes[pid].events.append(e)
-            else:
-                processes.setdefault(
-                    pid, ProbedProcess(pid=pid, ppid=None, argv=[], loaded=e["mono"],
-                                       start_proc=None)
-                ).events.append(e)
+            events.append(e)
+    return events
+
+
+def processes_from_events(events: list[dict]) -> list[ProbedProcess]:
+    """Group raw probe events into processes and give each its role."""
+    processes: dict[int, ProbedProcess] = {}
+    for e in events:
+        try:
+            pid = int(e["pid"])
+            float(e["mono"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if e.get("ev") == "process":
+            processes[pid] = ProbedProcess(
+                pid=pid, ppid=e.get("ppid"), argv=list(e.get("argv") or []),
+                loaded=e["mono"], start_proc=e.get("start_mono"),
+                events=processes[pid].events if pid in processes else [],
+            )
+            processes[pid].events.append(e)
+        else:
+            processes.setdefault(
+                pid, ProbedProcess(pid=pid, ppid=None, argv=[], loaded=e["mono"],
+                                   start_proc=None)
+            ).events.append(e)
     for p in processes.values():
         p.events.sort(key=lambda e: e["mono"])
-        names = {e["name"] for e in p.events}
+        names = {e.get("name") for e in p.events}
         if "mark:engine_core_main" in names or "mark:engine_core_init" in names:
             p.role = "engine_core"
         elif "mark:worker_main" in names or "mark:worker_init" in names:
@@ -94,6 +108,11 @@ def read_probe_dir(directory: Path) -> list[ProbedProcess]:
         elif "bootstrap/model_inspect" in names and p.ppid is None:
             p.role = "api_server"
     return sorted(processes.values(), key=lambda p: p.loaded)
+
+
+def read_probe_dir(directory: Path) -> list[ProbedProcess]:
+    """Parse every probe file in ``directory``; torn or foreign lines are skipped."""
+    return processes_from_events(read_probe_events(directory))
 
 
 def probe_spans(

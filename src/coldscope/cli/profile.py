@@ -11,15 +11,12 @@ import click
 from coldscope.cli.common import console, json_option, parse_env, print_json, store_option
 from coldscope.errors import ColdscopeError
 
-_RUN_KEYS = ("id", "status", "reason", "cache", "time_to_ready_s", "first_token_s", "stages",
-             "substeps", "sources", "environment")
 
+def contract(record) -> dict:
+    """A run as the JSON contract promises it (``Run.to_json``: the contract's keys first)."""
+    from coldscope.records import Run
 
-def contract(record: dict) -> dict:
-    """A run as the JSON contract promises it (the contract's keys first, then the rest)."""
-    out = {k: record.get(k) for k in _RUN_KEYS}
-    out.update({k: v for k, v in record.items() if k not in out})
-    return out
+    return (record if isinstance(record, Run) else Run.from_json(record)).to_json()
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -142,46 +139,45 @@ def show(run_id, store_path, as_json):
 
 @click.command()
 @click.argument("log", type=click.Path(dir_okay=False))
+@click.option("--save", is_flag=True, help="Also store the parsed log as a run (origin log).")
+@store_option
 @json_option
-def parse(log, as_json):
+def parse(log, save, store_path, as_json):
     """The timeline from a saved vLLM log (stages the log cannot show are unknown)."""
-    from coldscope.capture.logs import log_timeline, missed, paper_metrics, parse_vllm_log
-    from coldscope.timeline import timeline_dict
+    import hashlib
+
+    from coldscope.assemble import run_from_log
 
     try:
         data = Path(log).read_bytes()
     except OSError as exc:
         raise ColdscopeError(f"cannot read {log}: {exc.strerror}") from None
     lines = data.decode("utf-8", "replace").splitlines()
-    evidence = parse_vllm_log(lines)
-    if not evidence.records and evidence.version is None:
-        raise ColdscopeError(f"{log} does not look like a vLLM log (no known line found)")
-    tl = timeline_dict(log_timeline(evidence))
-    record = {
-        "id": Path(log).name, "status": "ok", "reason": None,
-        # a compile-cache hit is the log's only sign of a warm start; a miss, of a cold one
-        "cache": {"hit": "warm", "miss": "cold"}.get(evidence.compile_cache or ""),
-        "first_token_s": None, "environment": {},
-        "engine": {"name": "vllm", "version": evidence.version, "family": evidence.family,
-                   "device": evidence.device, "enforce_eager": evidence.enforce_eager},
-        **tl,
-        "paper_metrics": paper_metrics(evidence),
-        "missed_by_paper_parser": missed(evidence),
-    }
-    if as_json:
-        print_json(contract(record))
-        return
-    from coldscope.render import timeline_table
+    run = run_from_log(lines, name=Path(log).name)
+    if save:
+        from coldscope.store import Store
 
-    out = console()
-    out.print(f"vLLM {evidence.version or 'unknown version'} ({evidence.family}), "
-              f"device {evidence.device or 'unknown'}")
-    out.print(timeline_table(record))
-    if record["missed_by_paper_parser"]:
-        out.print("[bold]what the paper's parser missed:[/bold]")
-        for item in record["missed_by_paper_parser"]:
-            secs = f" ({item['seconds']:.2f} s)" if item.get("seconds") is not None else ""
-            out.print(f"  • {item['what']}{secs}: {item.get('detail') or ''}")
+        # one stored run per distinct log content, named after the file
+        run = run.model_copy(update={"id": f"{run.id}-{hashlib.sha256(data).hexdigest()[:8]}"})
+        Store(store_path).add_run(run, {"saved_log": lines})
+    if as_json:
+        print_json(run.to_json())
+    else:
+        from coldscope.render import timeline_table
+
+        out = console()
+        out.print(f"vLLM {run.engine.version or 'unknown version'} ({run.engine.family}), "
+                  f"device {run.engine.device or 'unknown'}")
+        out.print(timeline_table(run))
+        if run.missed_by_paper_parser:
+            out.print("[bold]what the paper's parser missed:[/bold]")
+            for item in run.missed_by_paper_parser:
+                secs = f" ({item.seconds:.2f} s)" if item.seconds is not None else ""
+                out.print(f"  • {item.what}{secs}: {item.detail or ''}")
+        if save:
+            out.print(f"stored as run {run.id}")
+    if run.status != "ok":
+        raise ColdscopeError(f"{log}: {run.reason}")
 
 
 @click.command()

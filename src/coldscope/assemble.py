@@ -1,0 +1,69 @@
+"""Building ``Run`` records: a profiled run finished from its raw evidence, or a saved log read
+alone. The one place that puts evidence, timeline and findings together, so every run, however
+it was made, carries the same fields.
+
+The pieces stay where they belong: reconciliation in ``coldscope.capture.reconcile`` (pure),
+engine knowledge in ``coldscope.engines``, rules in ``coldscope.findings``; this module only
+assembles them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from coldscope import __version__
+from coldscope.capture.reconcile import apply, build_timeline
+from coldscope.capture.sources import Context
+from coldscope.records import Run, Tool
+
+
+def finish(run: Run, evidence: Mapping[str, Any], ctx: Context) -> Run:
+    """A measured run completed from its raw evidence: for a run that became ready, the
+    reconciled timeline, the log's facts and the probe's processes; for every run, its
+    findings. Evidence handling never loses the run: a failure becomes a note."""
+    if run.status == "ok" and ctx.ready_at is not None:
+        try:
+            run = apply(run, build_timeline(evidence, ctx))
+        except Exception as exc:  # a bug in evidence handling must not lose the run
+            run = run.model_copy(update={"notes": [*run.notes,
+                                                   f"timeline could not be built: {exc!r}"]})
+    from coldscope.findings import findings_for_run
+
+    findings = findings_for_run(run, evidence.get("log") or [])
+    return run.model_copy(update={"findings": findings}) if findings else run
+
+
+def run_from_log(lines: Sequence[str], *, name: str, origin: str = "log",
+                 started_at: str | None = None) -> Run:
+    """A saved engine log read alone, as a ``Run`` (``parse``, ``parse --save``, the serve
+    watcher). The engine is whichever registered adapter recognises the log; stages the log
+    cannot show are unknown, and so is the cache state. A log that never shows the engine
+    ready is a failed run saying so. Raises ``ColdscopeError`` if no adapter knows the log."""
+    from coldscope.engines import read_log
+    from coldscope.errors import ColdscopeError
+    from coldscope.findings import findings_from_log
+    from coldscope.records import EngineInfo
+
+    found = read_log(lines)
+    if found is None:
+        raise ColdscopeError(f"{name} does not look like a log of a known engine "
+                             "(no known line found)")
+    engine, reading = found
+    info = reading.info
+    ready = reading.timeline.time_to_ready is not None
+    run = Run(
+        id=name, status="ok" if ready else "failed",
+        reason=None if ready else "the log never shows the engine ready (truncated, or it "
+                                  "failed during start-up)",
+        cache="unknown", origin=origin,  # type: ignore[arg-type]
+        started_at=started_at or dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
+        tool=Tool(version=__version__),
+        engine=EngineInfo(name=engine.name, version=info.version, family=info.family,
+                          device=info.device, enforce_eager=info.enforce_eager),
+        log_info=info, log_tail="\n".join(lines[-40:]),
+        paper_metrics=reading.paper_metrics, missed_by_paper_parser=reading.missed,
+        findings=findings_from_log(list(lines)),
+    )
+    return run.with_timeline(reading.timeline)

@@ -1,0 +1,94 @@
+"""Raw evidence of one run -> its reconciled timeline (pure: no process, no clock).
+
+The runner collects raw evidence and nothing else; this module turns it into spans through the
+evidence sources (``coldscope.capture.sources``) and reconciles them with
+``coldscope.timeline.reconcile``. ``Store.timeline`` calls the same code on stored evidence, so
+a stored run's timeline can always be rebuilt, and rebuilt the same.
+
+Raw evidence is a mapping by kind, as the store keeps it:
+``log`` ([[seconds since launch, line], ...]), ``probe`` (the probe's event dicts),
+``otel`` (received span dicts), ``launch`` ({"mono", "wall", "root_pid"}).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from coldscope.capture.sources import SOURCES, Context
+from coldscope.records import LogInfo, ProcessRecord, Run, timeline_fields
+from coldscope.stages import CUDA_GRAPH_CAPTURE, TORCH_COMPILE
+from coldscope.timeline import Span, Timeline, reconcile
+
+
+@dataclass
+class Reconciled:
+    """A timeline and what the sources learnt on the way (log facts, the probe's processes)."""
+
+    timeline: Timeline
+    log_info: LogInfo | None = None
+    processes: list[ProcessRecord] = field(default_factory=list)
+
+
+def build_timeline(evidence: Mapping[str, Any], ctx: Context) -> Reconciled:
+    """Reconcile every source's spans into one timeline.
+
+    ``ctx.ready_at`` must be known; ``ctx.has_gpu`` comes from the run's recorded environment,
+    so the machine is not probed again.
+    """
+    if ctx.ready_at is None:
+        raise ValueError("a timeline needs the time the engine became ready")
+    spans: list[Span] = []
+    facts: dict[str, Any] = {}
+    for source in SOURCES.values():
+        raw = evidence.get(source.kind)
+        if raw:
+            got = source.spans(raw, ctx)
+            spans += got.spans
+            facts.update(got.facts)
+    log_info: LogInfo | None = facts.get("log_info")
+    not_applicable = set()
+    if not ctx.compile_enabled:
+        not_applicable.add(TORCH_COMPILE)
+    on_cpu = (log_info is not None and log_info.device == "cpu") or not ctx.has_gpu
+    if not ctx.compile_enabled or on_cpu:
+        not_applicable.add(CUDA_GRAPH_CAPTURE)
+    tl = reconcile(spans, ctx.ready_at, not_applicable=not_applicable,
+                   origin_unix=ctx.launch_wall)
+    return Reconciled(tl, log_info, list(facts.get("processes") or []))
+
+
+def context_of(run: Run, evidence: Mapping[str, Any]) -> Context:
+    """The reconciliation context of a stored run (clocks from its ``launch`` evidence)."""
+    from coldscope.engines import resolve
+
+    launch = evidence.get("launch") or {}
+    engine = resolve(run.engine.argv)
+    return Context(
+        engine=engine,
+        launch_mono=float(launch.get("mono") or 0.0),
+        launch_wall=float(launch.get("wall") or run.origin_unix or 0.0),
+        root_pid=launch.get("root_pid"),
+        ready_at=run.time_to_ready_s,
+        compile_enabled=engine.compile_enabled(run.engine.argv),
+        has_gpu=bool(run.environment.gpus),
+    )
+
+
+def rebuild(run: Run, evidence: Mapping[str, Any]) -> Reconciled:
+    """The timeline of a stored run from its stored raw evidence."""
+    return build_timeline(evidence, context_of(run, evidence))
+
+
+def apply(run: Run, rec: Reconciled) -> Run:
+    """``run`` carrying the reconciled timeline, the log's facts and the probe's processes."""
+    update: dict[str, Any] = timeline_fields(rec.timeline)
+    update["log_info"] = rec.log_info
+    update["processes"] = rec.processes
+    # the probe's own time, summed over all processes: an upper bound of its overhead
+    update["probe_cost_s"] = sum(p.probe_cost_s for p in rec.processes)
+    if rec.log_info is not None and rec.log_info.version and not run.engine.version:
+        update["engine"] = run.engine.model_copy(update={"version": rec.log_info.version})
+    return run.model_copy(update=update)
+

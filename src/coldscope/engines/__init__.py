@@ -1,0 +1,271 @@
+"""Engine adapters: everything coldscope knows about one inference engine, behind one protocol.
+
+The runner, the evidence sources, the report and ``tune`` ask the adapter of the run's engine
+(``resolve(argv)``) instead of knowing vLLM: how to read its command line (model, port, host,
+compile on/off, capture sizes), what environment it needs and where its caches live, how to
+make it export its OpenTelemetry spans, how to read its log and its span names, which functions
+the in-process probe wraps, and which start-up mitigations exist for it.
+
+Adding an engine (say SGLang): a module ``engines/sglang.py`` with a class that implements
+``Engine`` (subclassing ``GenericEngine`` gives the defaults), listed in ``ENGINES`` below, and
+its tests. Nothing outside this package changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from coldscope.records import LogInfo, MissedItem
+from coldscope.timeline import Span, Timeline
+
+if TYPE_CHECKING:
+    from coldscope.capture.otlp import OtelSpan
+
+
+class Mitigation(BaseModel):
+    """One start-up mitigation for an engine: command-line and environment changes that
+    shorten ``stage``, and what they cost. ``coldscope tune`` tries them; ``apply`` gives the
+    changed command line."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(description="stable id, e.g. vllm.enforce-eager")
+    stage: str = Field(description="the bucket it shortens (coldscope.stages)")
+    title: str
+    add_args: tuple[str, ...] = ()
+    remove_flags: tuple[str, ...] = Field(
+        (), description="flags removed first, with their value when they take one")
+    env: dict[str, str] = Field(default_factory=dict)
+    caveat: str | None = Field(None, description="what it costs at serving time, if anything")
+
+    def apply(self, argv: Sequence[str], *, takes_value: frozenset[str] = frozenset()) -> list[str]:
+        """``argv`` with ``remove_flags`` removed (``--flag v``, ``--flag=v`` or a bare
+        ``--flag``; the next word is taken as the value only for flags in ``takes_value``)
+        and ``add_args`` appended."""
+        out: list[str] = []
+        skip = False
+        for a in argv:
+            if skip:
+                skip = False
+                continue
+            name = a.split("=", 1)[0]
+            if name in self.remove_flags:
+                skip = "=" not in a and name in takes_value
+                continue
+            out.append(a)
+        return out + list(self.add_args)
+
+
+@dataclass
+class LogReading:
+    """What an engine's log adapter read from a saved log (no arrival times): the timeline the
+    log alone can show, the engine facts it states, and adapter-specific extras."""
+
+    timeline: Timeline
+    info: LogInfo
+    time_to_ready_from: str | None = None
+    paper_metrics: dict[str, float | None] | None = None
+    missed: list[MissedItem] = field(default_factory=list)
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """One engine's adapter. ``argv`` is always the full engine command line as the user gave
+    it (interpreter and script included)."""
+
+    name: str
+    """Short name stored in ``Run.engine.name``."""
+    packages: tuple[str, ...]
+    """Python packages whose versions the environment records (the engine's first)."""
+
+    def matches(self, argv: Sequence[str]) -> bool:
+        """True when this command line starts this engine."""
+        ...
+
+    # command line
+    def model(self, argv: Sequence[str]) -> str | None: ...
+    def served_model(self, argv: Sequence[str]) -> str | None:
+        """The model name to send in the first request."""
+        ...
+    def health_url(self, argv: Sequence[str]) -> str: ...
+    def host(self, argv: Sequence[str]) -> str | None:
+        """The address the command binds, when it sets one."""
+        ...
+    def with_host(self, argv: Sequence[str], host: str) -> list[str]:
+        """``argv`` binding ``host`` (used to keep the engine off the network by default)."""
+        ...
+    def compile_enabled(self, argv: Sequence[str]) -> bool: ...
+    def capture_sizes(self, argv: Sequence[str]) -> int | None:
+        """How many CUDA-graph capture sizes the command line asks for, if it says."""
+        ...
+    def describe(self, argv: Sequence[str]) -> dict[str, Any]:
+        """``records.EngineInfo`` fields read from the command line."""
+        ...
+
+    # environment
+    def env_defaults(self) -> dict[str, str]:
+        """Variables set unless the user's environment already has them."""
+        ...
+    def cache_env(self, root: Path) -> dict[str, str]:
+        """Cache-directory variables pointing under ``root`` (one run's or one config's)."""
+        ...
+    def version(self, packages: Mapping[str, str | None], log: LogInfo | None) -> str | None: ...
+
+    # evidence
+    def otlp(self, argv: Sequence[str], endpoint: str) -> tuple[list[str], dict[str, str]] | None:
+        """Arguments and environment that make the engine send its spans to ``endpoint``;
+        None when it cannot, or the user already points it elsewhere."""
+        ...
+    def log_spans(self, lines: Sequence[tuple[float, str]]) -> tuple[list[Span], LogInfo | None]:
+        """Spans from output lines with their arrival times (seconds since launch)."""
+        ...
+    def read_log(self, lines: Sequence[str]) -> LogReading | None:
+        """A saved log read alone; None when it is not this engine's log."""
+        ...
+    def otel_spans(self, spans: Sequence[OtelSpan], *, origin_unix: float,
+                   compile_enabled: bool) -> list[Span]:
+        """Stage spans (seconds since launch) from the engine's own OpenTelemetry spans."""
+        ...
+    def probe_hooks(self) -> tuple[tuple[str, str, str], ...]:
+        """(module, qualified function, event name) the in-process probe wraps."""
+        ...
+
+    # tune
+    def mitigations(self) -> tuple[Mitigation, ...]: ...
+
+
+def flag(argv: Sequence[str], name: str) -> str | None:
+    """The value of ``--name V`` or ``--name=V`` in ``argv``, or None."""
+    for i, a in enumerate(argv):
+        if a == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+class GenericEngine:
+    """Any command: what can be said without knowing the engine. Its output is read by the
+    first registered engine whose log adapter recognises it (a wrapper script around vLLM still
+    gets vLLM's log timeline). Engine adapters subclass it and override what they know."""
+
+    name = "process"
+    packages: tuple[str, ...] = ("torch", "transformers", "tokenizers")
+
+    def __init__(self, argv: Sequence[str] = ()) -> None:
+        if argv:
+            self.name = Path(argv[0]).name or "process"
+
+    def matches(self, argv: Sequence[str]) -> bool:
+        return True
+
+    def model(self, argv: Sequence[str]) -> str | None:
+        return flag(argv, "--model")
+
+    def served_model(self, argv: Sequence[str]) -> str | None:
+        return flag(argv, "--served-model-name") or self.model(argv)
+
+    def host(self, argv: Sequence[str]) -> str | None:
+        return flag(argv, "--host")
+
+    def with_host(self, argv: Sequence[str], host: str) -> list[str]:
+        return [*argv, "--host", host]
+
+    def health_url(self, argv: Sequence[str]) -> str:
+        host = self.host(argv) or "127.0.0.1"
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        port = flag(argv, "--port") or "8000"
+        return f"http://{host}:{port}/health"
+
+    def compile_enabled(self, argv: Sequence[str]) -> bool:
+        return True
+
+    def capture_sizes(self, argv: Sequence[str]) -> int | None:
+        return None
+
+    def describe(self, argv: Sequence[str]) -> dict[str, Any]:
+        return {"name": self.name, "argv": list(argv), "model": self.model(argv),
+                "compile": self.compile_enabled(argv)}
+
+    def env_defaults(self) -> dict[str, str]:
+        return {"HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+
+    def cache_env(self, root: Path) -> dict[str, str]:
+        """HOME and the caches every PyTorch engine fills (inductor, Triton, XDG)."""
+        return {
+            "HOME": str(root / "home"),
+            "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
+            "XDG_CACHE_HOME": str(root / "xdg"),
+            "TRITON_CACHE_DIR": str(root / "triton"),
+        }
+
+    def version(self, packages: Mapping[str, str | None], log: LogInfo | None) -> str | None:
+        return log.version if log is not None else None
+
+    def otlp(self, argv: Sequence[str], endpoint: str) -> tuple[list[str], dict[str, str]] | None:
+        return None
+
+    def log_spans(self, lines: Sequence[tuple[float, str]]) -> tuple[list[Span], LogInfo | None]:
+        texts = [text for _, text in lines]
+        for engine in ENGINES:
+            if engine.read_log(texts) is not None:
+                return engine.log_spans(lines)
+        return [], None
+
+    def read_log(self, lines: Sequence[str]) -> LogReading | None:
+        return None
+
+    def otel_spans(self, spans: Sequence[OtelSpan], *, origin_unix: float,
+                   compile_enabled: bool) -> list[Span]:
+        return []
+
+    def probe_hooks(self) -> tuple[tuple[str, str, str], ...]:
+        return ()
+
+    def mitigations(self) -> tuple[Mitigation, ...]:
+        return ()
+
+
+def _registry() -> tuple[Engine, ...]:
+    from coldscope.engines.vllm import VLLM
+
+    return (VLLM(),)
+
+
+#: Every engine coldscope knows, most specific first.
+ENGINES: tuple[Engine, ...] = _registry()
+
+
+def resolve(argv: Sequence[str]) -> Engine:
+    """The adapter of the engine ``argv`` starts: the first registered engine that recognises
+    the command line, else ``GenericEngine``."""
+    for engine in ENGINES:
+        if engine.matches(argv):
+            return engine
+    return GenericEngine(argv)
+
+
+def by_name(name: str) -> Engine:
+    """A registered engine by its name (``vllm``)."""
+    for engine in ENGINES:
+        if engine.name == name:
+            return engine
+    from coldscope.errors import ColdscopeError
+
+    known = ", ".join(e.name for e in ENGINES)
+    raise ColdscopeError(f"unknown engine {name!r}; known: {known}")
+
+
+def read_log(lines: Sequence[str]) -> tuple[Engine, LogReading] | None:
+    """The engine whose log adapter recognises a saved log, and what it read; None if none."""
+    for engine in ENGINES:
+        reading = engine.read_log(lines)
+        if reading is not None:
+            return engine, reading
+    return None

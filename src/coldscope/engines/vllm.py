@@ -1,0 +1,215 @@
+"""vLLM: the one module that knows it (command line, environment, caches, OTLP export, log
+adapters' entry point, span names, probe hooks, mitigations).
+
+The log adapters themselves (version-aware rule tables) are in ``coldscope.capture.logs``; the
+mitigation catalogue's content is in ``coldscope.engines.vllm_knobs``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from coldscope.engines import GenericEngine, LogReading, Mitigation, flag
+from coldscope.records import LogInfo, MissedItem
+from coldscope.stages import (
+    CUDA_GRAPH_CAPTURE,
+    KV_CACHE_PROFILING,
+    MODEL_LOADING,
+    SERVER_READY,
+    TORCH_COMPILE,
+)
+from coldscope.timeline import Span
+
+if TYPE_CHECKING:
+    from coldscope.capture.otlp import OtelSpan
+
+#: vLLM's OpenTelemetry start-up span names mapped onto coldscope's stages. Container spans
+#: ("Overall Loading", "Executor init", "Prepare model", ...) wrap several stages and are kept
+#: only as raw spans; the spans below name one stage or sub-step.
+SPAN_STAGES: dict[str, str] = {
+    "Loading (CPU)": MODEL_LOADING,
+    "Loading (GPU)": MODEL_LOADING,
+    "Load model": MODEL_LOADING,
+    "Initialize model": f"{MODEL_LOADING}/init_model",
+    "Load weights": f"{MODEL_LOADING}/weights",
+    "Download weights - HF": f"{MODEL_LOADING}/download",
+    "Compile graph": TORCH_COMPILE,
+    "Inductor compilation": f"{TORCH_COMPILE}/inductor",
+    "Allocate KV cache": f"{KV_CACHE_PROFILING}/allocate",
+    "Capture model": CUDA_GRAPH_CAPTURE,
+    "API server setup": SERVER_READY,
+    "Init device": "bootstrap/init_device",
+}
+
+#: Warm-up compiles the model when torch.compile is on; in eager mode it is a plain dummy pass.
+WARMUP_SPANS = ("Warmup (CPU)", "Warmup (GPU)")
+
+_ROLE = {"vllm.llm_engine": "api_server", "engine_core": "engine_core", "worker": "worker"}
+
+#: (module, qualified attribute, event name) the probe wraps. Names are stage or stage/substep
+#: names of coldscope.stages, or "mark:<what>" for boundaries ``capture.probe`` interprets.
+PROBE_HOOKS: tuple[tuple[str, str, str], ...] = (
+    # process roles (first call marks when the process's own work begins)
+    ("vllm.v1.engine.core", "EngineCoreProc.run_engine_core", "mark:engine_core_main"),
+    ("vllm.v1.executor.multiproc_executor", "WorkerProc.worker_main", "mark:worker_main"),
+    ("vllm.v1.executor.multiproc_executor", "WorkerProc.__init__", "mark:worker_init"),
+    ("vllm.v1.engine.core", "EngineCore.__init__", "mark:engine_core_init"),
+    ("vllm.entrypoints.openai.api_server", "run_server", "mark:api_run_server"),
+    ("vllm.entrypoints.openai.api_server", "build_async_engine_client", "mark:api_build_client"),
+    ("vllm.engine.arg_utils", "EngineArgs.create_engine_config", "bootstrap/engine_config"),
+    ("vllm.model_executor.models.registry", "_run_in_subprocess", "bootstrap/model_inspect"),
+    # tokenizer (outermost call only)
+    ("transformers.models.auto.tokenization_auto", "AutoTokenizer.from_pretrained", "tokenizer"),
+    ("transformers.tokenization_utils_base", "PreTrainedTokenizerBase.from_pretrained",
+     "tokenizer"),
+    # model loading
+    ("vllm.v1.worker.cpu_model_runner", "CPUModelRunner.load_model", "model_loading"),
+    ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner.load_model", "model_loading"),
+    ("vllm.model_executor.model_loader.utils", "initialize_model", "model_loading/init_model"),
+    ("vllm.model_executor.model_loader.default_loader", "DefaultModelLoader.load_weights",
+     "model_loading/weights"),
+    # compile / warm-up / KV cache / graphs
+    ("vllm.v1.worker.cpu_model_runner", "CPUModelRunner.warming_up_model", "mark:warmup"),
+    ("vllm.v1.worker.gpu_worker", "Worker.determine_available_memory", "kv_cache_profiling"),
+    ("vllm.v1.worker.gpu_worker", "Worker.initialize_from_config",
+     "kv_cache_profiling/allocate"),
+    ("vllm.v1.worker.gpu_worker", "Worker.compile_or_warm_up_model", "mark:warmup"),
+    ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner.capture_model", "cuda_graph_capture"),
+    ("vllm.v1.engine.core", "EngineCore._initialize_kv_caches", "mark:initialize_kv_caches"),
+)
+
+
+class VLLM(GenericEngine):
+    """vLLM's OpenAI-compatible server (``vllm serve M`` or
+    ``python -m vllm.entrypoints.openai.api_server --model M``)."""
+
+    name = "vllm"
+    packages = ("vllm", "torch", "transformers", "tokenizers")
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    def matches(self, argv: Sequence[str]) -> bool:
+        return "vllm" in " ".join(argv)
+
+    def is_server(self, argv: Sequence[str]) -> bool:
+        """The OpenAI server itself (not a script that merely mentions vLLM)."""
+        joined = " ".join(argv)
+        return "vllm.entrypoints.openai.api_server" in joined or (
+            bool(argv) and "vllm" in Path(argv[0]).name and "serve" in argv
+        )
+
+    def model(self, argv: Sequence[str]) -> str | None:
+        """``--model X`` or ``vllm serve X``."""
+        model = flag(argv, "--model")
+        if model is None and "serve" in argv:
+            i = list(argv).index("serve")
+            if i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+                model = argv[i + 1]
+        return model
+
+    def compile_enabled(self, argv: Sequence[str]) -> bool:
+        """torch.compile is on unless the command turns it off (``--enforce-eager``, ``-O0``)."""
+        if "--enforce-eager" in argv or "-O0" in argv:
+            return False
+        level = flag(argv, "--compilation-config") or flag(argv, "-O")
+        return not (level is not None and level.strip() in ("0", '{"level":0}', '{"mode":0}'))
+
+    def capture_sizes(self, argv: Sequence[str]) -> int | None:
+        """Number of sizes given to ``--cuda-graph-sizes`` (space- or comma-separated)."""
+        for i, arg in enumerate(argv):
+            if arg.startswith("--cuda-graph-sizes"):
+                values = arg.split("=", 1)[1].split() if "=" in arg else []
+                for nxt in argv[i + 1:]:
+                    if nxt.startswith("--"):
+                        break
+                    values.extend(nxt.replace(",", " ").split())
+                return len(values) if values else None
+        return None
+
+    def describe(self, argv: Sequence[str]) -> dict[str, Any]:
+        return {**super().describe(argv), "enforce_eager": "--enforce-eager" in argv,
+                "load_format": flag(argv, "--load-format")}
+
+    def env_defaults(self) -> dict[str, str]:
+        # 1 GiB of KV cache on CPU: enough to start, small enough for a laptop.
+        return {**super().env_defaults(), "VLLM_CPU_KVCACHE_SPACE": "1"}
+
+    def cache_env(self, root: Path) -> dict[str, str]:
+        return {**super().cache_env(root), "VLLM_CACHE_ROOT": str(root / "vllm")}
+
+    def version(self, packages: Mapping[str, str | None], log: LogInfo | None) -> str | None:
+        return packages.get("vllm") or super().version(packages, log)
+
+    def otlp(self, argv: Sequence[str], endpoint: str) -> tuple[list[str], dict[str, str]] | None:
+        if not self.is_server(argv) or flag(argv, "--otlp-traces-endpoint") is not None:
+            return None
+        env = {
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": endpoint,
+            # Export spans within 0.2 s (default 5 s), so that the last start-up spans arrive
+            # before the engine is stopped after its first request.
+            "OTEL_BSP_SCHEDULE_DELAY": "200",
+        }
+        return ["--otlp-traces-endpoint", endpoint], env
+
+    def log_spans(self, lines: Sequence[tuple[float, str]]) -> tuple[list[Span], LogInfo | None]:
+        from coldscope.capture.logs import log_spans, parse_vllm_log
+
+        parsed = parse_vllm_log([text for _, text in lines])
+        spans = log_spans(parsed, [t for t, _ in lines])
+        return spans, _info(parsed)
+
+    def read_log(self, lines: Sequence[str]) -> LogReading | None:
+        from coldscope.capture.logs import (
+            log_time_to_ready,
+            log_timeline,
+            missed,
+            paper_metrics,
+            parse_vllm_log,
+        )
+
+        parsed = parse_vllm_log(lines)
+        if not parsed.records and parsed.version is None:
+            return None
+        return LogReading(
+            timeline=log_timeline(parsed), info=_info(parsed),
+            time_to_ready_from=log_time_to_ready(parsed)[1],
+            paper_metrics=paper_metrics(parsed),
+            missed=[MissedItem(**m) for m in missed(parsed)],
+        )
+
+    def otel_spans(self, spans: Sequence[OtelSpan], *, origin_unix: float,
+                   compile_enabled: bool) -> list[Span]:
+        """Stage spans from vLLM's spans; request spans and container spans are left out."""
+        out: list[Span] = []
+        for s in spans:
+            name = SPAN_STAGES.get(s.name)
+            if s.name in WARMUP_SPANS:
+                name = (f"{TORCH_COMPILE}/warmup" if compile_enabled
+                        else f"{KV_CACHE_PROFILING}/warmup")
+            if name is None:
+                continue
+            out.append(Span(name=name, start=s.start - origin_unix, end=s.end - origin_unix,
+                            source="span",
+                            process=_ROLE.get(s.process_kind or "", s.process_kind or "engine"),
+                            pid=s.pid))
+        return out
+
+    def probe_hooks(self) -> tuple[tuple[str, str, str], ...]:
+        return PROBE_HOOKS
+
+    def mitigations(self) -> tuple[Mitigation, ...]:
+        try:
+            from coldscope.engines.vllm_knobs import MITIGATIONS
+        except ImportError:
+            return ()
+        return tuple(MITIGATIONS)
+
+
+def _info(parsed: Any) -> LogInfo:
+    cache = parsed.compile_cache if parsed.compile_cache in ("hit", "miss") else None
+    return LogInfo(version=parsed.version, family=parsed.family, device=parsed.device,
+                   enforce_eager=parsed.enforce_eager, compile_cache=cache)
