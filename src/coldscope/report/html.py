@@ -386,10 +386,10 @@ def timeline_chart(tl: Mapping[str, Any], cpu: Mapping[str, Any] | None = None,
 
     Zoomable: every timed element carries its seconds (``_t``) and sits in a clipped group, and
     the x axis is a ``g.xaxis`` the script redraws, so dragging across the chart zooms into that
-    span (double-click or the reset button zooms out). The marker labels have a row of their
-    own above the plot, ``ready`` left of its line and ``first token`` right of its own, so they
-    never overlap however close the two moments are."""
-    width, left, right, top, row_h = 980, 150, 24, 22, 16
+    span (double-click or the reset button zooms out). The marker labels have rows of their
+    own above the plot (``ready`` on the lower, ``first token`` on the upper, each left of its
+    line), so they never overlap each other or a bar however close the two moments are."""
+    width, left, right, top, row_h = 980, 150, 24, 36, 16
     end = max([tl.get("first_token") or 0.0, tl.get("time_to_ready") or 0.0,
                *(s["end"] for s in tl["segments"]), 0.1])
     x = Linear(0, end * 1.01, left, width - right)
@@ -398,7 +398,7 @@ def timeline_chart(tl: Mapping[str, Any], cpu: Mapping[str, Any] | None = None,
     cores = cpu["cores"] if cpu else 0
     core_h = 10 if cores <= 16 else max(2, 160 // cores)
     height = top + 24 + sum(6 + row_h * max(1, len(ln["rows"])) for ln in lanes) \
-        + (14 + cores * core_h + 26 if cpu else 0) + 48
+        + (14 + cores * core_h + 36 if cpu else 0) + 48
     svg = Svg(width, height, f"timeline of run {tl['run']}", cls="chart gantt")
     clip = f"gclip{chart_no}"
     svg.add(f'<clipPath id="{clip}"><rect x="{left}" y="0" width="{width - right - left}" '
@@ -455,18 +455,18 @@ def timeline_chart(tl: Mapping[str, Any], cpu: Mapping[str, Any] | None = None,
     if cpu:
         _heatmap(svg, cpu, x, y, core_h)
     plot_bottom = y + (cores * core_h + 6 if cpu else 0)
-    for key_, name, anchor, dx in (("time_to_ready", "ready", "end", -3),
-                                   ("first_token", "first token", "start", 3)):
+    for key_, name, row in (("time_to_ready", "ready", 0), ("first_token", "first token", 1)):
         v = tl.get(key_)
         if v is not None:
-            svg.line(x(v), top - 14, x(v), plot_bottom, cls="marker", extra=_t(v))
-            svg.text(x(v) + dx, top - 4, name, anchor=anchor, cls="marker-text",
-                     extra=_t(v) + f' data-dx="{dx}"')
+            ly = top - 4 - 13 * row
+            svg.line(x(v), ly - 10, x(v), plot_bottom, cls="marker", extra=_t(v))
+            svg.text(x(v) - 3, ly, name, anchor="end", cls="marker-text",
+                     extra=_t(v) + ' data-dx="-3"')
     svg.add("</g>")
     y = plot_bottom
     if cpu:
         _color_scale(svg, left, y + 8)
-        y += 26
+        y += 36
     svg.add('<g class="xaxis">')
     svg.x_axis(x, ticks, y + 4, y + 4, "time since launch (s)")
     svg.add("</g>")
@@ -962,7 +962,7 @@ def key_findings_section(data: Mapping[str, Any]) -> str:
     if ch:
         pct = (ch["ratio"] - 1) * 100
         change = (f'<p><b>{esc(ch["title"])}: {esc(ch["other"])} vs {esc(ch["baseline"])}</b>'
-                  f' — time to ready {fmt_x(ch["ratio"])} ({pct:+.0f} %) over '
+                  f' — time to ready {fmt_x(ch["ratio"])} ({pct:+.0f}&nbsp;%) over '
                   f'{ch["pairs"]} pair(s)')
         if ch.get("stage"):
             change += (f'; the stage that changed most: <b>{esc(label(ch["stage"]))}</b> '
