@@ -22,10 +22,6 @@ from coldscope.errors import ColdscopeError
 from coldscope.serve.service import Service
 
 
-class _TooLarge(Exception):
-    pass
-
-
 class Guard:
     """Pure ASGI middleware: bearer token and request-body bound (cheaper per request than
     Starlette's BaseHTTPMiddleware, which matters at hundreds of requests per second)."""
@@ -50,28 +46,32 @@ class Guard:
             await _reply(send, 413, {"error": f"request body over {self.max_body} bytes"})
             return
         seen = 0
-        started = False
+        too_large = False
+        replied = False
 
         async def bounded_receive() -> dict:
-            nonlocal seen
+            # Past the bound the app gets an end of body (FastAPI would turn an exception here
+            # into a 400) and its answer is replaced by a 413 below.
+            nonlocal seen, too_large
+            if too_large:
+                return {"type": "http.request", "body": b"", "more_body": False}
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_body:
-                    raise _TooLarge
+                    too_large = True
+                    return {"type": "http.request", "body": b"", "more_body": False}
             return message
 
-        async def tracked_send(message: dict) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, bounded_receive, tracked_send)
-        except _TooLarge:
-            if not started:
+        async def bounded_send(message: dict) -> None:
+            nonlocal replied
+            if not too_large:
+                await send(message)
+            elif not replied:
+                replied = True
                 await _reply(send, 413, {"error": f"request body over {self.max_body} bytes"})
+
+        await self.app(scope, bounded_receive, bounded_send)
 
 
 async def _reply(send: Any, status: int, body: dict, extra: list | None = None) -> None:

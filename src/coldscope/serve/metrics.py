@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from coldscope.stages import BUCKETS
@@ -55,13 +55,14 @@ class _InProgress(Collector):
     finished one disappears at once and no stale series is left behind)."""
 
     def __init__(self, source: Callable[[], Iterable[tuple[str, float]]],
-                 replica: BoundedLabel):
-        self.source, self.replica = source, replica
+                 replica: BoundedLabel, errors: Callable[[], int]):
+        self.source, self.replica, self.errors = source, replica, errors
 
     def describe(self):
         # without this, registering would call ``collect`` (and the watcher) at once
         yield GaugeMetricFamily("coldscope_startups_in_progress", "")
         yield GaugeMetricFamily("coldscope_startup_in_progress_seconds", "", labels=["replica"])
+        yield CounterMetricFamily("coldscope_watch_errors", "")
 
     def collect(self):
         count = GaugeMetricFamily("coldscope_startups_in_progress",
@@ -80,6 +81,10 @@ class _InProgress(Collector):
             elapsed.add_metric([key], seconds)
         yield count
         yield elapsed
+        yield CounterMetricFamily("coldscope_watch_errors",
+                                  "Errors the log watcher logged and survived (unreadable or "
+                                  "deleted files, a start-up that could not be stored)",
+                                  value=self.errors())
 
 
 class StartupMetrics:
@@ -87,7 +92,8 @@ class StartupMetrics:
 
     def __init__(self, *, max_models: int = 64, max_replicas: int = 512,
                  max_versions: int = 16, max_findings: int = 64,
-                 in_progress: Callable[[], Iterable[tuple[str, float]]] | None = None):
+                 in_progress: Callable[[], Iterable[tuple[str, float]]] | None = None,
+                 errors: Callable[[], int] | None = None):
         self.registry = CollectorRegistry(auto_describe=True)
         self.model = BoundedLabel(max_models)
         self.replica = BoundedLabel(max_replicas)
@@ -124,11 +130,8 @@ class StartupMetrics:
             "coldscope_startup_prediction_inside_interval",
             "Observed start-ups inside (true) or outside (false) the prediction interval",
             ["model", "inside"], registry=r)
-        self.watch_errors = Counter(
-            "coldscope_watch_errors", "Errors the log watcher logged and survived",
-            registry=r)
         if in_progress is not None:
-            r.register(_InProgress(in_progress, self.replica))
+            r.register(_InProgress(in_progress, self.replica, errors or (lambda: 0)))
 
     def observe(self, run: Mapping[str, Any], replica: str,
                 prediction: Mapping[str, Any] | None = None) -> None:

