@@ -78,7 +78,7 @@ def test_predict_json_contract(startup_model: Path, tmp_path: Path,
     assert set(p) >= {"total_s", "interval", "stages", "warnings"}
     assert set(p["stages"]) <= set(BUCKETS)
     assert all(set(v) == {"s", "interval"} for v in p["stages"].values())
-    assert p["interval"][0] <= p["total_s"] <= p["interval"][1]
+    assert p["interval"]["low"] <= p["total_s"] <= p["interval"]["high"]
     assert any("outside the training range" in w for w in p["warnings"])  # 60 layers
 
 

@@ -133,10 +133,9 @@ def test_save_load_predicts_the_same(paper_model: StartupModel, tmp_path: Path) 
     assert set(d) >= {"total_s", "interval", "stages", "warnings"}
     assert d["total_s"] == pytest.approx(sum(v["s"] for v in d["stages"].values()), abs=1e-3)
     assert set(d["stages"]) <= set(BUCKETS)
-    lo, hi = d["interval"]
-    assert lo <= d["total_s"] <= hi
+    assert d["interval"]["low"] <= d["total_s"] <= d["interval"]["high"]
     for v in d["stages"].values():
-        assert v["interval"][0] <= v["s"] <= v["interval"][1]
+        assert v["interval"]["low"] <= v["s"] <= v["interval"]["high"]
     # the explanation adds up to each bucket
     explained = loaded.explain(gemma)
     for bucket, parts in explained.items():
@@ -202,11 +201,19 @@ def test_ols_interval_is_the_textbook_prediction_interval() -> None:
     y = np.array([o.buckets["torch_compile"] for o in obs])
     coef = np.linalg.lstsq(X, y, rcond=None)[0]
     s2 = np.sum((y - X @ coef) ** 2) / (6 - 2)
-    x0 = np.array([1.0, 50.0])
+    x0 = np.array([1.0, 22.0])  # inside the training range (8-28 layers)
     half = t_quantile(0.95, 4) * math.sqrt(s2 * (1 + x0 @ np.linalg.inv(X.T @ X) @ x0))
-    pred = model.predict(_features("new", 50, 3.0)).stages["torch_compile"]
+    pred = model.predict(_features("new", 22, 3.0)).stages["torch_compile"]
     assert pred.s == pytest.approx(x0 @ coef)
     assert pred.interval[1] - pred.s == pytest.approx(half, rel=1e-9)
+    # 50 layers is 22 beyond the range: the interval widens by that part of the formula
+    x1 = np.array([1.0, 50.0])
+    half = t_quantile(0.95, 4) * math.sqrt(s2 * (1 + x1 @ np.linalg.inv(X.T @ X) @ x1))
+    far = model.predict(_features("new", 50, 3.0))
+    assert far.stages["torch_compile"].interval[1] - far.stages["torch_compile"].s == \
+        pytest.approx(half + abs(coef[1]) * 22, rel=1e-9)
+    assert any("layers = 50 is outside the training range" in w and "widened" in w
+               for w in far.warnings)
 
 
 def test_cv_plus_interval_matches_an_independent_jackknife_plus() -> None:
@@ -250,7 +257,7 @@ def test_load_refuses_other_files(tmp_path: Path) -> None:
     with pytest.raises(ColdscopeError, match="not a coldscope startup model"):
         StartupModel.load(tmp_path / "x.json")
     (tmp_path / "y.json").write_text("{")
-    with pytest.raises(ColdscopeError, match="malformed startup model"):
+    with pytest.raises(ColdscopeError, match="not valid JSON"):
         StartupModel.load(tmp_path / "y.json")
 
 

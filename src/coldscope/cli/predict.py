@@ -1,7 +1,9 @@
-"""``coldscope features``, ``coldscope fit`` and ``coldscope predict``."""
+"""``coldscope features``, ``fit``, ``calibrate`` and ``predict``."""
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
 import click
@@ -64,6 +66,22 @@ def fit_cmd(paper_dir: str | None, timings: str | None, store_path: str | None,
     bad = [k for k in kind_list if k not in ("dense", "moe", "hybrid")]
     if bad or not kind_list:
         raise ColdscopeError(f"--kinds takes dense, moe, hybrid; got {kinds!r}")
+    observations, environment, settings, source, notes = _training_runs(
+        paper_dir, timings, store_path, cache, capture_sizes)
+    model = StartupModel(formulas=formulas, kinds=kind_list, level=level)
+    model.fit(observations, environment, settings, source=source)
+    model.save(out_path)
+    summary = fit_summary(model.to_dict(), out_path, notes)
+    if as_json:
+        print_json(summary)
+    else:
+        click.echo(render_fit(summary))
+
+
+def _training_runs(paper_dir: str | None, timings: str | None, store_path: str | None,
+                   cache: str | None, capture_sizes: int | None
+                   ) -> tuple[list[Any], dict[str, Any], dict[str, Any], str, list[str]]:
+    """Observations, environment, settings, source and notes from --paper or --store."""
     notes: list[str] = []
     if paper_dir is not None:
         from coldscope.predict.paper import (
@@ -87,14 +105,7 @@ def fit_cmd(paper_dir: str | None, timings: str | None, store_path: str | None,
             source = str(store.path)
         observations, environment, notes = observations_from_runs(runs, cache=cache)
         settings = {"capture_sizes": capture_sizes} if capture_sizes else {}
-    model = StartupModel(formulas=formulas, kinds=kind_list, level=level)
-    model.fit(observations, environment, settings, source=source)
-    model.save(out_path)
-    summary = fit_summary(model.to_dict(), out_path, notes)
-    if as_json:
-        print_json(summary)
-    else:
-        click.echo(render_fit(summary))
+    return observations, environment, settings, source, notes
 
 
 def fit_summary(state: dict[str, Any], out_path: str, notes: list[str]) -> dict[str, Any]:
@@ -103,6 +114,7 @@ def fit_summary(state: dict[str, Any], out_path: str, notes: list[str]) -> dict[
         "out": out_path,
         "trained_on": state["trained_on"],
         "environment": state["environment"],
+        "storage": state.get("storage"),
         "interval": state["interval"],
         "buckets": {b: {k: v[k] for k in ("formula", "terms", "coef", "residual_sd",
                                            "lomo_rmse", "candidates", "pcc")}
@@ -142,7 +154,7 @@ def render_fit(s: dict[str, Any]) -> str:
                       f"{tot['rmse']:.3f} s, max |error| {tot['max_abs']:.3f} s{cover}"]
         for m, v in lomo["per_model"].items():
             interval = v.get("interval")
-            extra = f"  [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else ""
+            extra = f"  [{interval['low']:.2f}, {interval['high']:.2f}]" if interval else ""
             lines.append(f"  {m:<32} actual {v['actual_s']:7.2f}  predicted "
                          f"{v['predicted_s']:7.2f}  error {v['error_s']:+6.2f}{extra}")
     lines += ["", f"intervals: {s['interval']['description']}"]
@@ -151,31 +163,160 @@ def render_fit(s: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+_BANDWIDTH = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgt]i?b)?(?:/s)?\s*$",
+                        re.IGNORECASE)
+_UNITS = {"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_bandwidth(text: str) -> float:
+    """``2GB/s``, ``500MiB/s`` or a plain number of bytes per second -> bytes per second."""
+    m = _BANDWIDTH.match(text)
+    if not m:
+        raise ColdscopeError(f"--storage-bandwidth {text!r} is not a bandwidth "
+                             "(e.g. 2GB/s, 800MiB/s, or bytes per second)")
+    value = float(m.group(1)) * _UNITS.get((m.group(2) or "").lower(), 1.0)
+    if not math.isfinite(value) or value < 1e6 or value > 1e13:
+        raise ColdscopeError(f"--storage-bandwidth {text!r} is outside 1 MB/s-10 TB/s")
+    return value
+
+
+_storage_options = [
+    click.option("--storage-bandwidth", "storage_bandwidth", default=None, metavar="RATE",
+                 help="Predict model loading as weight bytes / RATE (e.g. 2GB/s) for storage "
+                      "other than the model was measured on."),
+    click.option("--page-cache", type=click.Choice(["hot", "cold"]), default=None,
+                 help="Weights in the OS page cache (hot) or read from storage (cold); "
+                      "cold needs --storage-bandwidth when the model was measured hot."),
+]
+
+
+def _with_storage(f: Any) -> Any:
+    for option in reversed(_storage_options):
+        f = option(f)
+    return f
+
+
 @click.command("predict")
 @click.argument("path", type=click.Path())
 @click.option("--startup-model", "startup_model", required=True,
-              type=click.Path(dir_okay=False), help="Startup model JSON (coldscope fit).")
-@click.option("--capture-sizes", type=click.IntRange(min=0), default=None,
+              type=click.Path(dir_okay=False), help="Startup model JSON (fit or calibrate).")
+@click.option("--capture-sizes", type=click.IntRange(min=0, max=100_000), default=None,
               help="CUDA-graph capture sizes (default: those of the training runs).")
 @_compile_cache_option
+@_with_storage
 @json_option
 def predict_cmd(path: str, startup_model: str, capture_sizes: int | None,
-                compile_cache: str | None, as_json: bool) -> None:
+                compile_cache: str | None, storage_bandwidth: str | None,
+                page_cache: str | None, as_json: bool) -> None:
     """Predict the start-up of a model per stage, with intervals and domain warnings."""
-    from coldscope.features import model_features
+    from coldscope.predictor import predict_json
+
+    bandwidth = parse_bandwidth(storage_bandwidth) if storage_bandwidth else None
+    p = predict_json(startup_model, path, capture_sizes=capture_sizes,
+                     compile_cache=compile_cache, storage_bandwidth=bandwidth,
+                     page_cache=page_cache)  # type: ignore[arg-type]
+    if as_json:
+        print_json(p)
+        return
+    pct = f"{p['level']:.0%}"
+    click.echo(f"{'stage':<20} {'seconds':>8}  {pct} interval")
+    for b, sp in p["stages"].items():
+        click.echo(f"{b:<20} {sp['s']:>8.2f}  [{sp['interval']['low']:.2f}, "
+                   f"{sp['interval']['high']:.2f}]")
+    click.echo(f"{'total':<20} {p['total_s']:>8.2f}  [{p['interval']['low']:.2f}, "
+               f"{p['interval']['high']:.2f}]")
+    if p["calibrated_on"]:
+        click.echo(f"calibrated on: {', '.join(p['calibrated_on'])}")
+    for w in p["warnings"]:
+        click.echo(f"warning: {w}")
+
+
+@click.command("calibrate")
+@click.argument("base_model", type=click.Path(dir_okay=False))
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None,
+              help="Calibrated startup model JSON to write (required unless --suggest).")
+@click.option("--paper", "paper_dir", type=click.Path(exists=True, file_okay=False),
+              default=None, help="Calibration runs from the paper's artifact directory.")
+@click.option("--timings", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="With --paper: the comparison_results.json of the new machine.")
+@store_option
+@click.option("--cache", type=click.Choice(["cold", "warm"]), default=None,
+              help="Use only stored runs with this cache state.")
+@click.option("--models", default=None,
+              help="Calibration models, comma-separated (default: every model in the runs).")
+@click.option("--suggest", is_flag=True,
+              help="Say which models to run for the calibration instead of calibrating: "
+                   "from --candidates, or from the models of the runs.")
+@click.option("--candidates", multiple=True, type=click.Path(),
+              help="With --suggest: model directories / config / features JSON to choose from "
+                   "(repeatable).")
+@json_option
+def calibrate_cmd(base_model: str, out_path: str | None, paper_dir: str | None,
+                  timings: str | None, store_path: str | None, cache: str | None,
+                  models: str | None, suggest: bool, candidates: tuple[str, ...],
+                  as_json: bool) -> None:
+    """Move a startup model to a new machine from start-ups of two models measured there."""
+    from coldscope.predict.calibrate import calibrate
+    from coldscope.predict.calibrate import suggest as suggest_pairs
     from coldscope.predictor import StartupModel
 
-    model = StartupModel.load(startup_model)
-    prediction = model.predict(model_features(path, compile_cache=compile_cache),
-                               capture_sizes=capture_sizes)
-    if as_json:
-        print_json(prediction.to_dict())
+    base = StartupModel.load(base_model)
+    if suggest:
+        if candidates:
+            from coldscope.predictor import features_of
+
+            feats = [features_of(c) for c in candidates]
+        else:
+            observations, *_ = _training_runs(paper_dir, timings, store_path, cache, None)
+            seen: dict[str, Any] = {}
+            for o in observations:
+                seen.setdefault(o.model, o.features)
+            feats = list(seen.values())
+        ranked = suggest_pairs(base.file_, feats)
+        if as_json:
+            print_json({"suggestions": [r.to_dict() for r in ranked]})
+            return
+        best = ranked[0]
+        if best.accepted:
+            click.echo(f"run: {' and '.join(best.models)}  ({best.reason})")
+        else:
+            click.echo(f"no pair identifies every stage; least bad: {' and '.join(best.models)}"
+                       f" ({best.reason})")
+        click.echo("")
+        click.echo(f"{'pair':<48} {'score':>6}  verdict")
+        for r in ranked:
+            verdict = "accept" if r.accepted else f"reject: {r.reason}"
+            click.echo(f"{' + '.join(r.models):<48} {r.score:6.2f}  {verdict}")
         return
-    pct = f"{prediction.level:.0%}"
-    click.echo(f"{'stage':<20} {'seconds':>8}  {pct} interval")
-    for b, sp in prediction.stages.items():
-        click.echo(f"{b:<20} {sp.s:>8.2f}  [{sp.interval[0]:.2f}, {sp.interval[1]:.2f}]")
-    lo, hi = prediction.interval
-    click.echo(f"{'total':<20} {prediction.total_s:>8.2f}  [{lo:.2f}, {hi:.2f}]")
-    for w in prediction.warnings:
+    if out_path is None:
+        raise ColdscopeError("calibrate needs --out NEW_MODEL (or --suggest)")
+    if candidates:
+        raise ColdscopeError("--candidates needs --suggest")
+    observations, environment, _settings, source, notes = _training_runs(
+        paper_dir, timings, store_path, cache, None)
+    chosen = [m.strip() for m in models.split(",") if m.strip()] if models else None
+    new = calibrate(base.file_, observations, environment=environment, source=source,
+                    base_source=str(base_model), models=chosen)
+    out = StartupModel.from_file(new)
+    out.save(out_path)
+    cal = new.calibration
+    assert cal is not None
+    summary = {"out": out_path, "base": str(base_model), "calibrated_on": cal.models,
+               "replicates": cal.replicates, "source": cal.source,
+               "storage": new.storage.model_dump(exclude_none=True) if new.storage else None,
+               "stages": {b: t.model_dump() for b, t in cal.stages.items()},
+               "warnings": cal.warnings, "notes": notes}
+    if as_json:
+        print_json(summary)
+        return
+    click.echo(f"calibrated {base_model} on {', '.join(cal.models)} from {cal.source}")
+    click.echo(f"{'stage':<20} {'transfer':<8} {'value':>8} {'spread':>7}  per model")
+    for b, t in cal.stages.items():
+        per = ", ".join(f"{m} {v:.3g}" for m, v in t.per_model.items())
+        click.echo(f"{b:<20} {t.kind:<8} {t.value:>8.3g} {t.spread:>7.3g}  {per}")
+    for w in cal.warnings:
         click.echo(f"warning: {w}")
+    for n in notes:
+        click.echo(f"note: {n}")
+    click.echo(f"wrote {out_path}")

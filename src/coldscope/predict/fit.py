@@ -11,6 +11,7 @@ Which buckets: those with a value in every row. ``unattributed`` is always the r
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,28 +21,30 @@ import numpy as np
 from coldscope import __version__
 from coldscope.errors import ColdscopeError
 from coldscope.features import ModelFeatures
-from coldscope.predictor import (
+from coldscope.predict import core
+from coldscope.predict.core import Observation
+from coldscope.predict.formulas import (
     CANDIDATE_FORMULAS,
     FEATURES,
     INTERCEPT,
     PAPER_FORMULAS,
-    SCHEMA_VERSION,
-    StartupModel,
     formula_text,
     t_quantile,
     term_value,
 )
+from coldscope.predict.modelfile import FILE_KIND, SCHEMA_VERSION, StartupModelFile
 from coldscope.stages import BUCKETS, UNATTRIBUTED
+
+__all__ = ["FitOptions", "Observation", "cv_plus_min_points", "fit_startup_model"]
 
 
 @dataclass(frozen=True)
-class Observation:
-    """One measured start-up: bucket seconds (None = unknown) and time to ready (seconds)."""
+class FitOptions:
+    """The hyper-parameters of a fit (``StartupModel``'s constructor arguments)."""
 
-    model: str
-    features: ModelFeatures
-    buckets: Mapping[str, float | None]
-    total_s: float
+    formulas: Any = "auto"
+    kinds: tuple[str, ...] = ("dense",)
+    level: float = 0.9
 
 
 @dataclass
@@ -55,10 +58,10 @@ class _Rows:
     columns: dict[str, np.ndarray | None] = field(default_factory=dict)
 
 
-def fit_startup_model(model: StartupModel, observations: list[Observation],
+def fit_startup_model(model: FitOptions, observations: list[Observation],
                       environment: Mapping[str, Any], settings: Mapping[str, Any],
-                      source: str, depth: int = 2) -> dict[str, Any]:
-    """The fitted state (the startup model JSON) of ``model`` on ``observations``.
+                      source: str, depth: int = 2) -> StartupModelFile:
+    """The fitted startup model file of hyper-parameters ``model`` on ``observations``.
 
     ``depth`` 1: also refit without each model in turn (formula choice included) - these fold
     models give the CV+ intervals and the LOMO report. ``depth`` 2: the folds get their own
@@ -119,7 +122,7 @@ def fit_startup_model(model: StartupModel, observations: list[Observation],
     p_max = max(p.values())
     upper = 1 - (1 - level) / 2
     state: dict[str, Any] = {
-        "kind": "coldscope-startup-model",
+        "kind": FILE_KIND,
         "schema_version": SCHEMA_VERSION,
         "created_by": f"coldscope {__version__}",
         "trained_on": {
@@ -127,8 +130,9 @@ def fit_startup_model(model: StartupModel, observations: list[Observation],
             "n_models": n, "kinds": list(kinds), "excluded": excluded,
             "selection": model.formulas if isinstance(model.formulas, str) else "given",
         },
-        "environment": dict(environment),
+        "environment": {k: v for k, v in environment.items() if k != "storage"},
         "settings": dict(settings),
+        "storage": environment.get("storage"),
         "graph_size_source": _common(f.graph_size_source for f in rows.features),
         "interval": {"level": level, "t": t_quantile(upper, max(n - p_max, 1)),
                      "dof": max(n - p_max, 1), "method": "ols"},
@@ -164,7 +168,7 @@ def fit_startup_model(model: StartupModel, observations: list[Observation],
     state["interval"]["description"] = INTERVAL_METHODS[state["interval"]["method"]] + (
         "; plus pooled within-model run-to-run covariance" if within and
         state["interval"]["method"] == "ols" else "")
-    return state
+    return StartupModelFile.model_validate(state)
 
 
 _FOLD = "lomo fold"  # the source of fold fits: they skip the correlation table
@@ -310,10 +314,10 @@ def _pcc_row(y: np.ndarray, rows: _Rows,
         except _Missing:
             out[name] = None
             continue
-        if np.std(x) == 0 or np.std(y) == 0:
+        try:
+            out[name] = statistics.correlation(x.tolist(), y.tolist())
+        except statistics.StatisticsError:  # a constant column: no correlation to speak of
             out[name] = None
-        else:
-            out[name] = float(np.corrcoef(x, y)[0, 1])
     return out
 
 
@@ -343,7 +347,7 @@ def _common(values: Any) -> Any:
     return distinct.pop() if len(distinct) == 1 else None
 
 
-def _cross_validate(model: StartupModel, observations: list[Observation], rows: _Rows,
+def _cross_validate(model: FitOptions, observations: list[Observation], rows: _Rows,
                     environment: Mapping[str, Any], settings: Mapping[str, Any],
                     depth: int) -> tuple[dict[str, Any], list[Any], list[Any]]:
     """Leave each model out, refit (choosing formulas again), predict it.
@@ -359,13 +363,11 @@ def _cross_validate(model: StartupModel, observations: list[Observation], rows: 
     covered = checked = 0
     for i, m in enumerate(rows.models):
         rest = [o for o in observations if o.model != m]
-        sub = StartupModel(formulas=model.formulas, kinds=model.kinds, level=model.level)
-        state = fit_startup_model(sub, rest, environment, settings, _FOLD, depth=depth)
-        names = list(state["buckets"])
+        fold = fit_startup_model(model, rest, environment, settings, _FOLD, depth=depth)
+        names = list(fold.buckets)
         folds.append({"left_out": m, "buckets": {
-            b: {"terms": v["terms"], "coef": v["coef"]} for b, v in state["buckets"].items()}})
-        fold = StartupModel.from_dict(state)
-        fitted = {b: sum(c.values()) for b, c in fold.explain(rows.features[i]).items()}
+            b: {"terms": v.terms, "coef": v.coef} for b, v in fold.buckets.items()}})
+        fitted = {b: sum(c.values()) for b, c in core.explain(fold, rows.features[i]).items()}
         for o in observations:
             if o.model == m:
                 values = dict(zip(names, _bucket_vector(o, names), strict=True))
@@ -378,9 +380,9 @@ def _cross_validate(model: StartupModel, observations: list[Observation], rows: 
             "stages": {b: {"actual_s": float(rows.y[b][i]), "predicted_s": fitted[b]}
                        for b in names if b in rows.y},
         }
-        if state["interval"]["method"] == "cv+":
-            pred = fold.predict(rows.features[i])
-            entry["interval"] = list(pred.interval)
+        if fold.interval.method == "cv+":
+            pred = core.predict(fold, rows.features[i])
+            entry["interval"] = {"low": pred.interval.low, "high": pred.interval.high}
             entry["inside"] = pred.interval[0] <= actual <= pred.interval[1]
             covered += entry["inside"]
             checked += 1

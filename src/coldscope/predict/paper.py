@@ -23,14 +23,13 @@ sum of compile, profiling and capture, so neither is used.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from coldscope.errors import ColdscopeError
 from coldscope.features import features_from_paper
-from coldscope.predict.fit import Observation
+from coldscope.predict.core import Observation
 from coldscope.stages import (
     BOOTSTRAP,
     CUDA_GRAPH_CAPTURE,
@@ -68,6 +67,37 @@ PAPER_ENVIRONMENT = {
 }
 
 DEFAULT_TIMINGS = Path("figures") / "figure-rest" / "avg_comparison_results.json"
+
+#: Where the weights came from in each table (the data's README, "Where the weights came from":
+#: ``load_weights`` / bytes, median per table). Keyed by the table's directory under figures/.
+PAPER_STORAGE: dict[str, dict[str, Any]] = {
+    "figure-rest": {"page_cache": "cold", "kind": "PCIe 5.0 SSD", "seconds_per_gb": 1.835,
+                    "source": "paper data README: weights read from the SSD for nearly every "
+                              "model (1.835 s/GB median, 0.126-1.858)"},
+    "figure-13/case1": {"page_cache": "cold", "kind": "PCIe 5.0 SSD", "seconds_per_gb": 1.835,
+                        "source": "paper data README: SSD, page cache dropped"},
+    "figure-13/case0": {"page_cache": "hot", "kind": "dram", "seconds_per_gb": 0.122,
+                        "source": "paper data README: DRAM page cache"},
+    "figure-7": {"page_cache": "hot", "kind": "dram", "seconds_per_gb": 0.125,
+                 "source": "paper data README: page cache (0.12-0.13 s/GB)"},
+    "figure-9": {"page_cache": "hot", "kind": "dram", "seconds_per_gb": 0.125,
+                 "source": "paper data README: page cache (0.12-0.13 s/GB)"},
+    "figure-10/gpu1": {"page_cache": "hot", "kind": "dram", "seconds_per_gb": 0.125,
+                       "source": "paper data README: page cache (0.12-0.13 s/GB)"},
+    "figure-15": {"page_cache": "hot", "kind": "dram", "seconds_per_gb": 0.125,
+                  "source": "paper data README: page cache (0.12-0.13 s/GB)"},
+    "figure-11/cpu1": {"page_cache": "hot", "kind": "dram", "seconds_per_gb": 0.180,
+                       "source": "paper data README: page cache, slower host memory path"},
+    "figure-14": {"page_cache": "hot", "kind": "dram", "seconds_per_gb": 0.101,
+                  "source": "paper data README: page cache"},
+}
+
+#: The machine of each table where it is not the main table's (the data's README).
+PAPER_MACHINES: dict[str, dict[str, str]] = {
+    "figure-10/gpu1": {"gpu": "NVIDIA L40S", "node": "L40S node (figure 10)"},
+    "figure-11/cpu1": {"cpu": "Intel Xeon", "node": "Xeon node (figure 11; timestamps at "
+                                                    "one-second resolution)"},
+}
 
 _LABEL = re.compile(r"output_model_(.+?)(?:_|\.txt|$)")
 
@@ -137,7 +167,37 @@ def paper_environment(paper_dir: str | Path, timings: str | Path | None = None) 
         env["env"] = config.get("env", {})
         env["flags"] = config.get("default_params", {})
     env["source"] = str(path)
+    table = paper_table(root, path)
+    env.update(PAPER_MACHINES.get(table or "", {}))
+    storage = paper_storage(root, path)
+    if storage is not None:
+        env["storage"] = storage
+        env["weights"] = storage["source"]
+    env["table"] = table
     return env
+
+
+def paper_table(paper_dir: str | Path, timings: str | Path) -> str | None:
+    """The table of a timings file: its directory under ``figures/`` (``figure-10/gpu1``)."""
+    parent = Path(timings).resolve().parent
+    figures = (Path(paper_dir) / "figures").resolve()
+    try:
+        rel = parent.relative_to(figures)
+    except ValueError:
+        return None
+    parts = rel.parts
+    if parts and parts[-1] in ("uncached",) or (len(parts) >= 2 and parts[-2] == "iterations"):
+        parts = parts[:1]  # figure-rest's single runs share its setting
+    return "/".join(parts) or None
+
+
+def paper_storage(paper_dir: str | Path,
+                  timings: str | Path | None = None) -> dict[str, Any] | None:
+    """The storage setting of a paper table (None for a file outside the known tables)."""
+    path = Path(timings) if timings else Path(paper_dir) / DEFAULT_TIMINGS
+    table = paper_table(paper_dir, path)
+    setting = PAPER_STORAGE.get(table or "")
+    return dict(setting) if setting else None
 
 
 def _metric(data: dict[str, list[Any]], key: str, i: int) -> float | None:
@@ -148,9 +208,7 @@ def _metric(data: dict[str, list[Any]], key: str, i: int) -> float | None:
 
 
 def _read(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ColdscopeError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ColdscopeError(f"malformed JSON in {path}: {exc}") from exc
+    """A paper JSON file through the one reader of user files (one-line errors)."""
+    from coldscope.config_file import read_mapping
+
+    return read_mapping(path, "paper data file")
