@@ -197,3 +197,21 @@ def test_prediction_metrics() -> None:
     assert 'coldscope_startup_prediction_error_seconds{model="m"} 2.0' in text
     assert 'coldscope_startup_prediction_inside_interval_total{inside="false",model="m"} 1.0' \
         in text
+
+
+def test_a_failed_startup_is_stored_failed(service: Service, tmp_path: Path) -> None:
+    lines = (CPU / "serve_cold.log").read_text().splitlines()[:40]
+    failure = ("(EngineCore pid=1) ERROR 11-29 10:07:40 [core.py:700] EngineCore failed to "
+               "start.")
+    (tmp_path / "logs" / "bad.log").write_text("\n".join([*lines, failure]) + "\n")
+    assert service.watcher is not None
+    service.watcher.poll_once()
+    client = TestClient(create_app(service))
+    failed = client.get("/v1/runs", params={"status": "failed"}).json()
+    assert failed == _cli_json(["runs", "--status", "failed", "--store",
+                                str(service.store_path), "--json"])
+    (run,) = failed["runs"]
+    assert run["origin"] == "log" and "EngineCore failed to start" in run["reason"]
+    assert run["model"]["name"] == "tiny-llama" and run["label"] == "bad"
+    assert 'coldscope_startups_total{model="tiny-llama",status="failed"} 1.0' in \
+        client.get("/metrics").text

@@ -13,6 +13,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
+from coldscope.records import Run
 from coldscope.serve.watcher import Startup
 
 _SLUG = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -32,49 +33,23 @@ def _started_at(s: Startup) -> str:
     return datetime.fromtimestamp(s.started_wall, UTC).isoformat(timespec="seconds")
 
 
-def build_run(s: Startup) -> Any:
-    """The run record of a finished start-up (a ``coldscope.records.Run``)."""
-    try:
-        from coldscope.capture.logs import run_from_log
-    except ImportError:  # until the typed Run lands: today's record, as `parse` builds it
-        return _legacy_record(s)
-    run = run_from_log(s.lines, name=s.replica, origin="log")
-    update: dict[str, Any] = {"id": run_id(s.replica, s.lines), "started_at": _started_at(s),
-                              "log_path": s.path}
-    if s.status != "ok":
-        update.update(status="failed", reason=s.reason)
-    if not run.findings:
-        from coldscope.findings import findings_for_run
-
-        update["findings"] = findings_for_run(run, log=s.lines)
-    return run.model_copy(update=update)
-
-
+#: The model argument as vLLM echoes its engine config (``model='/srv/run/tiny-llama'``).
 _MODEL = re.compile(r"\bmodel='(?P<m>[^']+)'")
 
 
-def _legacy_record(s: Startup) -> dict[str, Any]:
-    from coldscope.capture.logs import log_timeline, parse_vllm_log
-    from coldscope.timeline import timeline_dict
+def build_run(s: Startup) -> Run:
+    """The run record of a finished start-up: ``run_from_log`` of its lines (the adapters of
+    ``parse``, findings included), with the watcher's id, verdict, time and file."""
+    from coldscope.assemble import run_from_log
+    from coldscope.records import ModelRef
 
-    ev = parse_vllm_log(s.lines)
-    model = next((m.group("m") for line in s.lines if (m := _MODEL.search(line))), None)
-    record = {
-        "id": run_id(s.replica, s.lines), "status": "ok" if s.status == "ok" else "failed",
-        "reason": s.reason, "cache": None,  # a log alone cannot tell what caches existed before
-        "first_token_s": None, "environment": {}, "origin": "log", "started_at": _started_at(s),
-        "label": s.replica, "log_path": s.path,
-        "model": {"path": model, "name": model.rstrip("/").rsplit("/", 1)[-1] if model else None},
-        "engine": {"name": "vllm", "version": ev.version, "family": ev.family,
-                   "device": ev.device, "enforce_eager": ev.enforce_eager},
-        **timeline_dict(log_timeline(ev)),
-    }
-    from coldscope.findings import findings_for_run, findings_json
-
-    record["findings"] = findings_json(findings_for_run(record, log=s.lines))
-    return record
-
-
-def as_json(run: Any) -> dict[str, Any]:
-    """A run as ``show --json`` prints it."""
-    return run.to_json() if hasattr(run, "to_json") else dict(run)
+    run = run_from_log(s.lines, name=s.replica, origin="log", started_at=_started_at(s))
+    update: dict[str, Any] = {"id": run_id(s.replica, s.lines), "log_path": s.path,
+                              "label": s.replica}
+    if s.status != "ok":
+        update.update(status="failed", reason=s.reason)
+    if run.model.path is None and run.model.name is None:
+        path = next((m.group("m") for line in s.lines if (m := _MODEL.search(line))), None)
+        if path:
+            update["model"] = ModelRef(path=path, name=path.rstrip("/").rsplit("/", 1)[-1])
+    return run.model_copy(update=update)

@@ -18,8 +18,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from coldscope.errors import ColdscopeError
+from coldscope.predictor import predict_json
 from coldscope.serve.metrics import StartupMetrics
-from coldscope.serve.runs import as_json, build_run
+from coldscope.serve.runs import build_run
 from coldscope.serve.watcher import LogWatcher, Startup
 
 log = logging.getLogger("coldscope.serve")
@@ -103,8 +104,12 @@ class Service:
     def _on_finish(self, s: Startup) -> None:
         from coldscope.store import Store
 
-        run = build_run(s)
-        record = as_json(run)
+        try:
+            run = build_run(s)
+        except ColdscopeError as exc:  # no engine adapter knows these lines
+            log.warning("start-up of %s not stored: %s", s.replica, exc)
+            return
+        record = run.to_json()
         with Store(self.store_path) as store:  # a connection per run: cheap, thread-safe
             try:
                 store.run(record["id"])
@@ -161,15 +166,22 @@ class Service:
         raise ColdscopeError(f"no model at {path!r} under the --model-root(s)")
 
     def predict(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """``predict --json`` for a features document, or ``{"model": path}`` under a model
-        root, with optional ``capture_sizes``."""
+        """``predict --json`` for a features document (as ``features --json`` prints it),
+        ``{"features": {...}}`` or ``{"model": PATH}`` under a model root; the options
+        ``capture_sizes``, ``storage_bandwidth`` (bytes/s) and ``page_cache`` (hot | cold) as
+        the CLI's."""
         if self.startup_model is None:
             raise ColdscopeError("no startup model loaded: start serve with --startup-model")
         body = dict(body)
-        capture_sizes = body.pop("capture_sizes", None)
+        options = {k: body.pop(k) for k in _PREDICT_OPTIONS if k in body}
+        capture_sizes = options.get("capture_sizes")
         if capture_sizes is not None and (not isinstance(capture_sizes, int) or
                                           isinstance(capture_sizes, bool) or capture_sizes < 0):
             raise ColdscopeError("capture_sizes must be a non-negative integer")
+        bandwidth = options.get("storage_bandwidth")
+        if bandwidth is not None and (isinstance(bandwidth, bool) or
+                                      not isinstance(bandwidth, int | float) or bandwidth <= 0):
+            raise ColdscopeError("storage_bandwidth must be a positive number (bytes/s)")
         if set(body) == {"model"}:
             if not isinstance(body["model"], str):
                 raise ColdscopeError("model must be a path (a string)")
@@ -180,7 +192,7 @@ class Service:
             target = body  # a features document as `coldscope features --json` prints it
         if not isinstance(target, Mapping | str):
             raise ColdscopeError("features must be a JSON object")
-        return predict_json(self.startup_model, target, capture_sizes=capture_sizes)
+        return predict_json(self.startup_model, target, **options)
 
     def plan(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """``plan --json`` for plan options given by their CLI names. Files named in the body
@@ -257,7 +269,7 @@ class Service:
         from coldscope.store import Store
 
         with Store(self.store_path, create=False) as store:
-            return {"runs": [contract(as_json(r)) for r in
+            return {"runs": [contract(r) for r in
                              store.runs(status=status, cache=cache, label=label)]}
 
     def run(self, run_id: str) -> dict[str, Any]:
@@ -266,7 +278,7 @@ class Service:
         from coldscope.store import Store
 
         with Store(self.store_path, create=False) as store:
-            return contract(as_json(store.run(run_id)))
+            return contract(store.run(run_id))
 
     def in_progress(self) -> list[dict[str, Any]]:
         """Start-ups seen and not yet ready, with what their lines show so far."""
@@ -291,7 +303,7 @@ class Service:
         if not self.store_path.exists():
             return None
         with Store(self.store_path, create=False) as store:
-            runs = [as_json(r) for r in store.runs("ok")]
+            runs = [r.to_json() for r in store.runs("ok")]
         name = Path(model).name
         ttrs = sorted(r["time_to_ready_s"] for r in runs
                       if r.get("time_to_ready_s") is not None and
@@ -302,6 +314,7 @@ class Service:
         return {"low": _quantile(ttrs, 0.5), "high": _quantile(ttrs, 0.9), "n": len(ttrs)}
 
 
+_PREDICT_OPTIONS = ("capture_sizes", "storage_bandwidth", "page_cache")
 _PLAN_FILES = ("model", "profile", "traffic", "trace", "tiers")
 
 
@@ -331,23 +344,3 @@ def _quantile(sorted_values: list[float], q: float) -> float:
     pos = (len(sorted_values) - 1) * q
     lo, hi = math.floor(pos), math.ceil(pos)
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
-def predict_json(model: Any, target: Any, capture_sizes: int | None = None) -> dict[str, Any]:
-    """What ``predict --json`` prints for ``target`` (a model path or a features dict)."""
-    try:
-        from coldscope.predictor import predict_json as shared
-    except ImportError:
-        shared = None
-    if shared is not None:
-        return shared(model, target, capture_sizes=capture_sizes)
-    from coldscope.features import ModelFeatures, model_features
-
-    if isinstance(target, Mapping):
-        try:
-            features = ModelFeatures.model_validate(target)
-        except ValidationError as exc:
-            raise ColdscopeError(f"not a features document: {exc.errors()[0]['msg']}") from None
-    else:
-        features = model_features(target)
-    return model.predict(features, capture_sizes=capture_sizes).to_dict()
