@@ -1,12 +1,16 @@
-"""Human renderings of stored runs (rich tables). Functions of run records only."""
+"""Human renderings of stored runs (rich tables). Functions of ``coldscope.records.Run`` only."""
 
 from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
 
 from rich import box
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from coldscope.records import Run
 from coldscope.stages import BUCKETS, STAGES
 
 
@@ -16,63 +20,164 @@ def _fmt(v: float | None, na: bool = False) -> str:
     return f"{v:8.2f}"
 
 
-def _short(record: dict) -> str:
-    return f"{record['id']} ({record.get('cache') or '?'})"
+def _short(run: Run) -> str:
+    return f"{run.id} ({run.cache or '?'})"
 
 
-def timeline_table(record: dict, *, substeps: bool = True) -> Group:
-    """The six stages, server_ready and unattributed of one run, with sub-steps and sources."""
-    ttr = record.get("time_to_ready_s")
-    na = set(record.get("not_applicable") or [])
-    title = f"run {_short(record)}"
+def substep_order(run: Run) -> list[tuple[str, float, float | None, list[str]]]:
+    """The run's sub-steps as (name, seconds, first start, names of the sub-steps it overlaps),
+    in time order (by the first moment any process was in it; sub-steps no interval places in
+    time come last, by name).
+
+    Two sub-steps overlap when some interval of one and some interval of the other share a
+    stretch of time (touching ends do not count): they ran at once, in two processes or nested,
+    so their seconds must not be added up.
+    """
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for iv in run.intervals:
+        if iv.name in run.substeps:
+            spans.setdefault(iv.name, []).append((iv.start, iv.end))
+    names = sorted(run.substeps, key=lambda n: (n not in spans,
+                                                min(s for s, _ in spans.get(n, [(0.0, 0.0)])),
+                                                n))
+    out = []
+    for name in names:
+        mine = spans.get(name, [])
+        others = [o for o in names if o != name and any(
+            a0 < b1 - 1e-9 and b0 < a1 - 1e-9
+            for a0, a1 in mine for b0, b1 in spans.get(o, []))]
+        start = min((s for s, _ in mine), default=None)
+        out.append((name, run.substeps[name], start, others))
+    return out
+
+
+def timeline_table(run: Run, *, substeps: bool = True, findings: bool = True) -> Group:
+    """The six stages, server_ready and unattributed of one run, with sub-steps (in time order,
+    overlapping ones flagged) and sources, then the run's findings."""
+    ttr = run.time_to_ready_s
+    na = set(run.not_applicable)
+    title = f"run {_short(run)}"
     if ttr is not None:
         title += f" — ready in {ttr:.2f} s"
-        if record.get("first_token_s") is not None:
-            title += f", first token at {record['first_token_s']:.2f} s"
+        if run.first_token_s is not None:
+            title += f", first token at {run.first_token_s:.2f} s"
     table = Table(box=box.SIMPLE_HEAVY)
     table.add_column("stage")
     table.add_column("seconds", justify="right")
     table.add_column("share", justify="right")
     table.add_column("source")
-    stages = record.get("stages") or {}
-    subs = record.get("substeps") or {}
+    ordered = substep_order(run) if substeps else []
     for bucket in BUCKETS:
-        v = stages.get(bucket)
+        v = run.stages.get(bucket)
         share = f"{100 * v / ttr:5.1f} %" if v is not None and ttr else ""
-        table.add_row(bucket, _fmt(v, bucket in na), share,
-                      (record.get("sources") or {}).get(bucket, ""))
-        if substeps:
-            for name, sv in sorted(subs.items()):
-                if name.split("/", 1)[0] == bucket:
-                    table.add_row(Text("  └ " + name.split("/", 1)[1], style="dim"),
-                                  Text(f"{sv:8.2f}", style="dim"), "", "")
+        table.add_row(bucket, _fmt(v, bucket in na), share, run.sources.get(bucket, ""))
+        for name, sv, start, overlaps in ordered:
+            if name.split("/", 1)[0] != bucket:
+                continue
+            when = f"from {start:.2f} s" if start is not None else ""
+            flag = ("overlaps " + ", ".join(o.split("/", 1)[1] if o.split("/", 1)[0] == bucket
+                                            else o for o in overlaps)) if overlaps else ""
+            table.add_row(Text("  └ " + name.split("/", 1)[1], style="dim"),
+                          Text(f"{sv:8.2f}", style="dim"), Text(when, style="dim"),
+                          Text(flag, style="yellow") if flag else "")
     if ttr is not None:
         table.add_row(Text("time to ready", style="bold"), Text(f"{ttr:8.2f}", style="bold"),
                       "100.0 %", "")
-    return Group(Text(title, style="bold"), table)
+    parts: list = [Text(title, style="bold"), table]
+    if any(o for *_, o in ordered):
+        parts.append(Text("Sub-steps flagged 'overlaps' ran at the same time as another "
+                          "(in another process, or nested): their seconds do not add up.",
+                          style="dim"))
+    if findings and (run.findings or run.status == "ok"):
+        from coldscope.findings import findings_table
+
+        parts.append(findings_table(run.findings))
+    return Group(*parts)
 
 
-def compare_table(records: list[dict]) -> Table:
+def environment_table(run: Run) -> Group:
+    """Where and how the run was made (``show --env``): engine and package versions, machine,
+    command line, caches and storage, and the run's notes (e.g. that it primed the warm
+    cache)."""
+    env = run.environment
+    t = Table(box=box.SIMPLE, show_header=False, title="environment and notes",
+              title_justify="left")
+    t.add_column("what", style="bold")
+    t.add_column("value", overflow="fold")
+
+    def row(what: str, value: object) -> None:
+        if value not in (None, "", [], {}):
+            t.add_row(what, str(value))
+
+    row("engine", " ".join(x for x in (run.engine.name, run.engine.version) if x))
+    extra = env.__pydantic_extra__ or {}
+    row("packages", ", ".join(f"{k} {v}" for k, v in sorted(extra.items()) if v))
+    row("command", shlex.join(run.engine.argv) if run.engine.argv else None)
+    row("model", run.model.path or run.model.name)
+    cpu = env.cpu_model
+    if cpu and env.cpu_cores:
+        cpu += f" ({env.cpu_cores} cores"
+        cpu += (f", {env.cpu_affinity} usable)" if env.cpu_affinity and
+                env.cpu_affinity != env.cpu_cores else ")")
+    row("CPU", cpu)
+    row("memory", f"{env.memory_bytes / 2**30:.1f} GiB" if env.memory_bytes else None)
+    row("GPUs", ", ".join(g.name or "gpu" for g in env.gpus) or "none")
+    row("host", " · ".join(x for x in (env.hostname, env.os) if x))
+    cache = run.cache or "?"
+    if run.cache_requested and run.cache_requested != run.cache:
+        cache += f" (asked for {run.cache_requested})"
+    row("cache", cache)
+    row("page cache", run.page_cache)
+    st = run.storage
+    row("storage", ", ".join(x for x in (
+        st.kind, f"page cache {st.page_cache}" if st.page_cache else None,
+        f"{st.read_bandwidth_bps / 1e9:.2f} GB/s" if st.read_bandwidth_bps else None) if x))
+    if env.weights_fs:
+        row("weights on", " ".join(x for x in (env.weights_fs.fstype, env.weights_fs.device,
+                                               env.weights_fs.mountpoint) if x))
+    row("variables", " ".join(f"{k}={v}" for k, v in sorted(env.env.items())))
+    row("overrides", " ".join(f"{k}={v}" for k, v in sorted(run.env_overrides.items())))
+    m = run.campaign
+    if m is not None:
+        row(m.kind, " · ".join(str(x) for x in (m.name, m.cell, m.role) if x))
+    row("tool", " ".join(x for x in (run.tool.name, run.tool.version) if x))
+    parts: list = [t]
+    if run.notes:
+        parts.append(Text("notes:", style="bold"))
+        parts.extend(Text(f"  • {n}") for n in run.notes)
+    return Group(*parts)
+
+
+def processes_table(run: Run) -> Table:
+    """The engine's Python processes as the probe saw them (helpers left out)."""
+    t = Table(title="processes (probe)", title_justify="left")
+    for c in ("pid", "ppid", "role", "probe loaded at s"):
+        t.add_column(c)
+    for p in run.processes:
+        if p.role != "helper":
+            t.add_row(str(p.pid), str(p.ppid), p.role, f"{p.probe_loaded_s:.2f}")
+    return t
+
+
+def compare_table(runs: Sequence[Run]) -> Table:
     """Runs side by side, one column per run, with the ratio of the last to the first."""
     table = Table(title="start-up, side by side (seconds)", box=box.SIMPLE_HEAVY,
                   title_justify="left", min_width=60)
     table.add_column("stage")
-    for r in records:
-        table.add_column(f"{r.get('cache') or '?'}\n{r['id']}", justify="right")
-    if len(records) == 2:
+    for r in runs:
+        table.add_column(f"{r.cache or '?'}\n{r.id}", justify="right")
+    if len(runs) == 2:
         table.add_column("ratio", justify="right")
     for bucket in (*BUCKETS, "time_to_ready", "first_token"):
         if bucket == "time_to_ready":
-            vals = [r.get("time_to_ready_s") for r in records]
+            vals = [r.time_to_ready_s for r in runs]
         elif bucket == "first_token":
-            vals = [r.get("first_token_s") for r in records]
+            vals = [r.first_token_s for r in runs]
         else:
-            vals = [(r.get("stages") or {}).get(bucket) for r in records]
-        cells = [
-            _fmt(v, bucket in set(r.get("not_applicable") or [])) for v, r in zip(vals, records,
-                                                                                  strict=True)
-        ]
-        if len(records) == 2:
+            vals = [r.stages.get(bucket) for r in runs]
+        cells = [_fmt(v, bucket in set(r.not_applicable)) for v, r in zip(vals, runs,
+                                                                           strict=True)]
+        if len(runs) == 2:
             a, b = vals
             cells.append(f"{b / a:5.2f}x" if a and b is not None and a > 0.005 else "")
         style = "bold" if bucket in ("time_to_ready", "first_token") else None
@@ -81,25 +186,57 @@ def compare_table(records: list[dict]) -> Table:
     return table
 
 
-def runs_table(records: list[dict]) -> Table:
-    table = Table(box=box.SIMPLE, title_justify="left")
-    for col in ("id", "started", "status", "cache", "model", "ready s", "1st token s",
-                "label / reason"):
-        table.add_column(col, justify="right" if col.endswith(" s") else "left",
-                         no_wrap=col != "label / reason")
-    for r in records:
-        ttr, ft = r.get("time_to_ready_s"), r.get("first_token_s")
-        table.add_row(
-            r["id"], (r.get("started_at") or "")[5:16].replace("T", " "), r.get("status"),
-            r.get("cache") or "",
-            (r.get("model") or {}).get("name") or "",
-            f"{ttr:.2f}" if ttr is not None else "", f"{ft:.2f}" if ft is not None else "",
-            r.get("reason") or r.get("label") or "",
-        )
+#: Columns of ``runs`` that give way, least useful first, when the terminal is too narrow for
+#: the ids and everything else; and the narrowest the wrapping ones may become.
+_DROPPABLE = ("1st token s", "started", "label / reason", "model")
+_WRAPPING = {"model": 10, "label / reason": 12}
+
+
+def runs_table(runs: Sequence[Run], width: int | None = None) -> Table:
+    """One line per run. The id is never cut: its column is as wide as the longest id and never
+    wraps. The other columns are as wide as their content, but the model and the label/reason
+    may wrap; when the terminal (``width`` columns) cannot hold that, whole columns give way
+    (``_DROPPABLE``, in that order) rather than squeeze the id; ``--json`` has them all."""
+    rows = []
+    for r in runs:
+        ttr, ft = r.time_to_ready_s, r.first_token_s
+        rows.append({
+            "id": r.id, "started": (r.started_at or "")[5:16].replace("T", " "),
+            "status": r.status, "cache": r.cache or "", "model": r.model.name or "",
+            "ready s": f"{ttr:.2f}" if ttr is not None else "",
+            "1st token s": f"{ft:.2f}" if ft is not None else "",
+            "label / reason": r.reason or r.label or "",
+        })
+    cols = ["id", "started", "status", "cache", "model", "ready s", "1st token s",
+            "label / reason"]
+    natural = {c: max([len(c), *(len(row[c]) for row in rows)]) for c in cols}
+
+    def needed(cs: list[str]) -> int:  # columns at their narrowest, two spaces between them
+        return sum(min(natural[c], _WRAPPING.get(c, natural[c])) for c in cs) + 2 * (len(cs) - 1)
+
+    if width is not None:
+        for col in _DROPPABLE:
+            if needed(cols) <= width:
+                break
+            cols.remove(col)
+    # SIMPLE_HEAD's column divider is a space: with one space of right padding, two between
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0),
+                  title_justify="left")
+    for col in cols:
+        if col in _WRAPPING:
+            table.add_column(col, overflow="fold", ratio=1,
+                             min_width=min(natural[col], _WRAPPING[col]))
+        elif col == "id" and width is not None and natural[col] > width:
+            table.add_column(col, overflow="fold")  # longer than the terminal: wrapped, whole
+        else:
+            table.add_column(col, no_wrap=True, min_width=natural[col],
+                             justify="right" if col.endswith(" s") else "left")
+    for row in rows:
+        table.add_row(*(row[c] for c in cols))
     return table
 
 
-def failed_detail(record: dict) -> Group:
-    tail = (record.get("log_tail") or "").splitlines()[-15:]
-    return Group(Text(f"run {record['id']} failed: {record.get('reason')}", style="bold red"),
+def failed_detail(run: Run) -> Group:
+    tail = (run.log_tail or "").splitlines()[-15:]
+    return Group(Text(f"run {run.id} failed: {run.reason}", style="bold red"),
                  Text("\n".join(tail), style="dim"))

@@ -106,14 +106,17 @@ def runs(status, cache, label, store_path, as_json):
     if as_json:
         print_json({"runs": [contract(r) for r in records]})
     else:
-        console().print(runs_table(records))
+        out = console()
+        out.print(runs_table(records, width=out.width))
 
 
 @click.command()
 @click.argument("run_id")
+@click.option("--env", "with_env", is_flag=True,
+              help="Also the environment and the run's notes (versions, CPU, GPUs, command).")
 @store_option
 @json_option
-def show(run_id, store_path, as_json):
+def show(run_id, with_env, store_path, as_json):
     """The timeline of one run: six stages, sub-steps, sources."""
     from coldscope.store import Store
 
@@ -121,20 +124,14 @@ def show(run_id, store_path, as_json):
     if as_json:
         print_json(contract(record))
     else:
+        from coldscope.render import environment_table, processes_table
+
         out = console()
         _print_run(out, record)
-        procs = record.get("processes") or []
-        if procs:
-            from rich.table import Table
-
-            t = Table(title="processes (probe)", title_justify="left")
-            for c in ("pid", "ppid", "role", "probe loaded at s"):
-                t.add_column(c)
-            for p in procs:
-                if p["role"] != "helper":
-                    t.add_row(str(p["pid"]), str(p["ppid"]), p["role"],
-                              f"{p['probe_loaded_s']:.2f}")
-            out.print(t)
+        if any(p.role != "helper" for p in record.processes):
+            out.print(processes_table(record))
+        if with_env:
+            out.print(environment_table(record))
 
 
 @click.command()
