@@ -22,7 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from coldscope.runner import RunConfig, log_evidence_spans, run_once
+from coldscope.engines import resolve
+from coldscope.runner import RunConfig, run_once
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -55,7 +56,7 @@ def main() -> int:
             raise SystemExit(f"run failed: {record['reason']}")
         if record.get("probe_cost_s") is not None:
             probe_costs.append(record["probe_cost_s"] / record["time_to_ready_s"])
-        spans, _ = log_evidence_spans([(t, text) for t, text in evidence["log"]])
+        spans, _ = resolve(command).log_spans([(t, text) for t, text in evidence["log"]])
         log_marks[on].append({s.name: (s.start, s.end) for s in spans})
         return record["time_to_ready_s"]
 

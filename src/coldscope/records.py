@@ -346,6 +346,13 @@ class Run(_Record):
     def items(self) -> Iterator[tuple[str, Any]]:
         return iter(self._view().items())
 
+    def __setitem__(self, key: str, value: Any) -> None:
+        """``record["campaign"] = {...}``: the field set from its JSON form, validated."""
+        if key not in type(self).model_fields:
+            raise KeyError(key)
+        checked = type(self).model_validate({**self.to_json(), key: value})
+        setattr(self, key, getattr(checked, key))
+
 
 def timeline_fields(tl: Timeline) -> dict[str, Any]:
     """The Run fields that carry a reconciled timeline, from ``tl`` (typed)."""

@@ -1,17 +1,19 @@
 """The runner: the only part of coldscope that starts processes.
 
 ``profile(config)`` launches the engine command ``repeat`` times, each in its own process group
-with its own caches, and for each run records every output line with its arrival time, the
-probe's events, the engine's own OpenTelemetry spans and per-core CPU use; it waits for
-readiness (HTTP health check or a log pattern), sends one real streaming request to time the
-first token, and always shuts the whole process group down (also on Ctrl-C, timeout or crash).
-The raw evidence is then reconciled into a ``Timeline`` (a pure function, ``build_timeline``)
-and the run is stored. Time origin: the monotonic time just before ``Popen``.
+with its own caches, and for each run collects raw evidence: every output line with its arrival
+time, the probe's events, the engine's own OpenTelemetry spans and per-core CPU use. It waits
+for readiness (HTTP health check or a log pattern), sends one real streaming request to time
+the first token, and always shuts the whole process group down (also on Ctrl-C, SIGTERM,
+SIGHUP, timeout or crash). What the engine is and how to read its evidence is the engine
+adapter's business (``coldscope.engines``); turning evidence into a timeline and findings is
+``coldscope.assemble``'s. Time origin: the monotonic time just before ``Popen``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime as dt
 import functools
 import hashlib
@@ -30,24 +32,37 @@ import tempfile
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import psutil
 from pydantic import BaseModel, ConfigDict, Field
 
 from coldscope import __version__
-from coldscope.capture import environment
-from coldscope.capture.otel_stages import otel_spans_to_stage_spans
-from coldscope.capture.otlp import OtelSpan, Receiver
-from coldscope.capture.probe import PROBE_DIR, probe_spans, process_table, read_probe_dir
+from coldscope.assemble import finish
+from coldscope.capture.environment import collect as environment_of
+from coldscope.capture.otlp import Receiver
+from coldscope.capture.probe import PROBE_DIR, read_probe_events
+from coldscope.capture.sources import Context
+from coldscope.engines import Engine, resolve
 from coldscope.errors import ColdscopeError
-from coldscope.stages import CUDA_GRAPH_CAPTURE, TORCH_COMPILE
-from coldscope.timeline import Span, Timeline, reconcile, timeline_dict
+from coldscope.records import (
+    CpuSamples,
+    EngineInfo,
+    Environment,
+    ModelRef,
+    Run,
+    Storage,
+    Tool,
+)
+
+if TYPE_CHECKING:
+    from coldscope.store import Store
 
 RUN_ID_ENV = "COLDSCOPE_RUN_ID"
+TMP_PREFIX = "coldscope-"
 
 
 class RunConfig(BaseModel):
@@ -74,51 +89,13 @@ class RunConfig(BaseModel):
     label: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     shutdown_grace: float = 10.0
+    bind_localhost: bool = Field(
+        True, description="add --host 127.0.0.1 when the command chooses no host (engines "
+                          "whose adapter knows the flag)")
+    origin: Literal["profile", "campaign", "tune"] = "profile"
 
 
-# -- command-line introspection (pure) -------------------------------------------------------
-
-
-def _flag(argv: list[str], name: str) -> str | None:
-    for i, a in enumerate(argv):
-        if a == name and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith(name + "="):
-            return a.split("=", 1)[1]
-    return None
-
-
-def engine_model(argv: list[str]) -> str | None:
-    """The model the engine serves: ``--model X`` or ``vllm serve X``."""
-    model = _flag(argv, "--model")
-    if model is None and "serve" in argv:
-        i = argv.index("serve")
-        if i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-            model = argv[i + 1]
-    return model
-
-
-def default_health_url(argv: list[str]) -> str:
-    host = _flag(argv, "--host") or "127.0.0.1"
-    if host in ("0.0.0.0", "::", ""):
-        host = "127.0.0.1"
-    port = _flag(argv, "--port") or "8000"
-    return f"http://{host}:{port}/health"
-
-
-def is_vllm_server(argv: list[str]) -> bool:
-    joined = " ".join(argv)
-    return "vllm.entrypoints.openai.api_server" in joined or (
-        "vllm" in Path(argv[0]).name and "serve" in argv
-    )
-
-
-def compile_enabled(argv: list[str]) -> bool:
-    """torch.compile is on unless the command turns it off (``--enforce-eager``, ``-O0``)."""
-    if "--enforce-eager" in argv or "-O0" in argv:
-        return False
-    level = _flag(argv, "--compilation-config") or _flag(argv, "-O")
-    return not (level is not None and level.strip() in ("0", '{"level":0}', '{"mode":0}'))
+# -- identity ----------------------------------------------------------------------------
 
 
 def config_key(config: RunConfig) -> str:
@@ -142,72 +119,6 @@ def _compiled_probe_dir() -> str:
 
 def new_run_id() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
-
-
-# -- evidence to timeline (pure) -------------------------------------------------------------
-
-
-@dataclass
-class Evidence:
-    """Everything one run observed, times in seconds since launch unless stated."""
-
-    lines: list[tuple[float, str]] = field(default_factory=list)
-    probe_dir: Path | None = None
-    otel: list[OtelSpan] = field(default_factory=list)
-    launch_mono: float = 0.0
-    launch_wall: float = 0.0
-    root_pid: int | None = None
-    ready_at: float | None = None
-    first_token_at: float | None = None
-    cpu: dict | None = None
-
-
-def log_evidence_spans(lines: list[tuple[float, str]]) -> tuple[list[Span], dict]:
-    """Spans from log lines and their arrival times, via the version-aware log adapters."""
-    from coldscope.capture.logs import log_spans, parse_vllm_log
-
-    parsed = parse_vllm_log([text for _, text in lines])
-    spans = log_spans(parsed, [t for t, _ in lines])
-    info = {
-        "version": parsed.version,
-        "family": parsed.family,
-        "device": parsed.device,
-        "enforce_eager": parsed.enforce_eager,
-    }
-    return spans, info
-
-
-def build_timeline(ev: Evidence, argv: list[str], *, has_gpu: bool) -> tuple[Timeline, dict]:
-    """Reconcile the three sources into one timeline (pure: no process, no clock).
-
-    ``has_gpu`` comes from the run's recorded environment, so the machine is not probed again.
-    """
-    if ev.ready_at is None:
-        raise ValueError("a timeline needs the time the engine became ready")
-    compiled = compile_enabled(argv)
-    spans: list[Span] = []
-    log_info: dict = {}
-    if ev.lines:
-        log_part, log_info = log_evidence_spans(ev.lines)
-        spans += log_part
-    processes = []
-    if ev.probe_dir is not None and ev.root_pid is not None:
-        processes = read_probe_dir(ev.probe_dir)
-        spans += probe_spans(processes, launch_mono=ev.launch_mono, root_pid=ev.root_pid,
-                             ready_at=ev.ready_at, compile_enabled=compiled)
-    if ev.otel:
-        spans += otel_spans_to_stage_spans(ev.otel, origin_unix=ev.launch_wall,
-                                           compile_enabled=compiled)
-    not_applicable = set()
-    if not compiled:
-        not_applicable.add(TORCH_COMPILE)
-    on_cpu = log_info.get("device") == "cpu" or not has_gpu
-    if not compiled or on_cpu:
-        not_applicable.add(CUDA_GRAPH_CAPTURE)
-    tl = reconcile(spans, ev.ready_at, not_applicable=not_applicable,
-                   origin_unix=ev.launch_wall)
-    extra = {"log": log_info, "processes": process_table(processes, ev.launch_mono)}
-    return tl, extra
 
 
 # -- processes -------------------------------------------------------------------------------
@@ -392,19 +303,15 @@ class CacheDirs:
     warm_filled: bool
     tmp: Path | None = None
 
-    def env(self) -> dict[str, str]:
-        for sub in ("home", "vllm", "inductor", "xdg", "triton"):
-            (self.root / sub).mkdir(parents=True, exist_ok=True)
+    def env(self, engine: Engine) -> dict[str, str]:
+        """The engine's cache variables pointing under ``root`` (created), and TMPDIR."""
+        out = engine.cache_env(self.root)
+        for path in out.values():
+            Path(path).mkdir(parents=True, exist_ok=True)
         if self.tmp is None:
-            self.tmp = Path(tempfile.mkdtemp(prefix="coldscope-"))
-        return {
-            "HOME": str(self.root / "home"),
-            "VLLM_CACHE_ROOT": str(self.root / "vllm"),
-            "TORCHINDUCTOR_CACHE_DIR": str(self.root / "inductor"),
-            "TMPDIR": str(self.tmp),
-            "XDG_CACHE_HOME": str(self.root / "xdg"),
-            "TRITON_CACHE_DIR": str(self.root / "triton"),
-        }
+            self.tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX))
+        out["TMPDIR"] = str(self.tmp)
+        return dict(sorted(out.items()))
 
 
 def cache_dirs(config: RunConfig, run_id: str) -> CacheDirs:
@@ -420,34 +327,46 @@ def cache_dirs(config: RunConfig, run_id: str) -> CacheDirs:
 
 def run_once(config: RunConfig, *, run_id: str | None = None, cache_state: str | None = None,
              on_line: Callable[[str], None] | None = None,
-             after_ready: Callable[[str, str], dict] | None = None) -> tuple[dict, dict]:
-    """Launch, time, and stop the engine once. Returns (run record, raw evidence).
+             after_ready: Callable[[str, str], dict] | None = None,
+             on_start: Callable[[Run], None] | None = None) -> tuple[Run, dict]:
+    """Launch, time, and stop the engine once. Returns (run, raw evidence).
 
     Never raises for an engine failure: a failed run is returned with status "failed", its
-    reason and the tail of its log. KeyboardInterrupt still propagates, after the engine is
-    stopped, so the caller can store the interrupted run and stop.
+    reason and the tail of its log. KeyboardInterrupt (Ctrl-C, and SIGTERM/SIGHUP under
+    ``profile``) still propagates as ``RunInterrupted``, after the engine is stopped, so the
+    caller can store the interrupted run and stop. ``on_start`` gets the run (status
+    ``running``) just before the engine is launched, so a caller can record it first.
+    ``after_ready(base_url, served_model)`` runs while the engine is up (after the first
+    request); its dict is stored as ``run.verification``.
     """
     run_id = run_id or new_run_id()
+    pattern = _ready_pattern(config.ready_pattern)
     argv = list(config.command)
-    health_url = config.health_url or default_health_url(argv)
+    engine = resolve(argv)
+    notes: list[str] = []
+    if config.bind_localhost and engine.host(argv) is None:
+        bound = engine.with_host(argv, "127.0.0.1")
+        if bound is not None:
+            argv = bound
+            notes.append("engine bound to 127.0.0.1 (no --host given); pass --host to choose")
+    health_url = _checked_url(config.health_url or engine.health_url(argv))
     dirs = cache_dirs(config, run_id)
     cache = cache_state or ("warm" if config.cache == "warm" and dirs.warm_filled else "cold")
     run_dir = Path(config.cache_root).resolve().parent / "runs" / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     probe_dir = run_dir / "probe"
     probe_dir.mkdir(exist_ok=True)
-    model = engine_model(argv)
-    notes: list[str] = []
+    model = engine.model(argv)
     if config.cache == "warm" and not dirs.warm_filled:
         notes.append("warm cache was empty: this run fills it and counts as cold")
 
+    cache_env = dirs.env(engine)
     env = dict(os.environ)
     # `python` in the command means coldscope's own interpreter, as in an activated venv.
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    env.setdefault("HF_HUB_OFFLINE", "1")
-    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    env.update(dirs.env())
+    for key, value in engine.env_defaults().items():
+        env.setdefault(key, value)
+    env.update(cache_env)
     env.update(config.env)
     env[RUN_ID_ENV] = run_id
     if config.probe:
@@ -455,63 +374,57 @@ def run_once(config: RunConfig, *, run_id: str | None = None, cache_state: str |
             p for p in (_compiled_probe_dir(), env.get("PYTHONPATH", "")) if p
         )
         env["COLDSCOPE_PROBE_DIR"] = str(probe_dir)
+        hooks = ";".join(f"{m}:{q}={n}" for m, q, n in engine.probe_hooks())
+        env["COLDSCOPE_PROBE_HOOKS"] = ";".join(
+            h for h in (hooks, env.get("COLDSCOPE_PROBE_HOOKS", "")) if h)
 
     receiver = None
-    if config.spans and is_vllm_server(argv) and _flag(argv, "--otlp-traces-endpoint") is None:
-        receiver = Receiver().start()
-        argv += ["--otlp-traces-endpoint", receiver.endpoint]
-        env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = "http/protobuf"
-        env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = receiver.endpoint
-        # Export spans within 0.2 s (default 5 s), so that the last start-up spans arrive
-        # before the engine is stopped after its first request.
-        env.setdefault("OTEL_BSP_SCHEDULE_DELAY", "200")
+    if config.spans:
+        receiver = Receiver()
+        otlp = engine.otlp(argv, receiver.endpoint)
+        if otlp is None:
+            receiver = None
+        else:
+            receiver.start()
+            argv += otlp[0]
+            for key, value in otlp[1].items():
+                if key == "OTEL_BSP_SCHEDULE_DELAY":  # the user's own setting wins
+                    env.setdefault(key, value)
+                else:
+                    env[key] = value
 
     page_cache = drop_page_cache(model) if config.drop_page_cache else "not requested"
     engine_python = shutil.which(argv[0], path=env["PATH"])
-    record: dict = {
-        "id": run_id,
-        "schema_version": 1,
-        "tool": {"name": "coldscope", "version": __version__},
-        "status": "failed",
-        "reason": None,
-        "cache": cache,
-        "label": config.label,
-        "config_key": config_key(config),
-        "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
-        "time_to_ready_s": None,
-        "first_token_s": None,
-        "stages": {},
-        "substeps": {},
-        "sources": {},
-        "intervals": [],
-        "cpu": None,
-        "notes": notes,
-        "page_cache": page_cache,
-        "model": {"path": os.path.abspath(model) if model and os.path.exists(model) else model,
-                  "name": os.path.basename(model.rstrip("/")) if model else None},
-        "engine": {
-            "name": "vllm" if "vllm" in " ".join(argv) else Path(argv[0]).name,
-            "version": None,
-            "argv": argv,
-            "model": model,
-            "enforce_eager": "--enforce-eager" in argv,
-            "compile": compile_enabled(argv),
-            "load_format": _flag(argv, "--load-format"),
-        },
-        "environment": environment.collect(
-            engine_python=engine_python if engine_python and "python" in engine_python else None,
-            weights_path=model if model and os.path.exists(model) else None,
-            env={**config.env, **dirs.env()},
-        ),
-        "health_url": health_url,
-        "log_path": str(run_dir / "engine.log"),
-    }
-    record["engine"]["version"] = record["environment"].get("vllm")
-    ev = Evidence(probe_dir=probe_dir if config.probe else None)
+    environment = Environment.model_validate(environment_of(
+        engine_python=engine_python if engine_python and "python" in engine_python else None,
+        weights_path=model if model and os.path.exists(model) else None,
+        env={**config.env, **cache_env},
+        packages=engine.packages, env_prefixes=engine.env_prefixes,
+    ))
+    run = Run(
+        id=run_id, status="running", cache=cache,  # type: ignore[arg-type]
+        started_at=dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
+        tool=Tool(version=__version__), label=config.label, config_key=config_key(config),
+        cache_requested=config.cache, env_overrides=dict(config.env), origin=config.origin,
+        notes=notes, page_cache=page_cache,
+        storage=Storage(page_cache="cold" if page_cache.startswith("done") else None,
+                        source="drop_page_cache" if page_cache.startswith("done") else None),
+        model=ModelRef(path=os.path.abspath(model) if model and os.path.exists(model) else model,
+                       name=os.path.basename(model.rstrip("/")) if model else None),
+        engine=EngineInfo(**engine.describe(argv), version=engine.version(
+            {k: environment.package(k) for k in engine.packages}, None)),
+        environment=environment,
+        health_url=health_url, log_path=str(run_dir / "engine.log"),
+    )
+    launch: dict[str, Any] = {"mono": 0.0, "wall": 0.0, "root_pid": None}
+    lines: list[tuple[float, str]] = []
+    otel: list[dict] = []
+    cpu: dict | None = None
+    status, reason, verification = "failed", None, None
+    ready_at = first_token_at = None
     interrupted = False
     proc = None
     reader = sampler = None
-    pattern = re.compile(config.ready_pattern) if config.ready_pattern else None
     pattern_hit = threading.Event()
 
     def _on_line(text: str) -> None:
@@ -521,76 +434,112 @@ def run_once(config: RunConfig, *, run_id: str | None = None, cache_state: str |
             on_line(text)
 
     try:
+        if on_start is not None:
+            on_start(run)
         if pattern is None and port_in_use(health_url):
             raise _RunFailed(f"port already in use: {health_url}")
-        ev.launch_wall = time.time()
-        ev.launch_mono = time.monotonic()
+        launch["wall"] = time.time()
+        launch["mono"] = launch_mono = time.monotonic()
         try:
             proc = subprocess.Popen(
                 argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=env, start_new_session=True, cwd=os.getcwd(),
+                preexec_fn=_die_with_parent,
             )
         except OSError as exc:
             raise _RunFailed(f"cannot start the engine: {exc}") from None
-        ev.root_pid = proc.pid
-        sampler = _CpuSampler(config.cpu_interval, ev.launch_mono)
+        launch["root_pid"] = proc.pid
+        sampler = _CpuSampler(config.cpu_interval, launch_mono)
         sampler.start()
-        reader = _LineReader(proc.stdout, run_dir / "engine.log", ev.launch_mono, _on_line)
+        reader = _LineReader(proc.stdout, run_dir / "engine.log", launch_mono, _on_line)
         reader.start()
         while True:
-            now = time.monotonic() - ev.launch_mono
+            now = time.monotonic() - launch_mono
             if pattern is not None:
                 if pattern_hit.is_set():
-                    ev.ready_at = time.monotonic() - ev.launch_mono
+                    ready_at = time.monotonic() - launch_mono
                     break
             elif _get_ok(health_url, timeout=1.0):
-                ev.ready_at = time.monotonic() - ev.launch_mono
+                ready_at = time.monotonic() - launch_mono
                 break
             if proc.poll() is not None:
                 raise _RunFailed(f"engine exited with code {proc.returncode} before ready")
             if now > config.timeout:
                 raise _RunFailed(f"not ready after {config.timeout:g} s (timeout)")
             time.sleep(0.05)
+        base = urllib.parse.urlunsplit(urllib.parse.urlsplit(health_url)._replace(path=""))
+        served = engine.served_model(argv) or "default"
         if config.first_request:
-            base = urllib.parse.urlunsplit(urllib.parse.urlsplit(health_url)._replace(path=""))
-            served = _flag(argv, "--served-model-name") or model or "default"
             ttft, _text = first_token(base, served, config.prompt, config.max_tokens,
                                       config.request_timeout)
-            ev.first_token_at = ev.ready_at + ttft
+            first_token_at = ready_at + ttft
         if after_ready is not None:  # e.g. tune's verification, while the engine is still up
-            base = urllib.parse.urlunsplit(urllib.parse.urlsplit(health_url)._replace(path=""))
-            served = _flag(argv, "--served-model-name") or model or "default"
-            record["verification"] = after_ready(base, served)
+            verification = after_ready(base, served)
         if receiver is not None:
             time.sleep(0.6)  # > OTEL_BSP_SCHEDULE_DELAY: let the last batch of spans arrive
-        record["status"] = "ok"
+        status = "ok"
     except _RunFailed as exc:
-        record["reason"] = str(exc)
+        reason = str(exc)
     except ColdscopeError as exc:
-        record["reason"] = str(exc)
+        reason = str(exc)
     except KeyboardInterrupt:
-        record["reason"] = "interrupted"
+        reason = "interrupted"
         interrupted = True
     finally:
         kill_run(proc, run_id, config.shutdown_grace)
         if reader is not None:
             reader.join(timeout=10)
+            lines = reader.lines
         if sampler is not None:
-            ev.cpu = sampler.stop()
+            cpu = sampler.stop()
         if receiver is not None:
             receiver.stop()
-            ev.otel = receiver.spans()
-        if reader is not None:
-            ev.lines = reader.lines
-        _finish(record, ev, argv, config, dirs)
-    evidence = {
-        "log": [[round(t, 4), text] for t, text in ev.lines],
-        "otel": [s.to_dict() for s in ev.otel],
-        "launch": {"mono": ev.launch_mono, "wall": ev.launch_wall, "root_pid": ev.root_pid},
+            otel = [s.to_dict() for s in receiver.spans()]
+        _cleanup(config, dirs, ok=status == "ok")
+    evidence: dict[str, Any] = {
+        "log": [[round(t, 4), text] for t, text in lines],
+        "otel": otel,
+        "launch": launch,
     }
+    if config.probe:
+        evidence["probe"] = read_probe_events(probe_dir)
+    run = run.model_copy(update={
+        "status": status, "reason": reason, "verification": verification,
+        "cpu": CpuSamples(**cpu) if cpu else None,
+        "log_tail": "\n".join(text for _, text in lines[-40:]),
+        "time_to_ready_s": ready_at if status == "ok" else None,
+        "first_token_s": first_token_at if status == "ok" else None,
+    })
+    ctx = Context(engine=engine, launch_mono=launch["mono"], launch_wall=launch["wall"],
+                  root_pid=launch["root_pid"], ready_at=ready_at,
+                  compile_enabled=engine.compile_enabled(argv),
+                  has_gpu=bool(run.environment.gpus))
+    run = finish(run, evidence, ctx)
     if interrupted:
-        raise RunInterrupted(record, evidence)
-    return record, evidence
+        raise RunInterrupted(run, evidence)
+    return run, evidence
+
+
+def _ready_pattern(text: str | None) -> re.Pattern[str] | None:
+    try:
+        return re.compile(text) if text else None
+    except re.error as exc:
+        raise ColdscopeError(f"--ready-pattern {text!r} is not a valid regular expression "
+                             f"({exc})") from None
+
+
+def _checked_url(url: str) -> str:
+    """The health URL, refused with a one-line error before anything starts if unusable."""
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        raise ColdscopeError(f"health URL {url!r}: port out of range 0-65535") from None
+    if parts.scheme != "http" or not parts.hostname:
+        raise ColdscopeError(f"health URL {url!r} must look like http://HOST:PORT/PATH")
+    if port == 0:
+        raise ColdscopeError(f"health URL {url!r}: port 0 is not a port to poll")
+    return url
 
 
 class _RunFailed(Exception):
@@ -598,63 +547,77 @@ class _RunFailed(Exception):
 
 
 class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a run: the engine is already stopped; the failed run travels along so
-    the caller can store it before stopping."""
+    """Ctrl-C (or SIGTERM/SIGHUP under ``profile``) during a run: the engine is already
+    stopped; the failed run travels along so the caller can store it before stopping."""
 
-    def __init__(self, record: dict, evidence: dict) -> None:
+    def __init__(self, record: Run, evidence: dict) -> None:
         super().__init__("interrupted")
         self.record = record
         self.evidence = evidence
 
 
-def _finish(record: dict, ev: Evidence, argv: list[str], config: RunConfig,
-            dirs: CacheDirs) -> None:
-    """Fill the record from the evidence; decide what to keep of the caches."""
-    record["cpu"] = ev.cpu
-    record["log_tail"] = "\n".join(text for _, text in ev.lines[-40:])
-    if record["status"] == "ok" and ev.ready_at is not None:
-        try:
-            tl, extra = build_timeline(
-                ev, argv, has_gpu=bool((record.get("environment") or {}).get("gpus")))
-        except Exception as exc:  # a bug in evidence handling must not lose the run
-            record["notes"].append(f"timeline could not be built: {exc!r}")
-        else:
-            record.update(timeline_dict(tl))
-            record["log_info"] = extra["log"]
-            record["processes"] = extra["processes"]
-            # the probe's own time, summed over all processes: an upper bound of its overhead
-            record["probe_cost_s"] = sum(p["probe_cost_s"] for p in extra["processes"])
-            if extra["log"].get("version") and not record["engine"]["version"]:
-                record["engine"]["version"] = extra["log"]["version"]
-        record["time_to_ready_s"] = ev.ready_at
-        record["first_token_s"] = ev.first_token_at
+def _die_with_parent() -> None:
+    """In the engine's launcher, before exec: have the kernel send it SIGKILL when coldscope
+    dies (Linux ``PR_SET_PDEATHSIG``), so a SIGKILLed coldscope does not leave the engine
+    running. Children the engine forks are stopped by ``kill_run`` or the next start's
+    recovery."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+
+
+def _cleanup(config: RunConfig, dirs: CacheDirs, *, ok: bool) -> None:
+    """Decide what to keep of the caches; the per-run TMPDIR always goes."""
     if dirs.tmp is not None:
         shutil.rmtree(dirs.tmp, ignore_errors=True)
-    if config.cache == "warm" and record["status"] == "ok":
+    if config.cache == "warm" and ok:
         (dirs.root / ".filled").touch()
     if config.cache == "cold" and not config.keep_cold_caches:
         shutil.rmtree(dirs.root, ignore_errors=True)
 
 
-def profile(config: RunConfig, store=None, *, on_run: Callable[[dict], None] | None = None,
-            on_line: Callable[[str], None] | None = None) -> list[dict]:
+def profile(config: RunConfig, store: Store | None = None, *,
+            on_run: Callable[[Run], None] | None = None,
+            on_line: Callable[[str], None] | None = None) -> list[Run]:
     """Run ``config.repeat`` start-ups (plus one priming run when a warm cache is empty),
-    storing each as soon as it ends. Ctrl-C stores the interrupted run as failed and stops."""
+    storing each as soon as it ends. Ctrl-C, SIGTERM and SIGHUP store the interrupted run as
+    failed, stop the engine, and stop."""
     records = []
     todo = config.repeat
     if config.cache == "warm" and not cache_dirs(config, "x").warm_filled:
         todo += 1
-    for _ in range(todo):
-        run_id = new_run_id()
-        try:
-            record, evidence = run_once(config, run_id=run_id, on_line=on_line)
-        except RunInterrupted as stop:
+    with _signals_interrupt():
+        for _ in range(todo):
+            run_id = new_run_id()
+            try:
+                run, evidence = run_once(config, run_id=run_id, on_line=on_line)
+            except RunInterrupted as stop:
+                if store is not None:
+                    store.add_run(stop.record, stop.evidence)
+                raise
             if store is not None:
-                store.add_run(stop.record, stop.evidence)
-            raise
-        if store is not None:
-            store.add_run(record, evidence)
-        records.append(record)
-        if on_run:
-            on_run(record)
+                store.add_run(run, evidence)
+            records.append(run)
+            if on_run:
+                on_run(run)
     return records
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP (``timeout``, a CI cancel, ``docker stop``, a closed terminal) act
+    like Ctrl-C while profiling: the run is stored as interrupted and the engine stopped."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)

@@ -174,7 +174,9 @@ def test_sigkilled_driver_loses_only_the_run_in_flight_and_resume_finishes(tmp_p
     stored = campaign_runs(store, "fake", status=None)
     assert [r["status"] for r in stored] == ["ok"]  # nothing half-written, the first kept
     assert orphan not in {r["id"] for r in stored}
-    assert any(p.environ().get("COLDSCOPE_RUN_ID") == orphan for p in run_processes())
+    # the engine's launcher dies with the driver (PR_SET_PDEATHSIG), not at the next start
+    _wait_for(lambda: not any(p.environ().get("COLDSCOPE_RUN_ID") == orphan
+                              for p in run_processes()), timeout=10)
 
     events = Events()
     quicker = {**spec_data, "command": [a if a != "1.0" else "0.2" for a in spec_data["command"]]}

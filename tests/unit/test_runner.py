@@ -6,12 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from coldscope.engines import GenericEngine, resolve
+from coldscope.engines.vllm import VLLM
 from coldscope.runner import (
     RunConfig,
-    compile_enabled,
     config_key,
-    default_health_url,
-    engine_model,
     profile,
     run_once,
 )
@@ -37,10 +36,13 @@ def config(tmp_path, mode, port, **kw) -> RunConfig:
 def test_command_introspection():
     argv = ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m", "--port=9000",
             "--host", "0.0.0.0"]
-    assert engine_model(argv) == "m"
-    assert engine_model(["vllm", "serve", "org/x", "--port", "1"]) == "org/x"
-    assert default_health_url(argv) == "http://127.0.0.1:9000/health"
-    assert compile_enabled(argv) and not compile_enabled(argv + ["--enforce-eager"])
+    vllm = resolve(argv)
+    assert isinstance(vllm, VLLM)
+    assert vllm.model(argv) == "m"
+    assert vllm.model(["vllm", "serve", "org/x", "--port", "1"]) == "org/x"
+    assert vllm.health_url(argv) == "http://127.0.0.1:9000/health"
+    assert vllm.compile_enabled(argv) and not vllm.compile_enabled(argv + ["--enforce-eager"])
+    assert isinstance(resolve(["python", "serve.py"]), GenericEngine)
     a = RunConfig(command=argv)
     assert config_key(a) == config_key(RunConfig(command=argv, repeat=3))
     assert config_key(a) != config_key(RunConfig(command=argv + ["--enforce-eager"]))

