@@ -29,11 +29,11 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from simpy_model import run_simpy  # noqa: E402
 
-from coldscope.sim.engine import Engine  # noqa: E402
+from coldscope.sim.core import Simulator  # noqa: E402
 from coldscope.sim.policies import Reactive  # noqa: E402
-from coldscope.sim.simulate import Profile, SimConfig, simulate, workload  # noqa: E402
+from coldscope.sim.simulate import ReplicaSpec, SimConfig, simulate, workload  # noqa: E402
 from coldscope.sim.startup import LogNormal  # noqa: E402
-from coldscope.sim.traces import synthesize  # noqa: E402
+from coldscope.traces import synthesize  # noqa: E402
 
 
 def main() -> None:
@@ -51,7 +51,7 @@ def main() -> None:
     week = synthesize(args.days, args.rate, diurnal=True, bursts=True, seed=0)
     gen = time.perf_counter() - t
     t = time.perf_counter()
-    result = simulate(week, SimConfig(policy="reactive")).to_dict(timeline=False)
+    result = simulate(week, SimConfig(policy="reactive")).model_dump(mode="json")
     sim = time.perf_counter() - t
     print(json.dumps({
         "bench": "week", "requests": len(week), "days": args.days, "cores": 1,
@@ -61,10 +61,10 @@ def main() -> None:
         "gpu_hours": round(result["gpu_hours"], 1)}))
 
     n = int(np.searchsorted(week.arrival, args.simpy_hours * 3600))
-    work = workload(week.head(n), Profile())
+    work = workload(week.head(n), ReplicaSpec())
     startup = LogNormal(40.0, 20.0, 80.0, source="bench")
     t = time.perf_counter()
-    fast = Engine(8, startup, np.random.default_rng(1)).run(work, Reactive())
+    fast = Simulator(8, startup, np.random.default_rng(1)).run(work, Reactive())
     fast_s = time.perf_counter() - t
     t = time.perf_counter()
     ref = run_simpy(work, Reactive(), 8, startup, seed=1)

@@ -19,7 +19,7 @@ import math
 import numpy as np
 import simpy
 
-from coldscope.sim.engine import Context, Observation, RawRun, Workload
+from coldscope.sim.core import Context, RawRun, TickObservation, Workload
 
 
 def run_simpy(work: Workload, policy, concurrency: int, startup, seed: int,
@@ -104,7 +104,7 @@ def run_simpy(work: Workload, policy, concurrency: int, startup, seed: int,
     end = [0.0]
 
     def autoscaler():
-        obs = Observation()
+        obs = TickObservation()
         arrived_before = 0
         now = 0.0
         while True:

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from coldscope.sim.engine import Engine, Workload
+from coldscope.sim.core import Simulator, Workload
 from coldscope.sim.policies import FixedPool, Predictive, Reactive, WarmPool
-from coldscope.sim.simulate import Profile, SimConfig, simulate, workload
+from coldscope.sim.simulate import ReplicaSpec, SimConfig, simulate, workload
 from coldscope.sim.startup import Fixed, LogNormal
-from coldscope.sim.traces import Trace, read_trace, synthesize
+from coldscope.traces import Trace, read_trace, synthesize
 
 ROOT = Path(__file__).resolve().parents[2]
 AZURE_CONV = ROOT.parent / "shared" / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
@@ -33,7 +33,7 @@ def test_fixed_pool_matches_erlang_c(replicas, slots):
     rng = np.random.default_rng(7)
     arrival = np.cumsum(rng.exponential(1 / lam, n))
     service = rng.exponential(1 / mu, n)
-    raw = Engine(slots, Fixed(0.0), rng).run(Workload(arrival, service, np.zeros(n)),
+    raw = Simulator(slots, Fixed(0.0), rng).run(Workload(arrival, service, np.zeros(n)),
                                              FixedPool(replicas))
     wait = raw.start - arrival
     p_wait, mean_wait = erlang_c(replicas * slots, lam, mu)
@@ -44,9 +44,9 @@ def test_fixed_pool_matches_erlang_c(replicas, slots):
 
 def test_enough_warm_workers_means_no_cold_start():
     trace = read_trace(AZURE_CONV)
-    profile = Profile()
+    profile = ReplicaSpec()
     result = simulate(trace, SimConfig(policy="warm-pool", policy_params={"min_workers": 40},
-                                       profile=profile), startup=Fixed(60.0)).to_dict()
+                                       replica=profile), startup=Fixed(60.0)).model_dump()
     assert result["cold_starts"] == 0 and result["cold_start_requests"] == 0
     # Nobody waits, so every TTFT is exactly the prefill time.
     prefill = trace.context_tokens / profile.prefill_tokens_per_s
@@ -63,13 +63,13 @@ def test_first_request_after_idle_night_waits_for_the_start_up():
     trace = Trace(np.append(day.arrival, morning), np.append(day.context_tokens, 100),
                   np.append(day.generated_tokens, 10), source="day+morning")
     config = SimConfig(policy="reactive")
-    result = simulate(trace, config, startup=Fixed(startup))
-    raw_wait = result.timeline  # the night must show zero replicas
-    night = [r for t, r in zip(raw_wait["t"], raw_wait["replicas"], strict=True)
+    result = simulate(trace, config, startup=Fixed(startup), timeline=True)
+    line = result.timeline  # the night must show zero replicas
+    night = [r for t, r in zip(line.t, line.replicas, strict=True)
              if day.duration + 600 < t < morning - 600]
     assert night and all(r == 0 for r in night)
-    engine_run = Engine(8, Fixed(startup), np.random.default_rng(0)).run(
-        workload(trace, Profile()), Reactive())
+    engine_run = Simulator(8, Fixed(startup), np.random.default_rng(0)).run(
+        workload(trace, ReplicaSpec()), Reactive())
     wait_last = engine_run.start[-1] - trace.arrival[-1]
     assert wait_last >= startup
     assert engine_run.cold[-1]
@@ -81,7 +81,7 @@ def test_hand_worked_scale_from_zero():
     # queued; at the 14 s tick the panic window (1, 1, 2 -> 2 replicas = 2 x ready) starts a
     # second replica (ready at 24 s), but the first frees up at 15 s and takes it.
     w = Workload(np.array([0.5, 13.0]), np.array([3.0, 1.0]), np.array([0.2, 0.2]))
-    raw = Engine(1, Fixed(10.0), np.random.default_rng(0)).run(w, Reactive(target=1.0))
+    raw = Simulator(1, Fixed(10.0), np.random.default_rng(0)).run(w, Reactive(target=1.0))
     assert raw.start.tolist() == [12.0, 15.0]
     assert raw.cold.tolist() == [True, False]
     assert raw.replica_start.tolist() == [2.0, 14.0]
@@ -102,9 +102,9 @@ def _simpy_reference():
 def test_engine_agrees_with_simpy_model(make_policy):
     run_simpy = _simpy_reference()
     trace = synthesize(0.04, 3.0, diurnal=True, bursts=True, seed=3)
-    work = workload(trace, Profile())
+    work = workload(trace, ReplicaSpec())
     startup = LogNormal(40.0, 20.0, 80.0, source="test")  # continuous: no ties
-    fast = Engine(8, startup, np.random.default_rng(1)).run(work, make_policy())
+    fast = Simulator(8, startup, np.random.default_rng(1)).run(work, make_policy())
     ref = run_simpy(work, make_policy(), 8, startup, seed=1)
     assert np.array_equal(fast.start, ref.start)
     assert np.array_equal(fast.cold, ref.cold)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from coldscope.sim.engine import Context, Observation
+from coldscope.sim.core import Context, TickObservation
 from coldscope.sim.policies import FixedPool, Predictive, Reactive, WarmPool
 from coldscope.sim.startup import Fixed
 
@@ -15,7 +15,7 @@ def _ctx(startup: float = 30.0, concurrency: int = 8) -> Context:
 
 def _feed(policy, ticks, *, ready=None, arrivals=0):
     """Feed (time, concurrency) pairs; ready replicas follow the answers unless given."""
-    obs = Observation()
+    obs = TickObservation()
     answers = []
     current = 0
     for t, conc in ticks:
@@ -81,7 +81,7 @@ def test_predictive_scales_ahead_of_yesterdays_ramp():
     tick, day = 2.0, 2000.0
     p = Predictive(season_s=day, season_window_s=20.0)
     p.start(_ctx(startup=100.0))
-    obs = Observation()
+    obs = TickObservation()
     first = None
     before: list[int] = []
     for k in range(1, int(2 * day / tick)):

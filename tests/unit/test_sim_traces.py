@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from coldscope import traces
 from coldscope.errors import ColdscopeError
-from coldscope.sim import traces
-from coldscope.sim.traces import parse_rate, read_trace, synthesize, write_trace
+from coldscope.traces import parse_rate, read_trace, synthesize, write_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data" / "traces"
@@ -38,7 +38,7 @@ def test_reads_the_azure_traces(name):
 
 def test_row_reader_agrees_with_columnar_reader(monkeypatch):
     fast = read_trace(DATA / "AzureLLMInferenceTrace_code.csv")
-    monkeypatch.setattr(traces, "_read_csv_arrow", lambda path: None)
+    monkeypatch.setattr(traces, "_read_csv_arrow", lambda path, header: None)
     slow = read_trace(DATA / "AzureLLMInferenceTrace_code.csv")
     assert np.allclose(fast.arrival, slow.arrival, atol=1e-6)
     assert np.array_equal(fast.context_tokens, slow.context_tokens)

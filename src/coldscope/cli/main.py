@@ -19,6 +19,8 @@ from coldscope.errors import ColdscopeError
 COMMANDS: dict[str, tuple[str, str]] = {
     "campaign": ("coldscope.cli.campaign:campaign",
                  "Profile a matrix of models x flags x cache states (local or Ray)."),
+    "calibrate": ("coldscope.cli.predict:calibrate_cmd",
+                  "Move a startup model to a new machine from two start-ups there."),
     "features": ("coldscope.cli.predict:features_cmd", "Model features, no weights loaded."),
     "fit": ("coldscope.cli.predict:fit_cmd", "Fit the per-stage startup model."),
     "predict": ("coldscope.cli.predict:predict_cmd", "Predict start-up per stage, with intervals."),
@@ -33,8 +35,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("coldscope.cli.plan:plan_cmd", "Cold-start budget, mitigations, cost, SLA."),
     "simulate": ("coldscope.cli.simulate:simulate",
                  "Simulate autoscaling with cold starts over a request trace."),
-    "traces": ("coldscope.cli.simulate:traces", "Request traces: synthesise (synth)."),
+    "traces": ("coldscope.cli.traces:traces", "Request traces: synthesise (synth)."),
     "report": ("coldscope.cli.report:report", "Write a self-contained HTML report of the runs."),
+    "tune": ("coldscope.cli.tune:tune", "Find and prove the fastest start-up of a command."),
+    "bundle": ("coldscope.cli.tune:bundle", "Pack the caches a tuned configuration relies on."),
     "serve": ("coldscope.cli.serve:serve", "Serve start-up metrics, runs, predictions, hints."),
 }
 

@@ -22,15 +22,6 @@ from coldscope.errors import ColdscopeError
 TIERS: tuple[str, ...] = ("registry", "object_store", "node_disk", "nvme", "dram", "hbm")
 WEIGHT_SOURCES: tuple[str, ...] = ("image", "object_store", "node_disk", "nvme", "dram", "hbm")
 
-#: Bytes per parameter of the dtypes a checkpoint is commonly stored in.
-DTYPE_BYTES: dict[str, float] = {
-    "fp32": 4.0, "float32": 4.0,
-    "bf16": 2.0, "bfloat16": 2.0, "fp16": 2.0, "float16": 2.0, "half": 2.0,
-    "fp8": 1.0, "int8": 1.0,
-    "int4": 0.5, "fp4": 0.5,
-}
-
-
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -263,26 +254,35 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|sec|m|min|h)?\s*$")
-_UNIT_S = {None: 1.0, "s": 1.0, "sec": 1.0, "ms": 1e-3, "m": 60.0, "min": 60.0, "h": 3600.0}
+_DURATION = re.compile(
+    r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|sec|m|min|h|d|day|days)?\s*$")
+_UNIT_S = {None: 1.0, "s": 1.0, "sec": 1.0, "ms": 1e-3, "m": 60.0, "min": 60.0, "h": 3600.0,
+           "d": 86400.0, "day": 86400.0, "days": 86400.0}
 
 
-def parse_duration(text: str | float) -> float:
-    """Seconds from ``2s``, ``500ms``, ``1.5min``, ``2`` (seconds)."""
+def parse_duration(text: str | float, what: str = "duration") -> float:
+    """Seconds from ``2s``, ``500ms``, ``1.5min``, ``31d`` or ``2`` (seconds); finite, >= 0."""
     if isinstance(text, int | float):
-        return float(text)
-    match = _DURATION.match(str(text))
-    if not match:
-        raise ColdscopeError(f"cannot read duration {text!r} (use e.g. 2s, 500ms, 1min)")
-    return float(match.group(1)) * _UNIT_S[match.group(2)]
+        value = float(text)
+    else:
+        match = _DURATION.match(str(text))
+        if not match:
+            raise ColdscopeError(f"cannot read {what} {text!r} (use e.g. 2s, 500ms, 1min)")
+        value = float(match.group(1)) * _UNIT_S[match.group(2)]
+    if not (math.isfinite(value) and value >= 0):
+        raise ColdscopeError(f"{what} must be a finite duration >= 0, got {text!r}")
+    return value
 
 
 _COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([kKmMbBtT]?)\s*$")
 _SCALE = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
+#: Parameter counts the planner accepts: below a million is a typo ("--params 70" for 70B),
+#: above 100 trillion is no model anyone serves (and 1e400 is infinity).
+MIN_PARAMS, MAX_PARAMS = 1e6, 1e14
 
 
 def parse_count(text: str | float) -> float:
-    """A parameter count from ``70e9``, ``70B``, ``13b``, ``500M``."""
+    """A parameter count from ``70e9``, ``70B``, ``13b``, ``500M``, within MIN..MAX_PARAMS."""
     if isinstance(text, int | float):
         value = float(text)
     else:
@@ -290,15 +290,23 @@ def parse_count(text: str | float) -> float:
         if not match:
             raise ColdscopeError(f"cannot read parameter count {text!r} (use e.g. 70e9 or 70B)")
         value = float(match.group(1)) * _SCALE[match.group(2).lower()]
-    if value <= 0:
-        raise ColdscopeError(f"parameter count must be above 0, got {text!r}")
+    if not (MIN_PARAMS <= value <= MAX_PARAMS):
+        hint = f"; did you mean {text}B?" if 0 < value < MIN_PARAMS else ""
+        raise ColdscopeError(f"parameter count {text!r} is outside {MIN_PARAMS:.0e}.."
+                             f"{MAX_PARAMS:.0e} (write 70B or 7e10 for 70 billion){hint}")
     return value
 
 
 def dtype_bytes(dtype: str) -> float:
-    """Bytes per parameter of ``dtype`` (bf16 -> 2)."""
+    """Bytes per parameter of ``dtype`` (bf16 -> 2), from the one dtype table (features)."""
     try:
-        return DTYPE_BYTES[dtype.lower()]
-    except KeyError:
-        known = ", ".join(sorted(DTYPE_BYTES))
-        raise ColdscopeError(f"unknown dtype {dtype!r} (known: {known})") from None
+        from coldscope.features import DTYPE_BYTES
+    except ImportError:  # TRANSITIONAL until features.DTYPE_BYTES (H3) lands
+        from coldscope.features import CONFIG_DTYPE_BYTES as DTYPE_BYTES
+
+        dtype = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(dtype, dtype)
+    for key in (dtype, dtype.lower(), dtype.upper()):
+        if key in DTYPE_BYTES:
+            return float(DTYPE_BYTES[key])
+    known = ", ".join(sorted(k for k in DTYPE_BYTES if k.islower()))
+    raise ColdscopeError(f"unknown dtype {dtype!r} (known: {known})")

@@ -12,7 +12,7 @@ Model (all times in seconds since the trace's origin):
   simply starts when it is ready. This is the exact FCFS multi-server recurrence, done with a
   heap in compiled code.
 * A *controller* (any policy) is consulted every ``controller.tick_s`` seconds with an
-  :class:`Observation` and answers how many replicas it wants. The engine starts new replicas
+  :class:`TickObservation` and answers how many replicas it wants. The engine starts new replicas
   (each ready after a draw from the cold-start distribution) or removes surplus ones: starting
   ones first (newest first), then ready ones that free up first. A removed replica takes no new
   request, finishes the ones it has, and is paid for until then.
@@ -25,11 +25,18 @@ in Python, once a tick. The core knows nothing about any policy: see ``policies.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 from numba import njit
+
+from coldscope.errors import ColdscopeError
+
+#: Replicas (ready + starting) a run may hold unless told otherwise: 100,000 replicas of 8
+#: slots take ~13 MB of heaps; a billion would take 100 GB.
+REPLICA_LIMIT = 100_000
 
 # Positions in the engine's int64 state vector, shared with the kernel.
 _I, _J, _HEAP_N, _DEP_N, _FULL = 0, 1, 2, 3, 4
@@ -157,7 +164,7 @@ def _push_slots(heap_t, heap_r, st, free_t, replica, count):
     st[_HEAP_N] = hn
 
 
-class Observation:
+class TickObservation:
     """What a controller sees at a tick. One object, updated in place (ticks are hot).
 
     ``time``: the tick (s). ``in_flight``: requests being served. ``queued``: arrived, not
@@ -192,28 +199,36 @@ class Controller(Protocol):
         """Reset state; return the replicas warm at time 0 (no cold start, paid from 0)."""
         ...
 
-    def desired(self, obs: Observation) -> int:
+    def desired(self, obs: TickObservation) -> int:
         """The number of replicas wanted now (ready + starting)."""
         ...
 
 
 @dataclass
 class Workload:
-    """Requests as columns: arrival (s since origin, sorted), service and first-token times."""
+    """Requests as columns: arrival (s since origin, sorted), service and first-token times.
+
+    ``first_token_s`` may be None: the core never reads it, and a 27-million-request week saves
+    216 MB by computing it later, in chunks, from the token counts.
+    """
 
     arrival: np.ndarray
     service_s: np.ndarray
-    first_token_s: np.ndarray
+    first_token_s: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.arrival = np.ascontiguousarray(self.arrival, dtype=np.float64)
         self.service_s = np.ascontiguousarray(self.service_s, dtype=np.float64)
-        self.first_token_s = np.ascontiguousarray(self.first_token_s, dtype=np.float64)
         n = self.arrival.size
-        if self.service_s.size != n or self.first_token_s.size != n:
+        if self.first_token_s is not None:
+            self.first_token_s = np.ascontiguousarray(self.first_token_s, dtype=np.float64)
+            if self.first_token_s.size != n:
+                raise ValueError("workload columns differ in length")
+        if self.service_s.size != n:
             raise ValueError("workload columns differ in length")
-        if n and np.any(np.diff(self.arrival) < 0):
-            raise ValueError("arrivals must be sorted")
+        for lo in range(0, n - 1, 1 << 20):  # in chunks: no full-length temporary
+            if np.any(np.diff(self.arrival[lo:lo + (1 << 20) + 1]) < 0):
+                raise ValueError("arrivals must be sorted")
 
 
 @dataclass
@@ -244,19 +259,34 @@ class RawRun:
     unserved: int
 
 
-class Engine:
-    """Run a workload under a controller. Randomness only from the ``rng`` it is given."""
+class Simulator:
+    """Run a workload under a controller. Randomness only from the ``rng`` it is given.
+
+    ``replica_limit`` bounds the replicas (ready + starting) a controller may hold: each costs
+    ``concurrency`` slots of memory, so a policy asking for a billion replicas is refused with
+    a one-line error instead of eating the machine.
+    """
 
     def __init__(self, concurrency: int, startup: Any, rng: np.random.Generator,
-                 drain_limit_s: float = 3600.0) -> None:
+                 drain_limit_s: float = 3600.0, replica_limit: int = REPLICA_LIMIT) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
         self.concurrency = int(concurrency)
         self.startup = startup
         self.rng = rng
         self.drain_limit_s = drain_limit_s
+        self.replica_limit = int(replica_limit)
 
-    def run(self, workload: Workload, controller: Controller) -> RawRun:
+    def _bound(self, want: int, what: str) -> int:
+        if want > self.replica_limit:
+            raise ColdscopeError(
+                f"{what} {want:,} replicas, above the limit of {self.replica_limit:,} "
+                f"(raise it with --replica-limit)")
+        return want
+
+    def run(self, workload: Workload, controller: Controller,
+            progress: Callable[[float], None] | None = None) -> RawRun:
+        """Run to the end of the trace (plus draining); ``progress(fraction)`` now and then."""
         arrival, service = workload.arrival, workload.service_s
         n = arrival.size
         c = self.concurrency
@@ -312,13 +342,13 @@ class Engine:
                 for r in ids[order[:k]].tolist():
                     ready.remove(r)
                     rep_removed[r], rep_removed_t[r] = True, now
-        for _ in range(int(controller.start(context))):
+        for _ in range(self._bound(int(controller.start(context)), "the policy keeps")):
             add(0.0, warm=True)
 
         last = float(arrival[-1]) if n else 0.0
         if tick is None or not tick > 0:
             tick = math.inf
-        obs = Observation()
+        obs = TickObservation()
         t_rec: list[float] = []
         rec_ready: list[int] = []
         rec_starting: list[int] = []
@@ -354,7 +384,9 @@ class Engine:
             rec_queued.append(obs.queued)
             if (i >= n and now >= last) or now >= stop_at:
                 break
-            want = max(0, int(controller.desired(obs)))
+            want = self._bound(max(0, int(controller.desired(obs))), "the policy asked for")
+            if progress is not None and len(t_rec) % 4096 == 0:
+                progress(min(1.0, now / last) if last > 0 else 1.0)
             have = obs.ready + obs.starting
             if want > have:
                 for _ in range(want - have):

@@ -9,11 +9,23 @@ and pass it to ``simulate``; register it in :data:`POLICIES` to reach it from th
 
 from __future__ import annotations
 
+import inspect
 import math
+import typing
 from collections import deque
-from typing import Any
+from typing import Annotated, Any
 
-from coldscope.sim.engine import Context, Observation
+from pydantic import ConfigDict, Field, ValidationError, create_model
+
+from coldscope.errors import ColdscopeError
+from coldscope.sim.core import Context, TickObservation
+
+# Parameter types with their bounds: ``make_policy`` checks them before a run starts.
+Count = Annotated[int, Field(ge=0)]
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+TickSeconds = Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False)]
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Share = Annotated[float, Field(gt=0, le=1)]
 
 
 class FixedPool:
@@ -21,13 +33,13 @@ class FixedPool:
 
     tick_s = None
 
-    def __init__(self, workers: int = 1) -> None:
+    def __init__(self, workers: Count = 1) -> None:
         self.workers = workers
 
     def start(self, context: Context) -> int:
         return self.workers
 
-    def desired(self, obs: Observation) -> int:
+    def desired(self, obs: TickObservation) -> int:
         return self.workers
 
 
@@ -66,12 +78,13 @@ class Reactive:
 
     tick_s: float | None
 
-    def __init__(self, target: float | None = None, target_utilization: float = 0.7,
-                 stable_window_s: float = 60.0, panic_window_pct: float = 10.0,
-                 panic_threshold: float = 2.0, scale_to_zero_grace_s: float = 30.0,
-                 min_workers: int = 0, max_workers: int | None = None,
-                 max_scale_up_rate: float = 1000.0, max_scale_down_rate: float = 2.0,
-                 scale_down_delay_s: float = 0.0, tick_s: float = 2.0) -> None:
+    def __init__(self, target: Positive | None = None, target_utilization: Share = 0.7,
+                 stable_window_s: Positive = 60.0,
+                 panic_window_pct: Annotated[float, Field(gt=0, le=100)] = 10.0,
+                 panic_threshold: Positive = 2.0, scale_to_zero_grace_s: Seconds = 30.0,
+                 min_workers: Count = 0, max_workers: Count | None = None,
+                 max_scale_up_rate: Positive = 1000.0, max_scale_down_rate: Positive = 2.0,
+                 scale_down_delay_s: Seconds = 0.0, tick_s: TickSeconds = 2.0) -> None:
         self.target = target
         self.target_utilization = target_utilization
         self.stable_window_s = stable_window_s
@@ -115,7 +128,7 @@ class Reactive:
             recent.popleft()
         return recent[0][1]
 
-    def desired(self, obs: Observation) -> int:
+    def desired(self, obs: TickObservation) -> int:
         conc = obs.concurrency
         stable = self.stable_.add(conc)
         panic = self.panic_.add(conc)
@@ -149,7 +162,7 @@ class WarmPool(Reactive):
     The pool is warm at time 0; only traffic above it pays cold starts.
     """
 
-    def __init__(self, min_workers: int = 1, **reactive: Any) -> None:
+    def __init__(self, min_workers: Count = 1, **reactive: Any) -> None:
         super().__init__(min_workers=min_workers, **reactive)
 
 
@@ -168,9 +181,9 @@ class Predictive(Reactive):
     replicas tick after tick.
     """
 
-    def __init__(self, startup_quantile: float = 0.9, alpha: float = 0.2, beta: float = 0.05,
-                 season_s: float = 86400.0, season_window_s: float = 600.0,
-                 **reactive: Any) -> None:
+    def __init__(self, startup_quantile: Annotated[float, Field(gt=0, lt=1)] = 0.9,
+                 alpha: Share = 0.2, beta: Share = 0.05, season_s: Positive = 86400.0,
+                 season_window_s: Seconds = 600.0, **reactive: Any) -> None:
         reactive.setdefault("scale_down_delay_s", 60.0)
         super().__init__(**reactive)
         self.startup_quantile = startup_quantile
@@ -193,7 +206,7 @@ class Predictive(Reactive):
         self.ahead_ = max(1, round(self.horizon_ / self.tick_s))
         return warm
 
-    def desired(self, obs: Observation) -> int:
+    def desired(self, obs: TickObservation) -> int:
         want = super().desired(obs)
         rate = obs.arrivals / self.tick_s
         cum = self.cum_rate_
@@ -215,10 +228,48 @@ class Predictive(Reactive):
         return min(max(want, self._delay(obs.time, ahead), self.min_workers), self.max_)
 
 
-#: CLI names of the built-in policies.
+#: CLI names of the built-in policies (the CLI's --policy choices come from here).
 POLICIES: dict[str, type] = {
     "reactive": Reactive,
     "warm-pool": WarmPool,
     "predictive": Predictive,
     "fixed": FixedPool,
 }
+
+
+def parameters(cls: type) -> dict[str, inspect.Parameter]:
+    """The keyword parameters of a policy class, its parents' ``**reactive`` ones included."""
+    out: dict[str, inspect.Parameter] = {}
+    for klass in reversed(cls.__mro__):
+        init = klass.__dict__.get("__init__")
+        if init is None or klass is object:
+            continue
+        hints = typing.get_type_hints(init, include_extras=True)
+        for name, param in inspect.signature(init).parameters.items():
+            if name == "self" or param.kind is param.VAR_KEYWORD:
+                continue
+            out[name] = param.replace(annotation=hints.get(name, Any))
+    return out
+
+
+def make_policy(name: str, params: dict[str, Any]) -> Any:
+    """A built-in policy by its CLI name; unknown parameters and out-of-range values are
+    one-line errors here, before any simulation runs."""
+    cls = POLICIES.get(name)
+    if cls is None:
+        raise ColdscopeError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
+    fields = {k: (p.annotation, p.default) for k, p in parameters(cls).items()}
+    unknown = sorted(set(params) - set(fields))
+    if unknown:
+        raise ColdscopeError(f"policy {name!r} has no parameter {unknown[0]!r} (it has: "
+                             f"{', '.join(sorted(fields))})")
+    model = create_model(f"{cls.__name__}Params", __config__=ConfigDict(extra="forbid"),
+                         **fields)
+    try:
+        checked = model.model_validate(params)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(x) for x in first["loc"])
+        raise ColdscopeError(f"policy {name!r}: {key}={params.get(key)!r}: {first['msg']}"
+                             ) from None
+    return cls(**{k: getattr(checked, k) for k in params})

@@ -139,7 +139,8 @@ class LogNormal:
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "lognormal", "source": self.source, "median": self.median,
-                "interval90": [self.low, self.high], "warnings": list(self.warnings)}
+                "interval": {"low": self.low, "high": self.high},
+                "warnings": list(self.warnings)}
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,8 @@ class Uniform:
         return self.low + (self.high - self.low) * q
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": "uniform", "source": self.source, "low": self.low, "high": self.high}
+        return {"kind": "uniform", "source": self.source,
+                "interval": {"low": self.low, "high": self.high}}
 
 
 @dataclass(frozen=True)
@@ -227,10 +229,18 @@ def from_startup_model(model_file: str, model_path: str) -> LogNormal:
     return from_prediction(prediction, source=f"startup model {model_file} for {model_path}")
 
 
-def from_store_runs(runs: list[dict[str, Any]], source: str) -> Empirical:
+def _field(run: Any, name: str, default: Any = None) -> Any:
+    """A stored run's field, whether the store gives records or (older stores) dicts."""
+    if isinstance(run, dict):
+        return run.get(name, default)
+    return getattr(run, name, default)
+
+
+def from_store_runs(runs: list[Any], source: str) -> Empirical:
     """Resample the measured time to ready of store runs (failed or unfinished ones skipped)."""
-    values = tuple(float(r["time_to_ready_s"]) for r in runs
-                   if r.get("status", "ok") == "ok" and r.get("time_to_ready_s") is not None)
+    values = tuple(float(_field(r, "time_to_ready_s")) for r in runs
+                   if _field(r, "status", "ok") == "ok"
+                   and _field(r, "time_to_ready_s") is not None)
     if not values:
         raise ColdscopeError(f"no successful runs with a time to ready in {source}")
     return Empirical(values, source=f"{len(values)} measured runs in {source}")

@@ -6,7 +6,7 @@ A sweep file (YAML or JSON) holds a base configuration and a grid::
     sla_ttft_s: 2.0
     grid:                         # every combination of these values is one case
       policy.min_workers: [0, 1, 2]     # policy.X   -> a policy parameter
-      profile.concurrency: [8, 16]      # profile.X  -> a worker-profile field
+      replica.concurrency: [8, 16]      # replica.X  -> a replica-spec field (profile.X: same)
       startup_scale: [1.0, 0.5]         # otherwise  -> a SimConfig field (mitigations)
     cases:                        # optional extra cases, each a mapping like one grid point
       - {policy: fixed, policy.workers: 6}
@@ -19,18 +19,21 @@ The trace is sent to each worker once, not once per case.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from coldscope.errors import ColdscopeError
-from coldscope.sim.simulate import SimConfig, simulate
-from coldscope.sim.traces import Trace
+from coldscope.errors import ColdscopeError, validation_error
+from coldscope.sim.simulate import SimConfig, SimResult, TraceInfo, simulate
+from coldscope.traces import Trace
 
 EXECUTORS = ("local", "ray")
+#: Cases one sweep may hold: each is a full simulation of the trace.
+MAX_CASES = 10_000
 
 
 def load_sweep(path: str | Path) -> dict[str, Any]:
@@ -43,15 +46,33 @@ def load_sweep(path: str | Path) -> dict[str, Any]:
     return spec
 
 
+class SweepCase(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    params: dict[str, Any]
+    result: SimResult
+
+
+class SweepResult(BaseModel):
+    """What ``coldscope simulate --sweep FILE --json`` prints: one result per case, in order."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal[2] = 2
+    trace: TraceInfo
+    cases: list[SweepCase]
+
+
 def apply(config: SimConfig, overrides: dict[str, Any]) -> SimConfig:
-    """``config`` with ``policy.X``, ``profile.X`` and plain SimConfig fields overridden."""
+    """``config`` with ``policy.X``, ``replica.X`` (or ``profile.X``) and plain SimConfig fields
+    overridden."""
     data = config.model_dump()
     for key, value in overrides.items():
         head, _, rest = key.partition(".")
         if head == "policy" and rest:
             data["policy_params"][rest] = value
-        elif head == "profile" and rest:
-            data["profile"][rest] = value
+        elif head in ("replica", "profile") and rest:
+            data["replica"][rest] = value
         elif not rest:
             data[key] = value
         else:
@@ -59,12 +80,10 @@ def apply(config: SimConfig, overrides: dict[str, Any]) -> SimConfig:
     try:
         return SimConfig.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ColdscopeError(f"bad sweep value for {where}: {first['msg']}") from exc
+        raise validation_error(exc, "sweep") from None
 
 
-def expand(base: SimConfig, spec: dict[str, Any]) -> list[tuple[dict[str, Any], SimConfig]]:
+def sweep_cases(base: SimConfig, spec: dict[str, Any]) -> list[tuple[dict[str, Any], SimConfig]]:
     """Every case of a sweep spec: (its parameters, its full configuration)."""
     spec = dict(spec)
     grid = spec.pop("grid", {}) or {}
@@ -74,6 +93,10 @@ def expand(base: SimConfig, spec: dict[str, Any]) -> list[tuple[dict[str, Any], 
     base = apply(base, spec)
     keys = list(grid)
     values = [v if isinstance(v, list) else [v] for v in grid.values()]
+    count = math.prod(len(v) for v in values) + len(extra)
+    if count > MAX_CASES:
+        raise ColdscopeError(f"the sweep has {count:,} cases, above the limit of {MAX_CASES:,}; "
+                             "split it into several sweep files")
     points = [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*values)]
     points = (points if keys else []) + [dict(c) for c in extra]
     if not points:
@@ -91,12 +114,12 @@ def _init(trace: Trace, startup: Any) -> None:
 
 def _one(config_json: str) -> dict[str, Any]:
     config = SimConfig.model_validate_json(config_json)
-    return simulate(_shared["trace"], config, _shared["startup"]).to_dict(timeline=False)
+    return simulate(_shared["trace"], config, _shared["startup"]).model_dump(mode="json")
 
 
 def run_sweep(trace: Trace, cases: list[tuple[dict[str, Any], SimConfig]], startup: Any = None,
-              executor: str = "local", jobs: int | None = None) -> list[dict[str, Any]]:
-    """Run every case; returns ``[{"params": ..., "result": summary}]`` in case order."""
+              executor: str = "local", jobs: int | None = None) -> list[SweepCase]:
+    """Run every case; returns one :class:`SweepCase` per case, in case order."""
     payloads = [c.model_dump_json() for _, c in cases]
     if executor == "local":
         jobs = max(1, min(jobs or os.cpu_count() or 1, len(cases)))
@@ -110,7 +133,8 @@ def run_sweep(trace: Trace, cases: list[tuple[dict[str, Any], SimConfig]], start
         results = _run_ray(trace, startup, payloads)
     else:
         raise ColdscopeError(f"unknown executor {executor!r}; choose from {', '.join(EXECUTORS)}")
-    return [{"params": p, "result": r} for (p, _), r in zip(cases, results, strict=True)]
+    return [SweepCase(params=p, result=SimResult.model_validate(r))
+            for (p, _), r in zip(cases, results, strict=True)]
 
 
 def _run_ray(trace: Trace, startup: Any, payloads: list[str]) -> list[dict[str, Any]]:
