@@ -1,11 +1,15 @@
 import csv
+import hashlib
 import multiprocessing
 import os
+import shutil
 import sqlite3
+from pathlib import Path
 
 import pytest
 
 from coldscope.errors import ColdscopeError
+from coldscope.records import Run
 from coldscope.stages import BUCKETS
 from coldscope.store import Store
 
@@ -95,3 +99,135 @@ def test_not_a_store(tmp_path):
         Store(bad)
     with pytest.raises(ColdscopeError, match="no store"):
         Store(tmp_path / "missing.db", create=False)
+
+
+# -- schema 1 stores (coldscope 0.1) and opening checks -----------------------------------------
+
+V1 = Path(__file__).resolve().parents[1] / "data" / "store-v1.db"
+"""A store written by coldscope 0.1 (git 0b345fb): one ok and one failed fake-engine run."""
+
+
+def _v1_copy(tmp_path) -> Path:
+    path = tmp_path / "v1.db"
+    shutil.copy(V1, path)
+    return path
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_v1_store_reads_read_only_without_a_write(tmp_path):
+    path = _v1_copy(tmp_path)
+    before = _digest(path)
+    s = Store(path, create=False)
+    runs = s.runs(status=None)
+    assert [r.status for r in runs] == ["ok", "failed"]
+    ok = runs[0]
+    assert isinstance(ok, Run) and ok.schema_version == 2 and ok.origin == "profile"
+    assert ok.stages["bootstrap"] == pytest.approx(ok.time_to_ready_s)
+    assert ok.timeline.total() == pytest.approx(ok.time_to_ready_s)
+    assert ok.environment.package("vllm") == "0.32.0"
+    assert "exited with code 3" in runs[1].reason
+    s.close()
+    assert _digest(path) == before
+    assert sqlite3.connect(path).execute(
+        "SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("1",)
+
+
+def test_v1_store_migrates_on_first_write_and_keeps_every_run(tmp_path):
+    path = _v1_copy(tmp_path)
+    old = {r.id: r.to_json() for r in Store(path, create=False).runs(status=None)}
+    s = Store(path)
+    assert s.schema == 2
+    assert {r.id: r.to_json() for r in s.runs(status=None)} == old
+    # evidence and normalised rows survive the table rebuild
+    ok_id = next(i for i, r in old.items() if r["status"] == "ok")
+    assert {"log", "otel", "launch"} <= set(s.evidence(ok_id))
+    assert sqlite3.connect(path).execute(
+        "SELECT COUNT(*) FROM stages WHERE run_id = ?", (ok_id,)).fetchone()[0] == len(BUCKETS)
+    # the new statuses are accepted now, and the timeline rebuilds from schema 1 evidence
+    s.add_run(record("r-09") | {"status": "lost", "reason": "coldscope was killed"})
+    assert s.run("r-09").status == "lost"
+    tl = s.timeline(ok_id)
+    assert tl.time_to_ready == pytest.approx(old[ok_id]["time_to_ready_s"])
+    assert sum(v for v in tl.stages.values() if v is not None) == pytest.approx(tl.time_to_ready)
+
+
+def test_timeline_is_rebuilt_from_stored_evidence_including_probe_events(tmp_path):
+    s = Store(tmp_path / "s.db")
+    launch = {"mono": 1000.0, "wall": 1.7e9, "root_pid": 42}
+    probe = [
+        {"ev": "process", "name": "process", "pid": 42, "ppid": 1, "mono": 1000.05,
+         "argv": ["x"], "start_mono": None},
+        {"ev": "begin", "name": "model_loading", "pid": 42, "mono": 1002.0},
+        {"ev": "end", "name": "model_loading", "pid": 42, "mono": 1005.0},
+    ]
+    run = Run(id="r-probe", status="ok", started_at="2026-11-29T10:00:00", time_to_ready_s=6.0,
+              engine={"argv": ["python", "serve.py"]})
+    s.add_run(run, {"launch": launch, "probe": probe, "log": [], "otel": []})
+    tl = s.timeline("r-probe")
+    assert tl.stages["model_loading"] == pytest.approx(3.0)
+    assert tl.stages["bootstrap"] == pytest.approx(2.0)  # launch to first model loading
+    assert tl.sources["model_loading"] == "probe"
+    assert tl.total() == pytest.approx(6.0)
+
+
+def test_foreign_sqlite_file_is_refused_and_left_untouched(tmp_path):
+    path = tmp_path / "foreign.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE notes (x TEXT)")
+    conn.commit()
+    conn.close()
+    before = _digest(path)
+    for create in (True, False):
+        with pytest.raises(ColdscopeError, match="not a coldscope store"):
+            Store(path, create=create)
+    assert _digest(path) == before
+    assert not (tmp_path / "foreign.db-wal").exists()
+    assert [r[0] for r in sqlite3.connect(path).execute(
+        "SELECT name FROM sqlite_master")] == ["notes"]
+
+
+def test_newer_schema_is_refused_not_altered(tmp_path):
+    path = tmp_path / "s.db"
+    Store(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    conn.execute("DROP TABLE substeps")
+    conn.commit()
+    conn.close()
+    before = _digest(path)
+    with pytest.raises(ColdscopeError, match="newer coldscope"):
+        Store(path)
+    assert _digest(path) == before
+    assert "substeps" not in {r[0] for r in sqlite3.connect(path).execute(
+        "SELECT name FROM sqlite_master")}
+
+
+def test_read_only_open_of_an_empty_file_creates_nothing(tmp_path):
+    path = tmp_path / "empty.db"
+    path.touch()
+    with pytest.raises(ColdscopeError, match="not a coldscope store"):
+        Store(path, create=False)
+    assert path.stat().st_size == 0
+
+
+def test_one_corrupt_record_is_skipped_with_a_message(tmp_path, capsys):
+    s = Store(tmp_path / "s.db")
+    s.add_run(record("r-01"))
+    s.add_run(record("r-02"))
+    s._conn.execute("UPDATE runs SET record = '{not json' WHERE id = 'r-01'")
+    assert [r.id for r in s.runs()] == ["r-02"]
+    assert s.skipped == ["r-01"]
+    assert "run r-01" in capsys.readouterr().err
+    with pytest.raises(ColdscopeError, match="unreadable"):
+        s.run("r-01")
+
+
+def test_run_id_prefix_is_literal_not_a_like_pattern(tmp_path):
+    s = Store(tmp_path / "s.db")
+    s.add_run(record("ab-01"))
+    with pytest.raises(ColdscopeError, match="no run"):
+        s.run("a_")
+    assert s.run("ab").id == "ab-01"
