@@ -22,6 +22,9 @@ def read_mapping(path: str | Path, what: str = "file") -> dict[str, Any]:
         text = path.read_text()
     except OSError as exc:
         raise ColdscopeError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ColdscopeError(f"{path}: not a text file ({exc.reason} at byte {exc.start})") \
+            from None
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except json.JSONDecodeError as exc:

@@ -22,6 +22,7 @@ loads it once. ``weight_bytes`` is the bytes of those parameters as stored.
 from __future__ import annotations
 
 import json
+import math
 import struct
 from pathlib import Path
 from typing import Any, Literal
@@ -30,18 +31,27 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from coldscope.errors import ColdscopeError
 
-#: Bytes per element of each safetensors dtype.
-SAFETENSORS_DTYPE_BYTES: dict[str, float] = {
+#: The one dtype table: bytes per element (parameter) of every dtype name coldscope reads -
+#: safetensors header names (upper case), torch / config names, and the short names users type
+#: (``plan --dtype bf16``). Look up exactly, then lower-cased.
+DTYPE_BYTES: dict[str, float] = {
+    # safetensors headers
     "F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2,
     "I16": 2, "U16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I8": 1, "U8": 1,
     "BOOL": 1, "F4": 0.5, "F6_E2M3": 0.75, "F6_E3M2": 0.75,
+    # torch / config.json names
+    "float64": 8, "double": 8, "float32": 4, "float": 4, "float16": 2, "half": 2,
+    "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "int8": 1, "uint8": 1,
+    "mxfp4": 0.53125,  # 4 bits plus one shared 8-bit scale per 32 values
+    # short names
+    "fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int4": 0.5, "fp4": 0.5,
 }
 
-#: Bytes per parameter of each config dtype name.
-CONFIG_DTYPE_BYTES: dict[str, float] = {
-    "float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float8_e4m3fn": 1,
-    "fp8": 1, "mxfp4": 0.53125,  # 4 bits plus one shared 8-bit scale per 32 values
-}
+#: Bounds on the numbers a config or header may hold: beyond them the file is wrong (the
+#: largest published models have ~200 layers, ~10^5 hidden, ~10^6 vocabulary, ~10^13 params).
+MAX_LAYERS = 10_000
+MAX_DIM = 10_000_000
+MAX_TENSOR_ELEMENTS = 10**14
 
 #: Estimated compiled-graph bytes per decoder layer when no compile cache is at hand: the median
 #: of the paper's dense models (models_config.json ``compiled_graph_sizes`` / ``layers``, 12
@@ -111,7 +121,17 @@ def model_features(path: str | Path, compile_cache: str | Path | None = None) ->
     ``compile_cache``: a directory of compiled graphs for this model (e.g. one hash directory
     under ``VLLM_CACHE_ROOT/torch_compile_cache``); its bytes become ``graph_size``.
     """
-    p = Path(path)
+    from pydantic import ValidationError
+
+    from coldscope.errors import validation_error
+
+    try:
+        return _model_features(Path(path), compile_cache)
+    except ValidationError as exc:
+        raise validation_error(exc, f"features of {path}") from None
+
+
+def _model_features(p: Path, compile_cache: str | Path | None) -> ModelFeatures:
     if not p.exists():
         raise ColdscopeError(f"no such model path: {p}")
     if p.is_dir():
@@ -156,17 +176,20 @@ def features_from_paper(entry: dict[str, Any], name: str,
         moe = entry.get("moe")
         tokenizer_mib = entry.get("tokenizer_size")
         graph_kib = entry.get("compiled_graph_sizes")
-        layers = int(entry["layers"])
+        layers = _bounded(entry["layers"], "layers", 1, MAX_LAYERS)
+        if count < 0 or count > MAX_TENSOR_ELEMENTS:
+            raise ColdscopeError(f"parameter count {count} of {name!r} is impossible")
         return ModelFeatures(
             name=name, source="features", model_type=None,
             kind="hybrid" if hybrid else ("moe" if moe else "dense"),
             params=count, params_source="published" if exact is not None else "nominal",
             weight_bytes=2 * count, dtype="bfloat16", bytes_per_param=2.0,
-            num_layers=layers, hidden_size=int(entry["hidden_size"]),
-            ffn_size=_opt_int(entry.get("ffn_dim")),
-            num_heads=_opt_int(entry.get("num_attention_heads")),
-            num_kv_heads=_opt_int(entry.get("num_key_value_heads")),
-            vocab_size=int(entry["vocab_size"]), is_moe=bool(moe),
+            num_layers=layers, hidden_size=_bounded(entry["hidden_size"], "hidden_size", 1,
+                                                    MAX_DIM),
+            ffn_size=_opt_int(entry.get("ffn_dim"), "ffn_dim"),
+            num_heads=_opt_int(entry.get("num_attention_heads"), "num_attention_heads"),
+            num_kv_heads=_opt_int(entry.get("num_key_value_heads"), "num_key_value_heads"),
+            vocab_size=_bounded(entry["vocab_size"], "vocab_size", 1, MAX_DIM), is_moe=bool(moe),
             num_experts=_opt_int(moe.get("n_experts")) if moe else None,
             num_active_experts=_opt_int(moe.get("n_active_experts")) if moe else None,
             active_params=int(float(moe["active_size"]) * 1e9) if moe else None,
@@ -174,8 +197,10 @@ def features_from_paper(entry: dict[str, Any], name: str,
             graph_size=int(round(float(graph_kib) * 1024)) if graph_kib else None,
             graph_size_source="published" if graph_kib else None,
         )
-    except (TypeError, ValueError, AttributeError, KeyError) as exc:
-        raise ColdscopeError(f"malformed features JSON for {name!r}: {exc}") from exc
+    except ColdscopeError as exc:
+        raise ColdscopeError(f"malformed features JSON for {name!r}: {exc}") from None
+    except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as exc:
+        raise ColdscopeError(f"malformed features JSON for {name!r}: {exc}") from None
 
 
 def measure_graph_bytes(cache_dir: str | Path) -> int:
@@ -288,18 +313,38 @@ def _count_safetensors(files: list[Path], tied: bool) -> tuple[int, int, int, st
                 start, end = info["data_offsets"]
             except (KeyError, TypeError, ValueError) as exc:
                 raise ColdscopeError(f"malformed tensor entry {name!r} in {path}") from exc
+            numel, nbytes = _tensor_size(name, dtype, shape, start, end, path)
             if tied and name.endswith("lm_head.weight"):
                 continue  # the engine ties it to the embedding and never loads it
-            numel = 1
-            for d in shape:
-                numel *= int(d)
             params += numel
-            weight_bytes += int(end) - int(start)
-            by_dtype[dtype] = by_dtype.get(dtype, 0) + int(end) - int(start)
+            weight_bytes += nbytes
+            by_dtype[dtype] = by_dtype.get(dtype, 0) + nbytes
     if params == 0:
         raise ColdscopeError(f"no tensors in {files[0].parent}")
     dominant = max(by_dtype, key=lambda k: by_dtype[k])
     return params, weight_bytes, file_bytes, _SAFETENSORS_TO_TORCH.get(dominant, dominant.lower())
+
+
+def _tensor_size(name: str, dtype: Any, shape: Any, start: Any, end: Any,
+                 path: Path) -> tuple[int, int]:
+    """(elements, bytes) of one safetensors tensor entry, refusing impossible ones."""
+    where = f"tensor {name!r} in {path}"
+    size = DTYPE_BYTES.get(dtype) if isinstance(dtype, str) and dtype.isupper() else None
+    if size is None:
+        raise ColdscopeError(f"{where} has unknown dtype {dtype!r}")
+    if not isinstance(shape, list) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        raise ColdscopeError(f"{where} has an impossible shape {shape!r}")
+    numel = math.prod(shape)
+    if numel > MAX_TENSOR_ELEMENTS:
+        raise ColdscopeError(f"{where} claims {numel:.3g} elements, more than any real model")
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in (start, end)) \
+            or not 0 <= start <= end:
+        raise ColdscopeError(f"{where} has impossible data offsets [{start!r}, {end!r}]")
+    if end - start != math.ceil(numel * size):
+        raise ColdscopeError(f"{where}: {numel} x {dtype} is {math.ceil(numel * size)} B but its "
+                             f"data offsets span {end - start} B")
+    return numel, end - start
 
 
 _SAFETENSORS_TO_TORCH = {"BF16": "bfloat16", "F16": "float16", "F32": "float32",
@@ -335,23 +380,42 @@ def _tokenizer_bytes(directory: Path) -> int | None:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ColdscopeError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ColdscopeError(f"malformed JSON in {path}: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ColdscopeError(f"malformed JSON in {path}: expected an object")
-    return data
+    """A JSON object from a model file, through the one reader of user files."""
+    from coldscope.config_file import read_mapping
+
+    if path.suffix != ".json":  # a features file without the suffix is still JSON
+        try:
+            data = json.loads(path.read_bytes())
+        except OSError as exc:
+            raise ColdscopeError(f"cannot read {path}: {exc.strerror or exc}") from None
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ColdscopeError(f"{path}: not valid JSON ({exc})") from None
+        if not isinstance(data, dict):
+            raise ColdscopeError(f"{path}: expected a JSON object")
+        return data
+    return read_mapping(path, "model file")
 
 
 def _looks_like_hf_config(data: dict[str, Any]) -> bool:
     return "model_type" in data or "architectures" in data
 
 
-def _opt_int(value: Any) -> int | None:
-    return None if value is None else int(value)
+def _opt_int(value: Any, name: str = "value", hi: int = MAX_DIM) -> int | None:
+    return None if value is None else _bounded(value, name, 0, hi)
+
+
+def _bounded(value: Any, name: str, lo: int, hi: int) -> int:
+    """``value`` as an integer in [lo, hi]: a config's number that is not one is an error, not
+    a loop over 10^30 layers or a negative parameter count."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ColdscopeError(f"{name} must be a number, not {value!r}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise ColdscopeError(f"{name} must be a number, not {value!r}") from None
+    if not math.isfinite(number) or number != int(number) or not lo <= number <= hi:
+        raise ColdscopeError(f"{name} = {value!r} is not an integer in {lo}-{hi:,}")
+    return int(number)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -378,11 +442,16 @@ def _from_config(config: dict[str, Any], name: str, source: str) -> ModelFeature
         )
     try:
         arch = _Arch.from_config(c, model_type)
-    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
-        raise ColdscopeError(f"config of {name!r} lacks or mangles a field: {exc}") from exc
-    total, active = _count_decoder(arch)
+        total, active = _count_decoder(arch)
+    except ColdscopeError as exc:
+        raise ColdscopeError(f"config of {name!r}: {exc}") from None
+    except (KeyError, TypeError, ValueError, ZeroDivisionError, OverflowError) as exc:
+        raise ColdscopeError(f"config of {name!r} lacks or mangles a field: {exc}") from None
+    if total > MAX_TENSOR_ELEMENTS:
+        raise ColdscopeError(f"config of {name!r} describes {total:.3g} parameters, more than "
+                             f"any real model ({MAX_TENSOR_ELEMENTS:.0e}): check its sizes")
     dtype = _config_dtype(config, text)
-    bpp = CONFIG_DTYPE_BYTES.get(dtype, 2.0) if dtype else 2.0
+    bpp = _dtype_bytes(dtype) or 2.0
     return ModelFeatures(
         name=name, source=source, model_type=model_type,
         kind="moe" if arch.num_experts else "dense",
@@ -410,23 +479,35 @@ def _shape_only(config: dict[str, Any], name: str, kind: Kind) -> ModelFeatures:
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else None
     c = {**config, **text} if text else config
     try:
-        layers = int(_first(c, "num_hidden_layers", "n_layer", "n_layers", "num_layers"))
-    except (KeyError, TypeError, ValueError) as err:
-        raise ColdscopeError(f"config of {name!r} has no layer count") from err
+        layers = _bounded(_first(c, "num_hidden_layers", "n_layer", "n_layers", "num_layers"),
+                          "num_hidden_layers", 1, MAX_LAYERS)
+    except KeyError:
+        raise ColdscopeError(f"config of {name!r} has no layer count") from None
+    except ColdscopeError as exc:
+        raise ColdscopeError(f"config of {name!r}: {exc}") from None
     dtype = _config_dtype(config, text)
     experts = c.get("num_local_experts") or c.get("num_experts") or c.get("n_routed_experts")
     return ModelFeatures(
         name=name, source="config", model_type=str(c.get("model_type")),
         kind=kind if kind == "hybrid" else ("moe" if experts else "dense"),
         params=0, params_source="none", weight_bytes=0, dtype=dtype,
-        bytes_per_param=CONFIG_DTYPE_BYTES.get(dtype or "", 2.0), num_layers=layers,
-        hidden_size=_opt_int(c.get("hidden_size")), vocab_size=_opt_int(c.get("vocab_size")),
-        num_heads=_opt_int(c.get("num_attention_heads")),
-        num_kv_heads=_opt_int(c.get("num_key_value_heads")),
-        tie_word_embeddings=c.get("tie_word_embeddings"), is_moe=bool(experts),
-        num_experts=_opt_int(experts), graph_size=int(layers * GRAPH_BYTES_PER_LAYER),
+        bytes_per_param=_dtype_bytes(dtype) or 2.0, num_layers=layers,
+        hidden_size=_opt_int(c.get("hidden_size"), "hidden_size"),
+        vocab_size=_opt_int(c.get("vocab_size"), "vocab_size"),
+        num_heads=_opt_int(c.get("num_attention_heads"), "num_attention_heads"),
+        num_kv_heads=_opt_int(c.get("num_key_value_heads"), "num_key_value_heads"),
+        tie_word_embeddings=tied if isinstance(tied := c.get("tie_word_embeddings"), bool)
+        else None, is_moe=bool(experts), num_experts=_opt_int(experts, "num_experts"),
+        graph_size=int(layers * GRAPH_BYTES_PER_LAYER),
         graph_size_source="estimated",
     )
+
+
+def _dtype_bytes(name: str | None) -> float | None:
+    """Bytes per element of a dtype name (exact, then lower-cased); None if unknown."""
+    if not name:
+        return None
+    return DTYPE_BYTES.get(name, DTYPE_BYTES.get(name.lower()))
 
 
 def _config_dtype(config: dict[str, Any], text: dict[str, Any] | None) -> str | None:
@@ -462,27 +543,34 @@ class _Arch:
 
     @classmethod
     def from_config(cls, c: dict[str, Any], model_type: str) -> _Arch:
-        hidden = int(_first(c, "hidden_size", "n_embd", "d_model"))
-        heads = int(_first(c, "num_attention_heads", "n_head", "n_heads"))
+        def dim(value: Any, name: str, lo: int = 1, hi: int = MAX_DIM) -> int:
+            return _bounded(value, name, lo, hi)
+
+        hidden = dim(_first(c, "hidden_size", "n_embd", "d_model"), "hidden_size")
+        heads = dim(_first(c, "num_attention_heads", "n_head", "n_heads"), "num_attention_heads")
         kv = c.get("num_key_value_heads", c.get("num_kv_heads", c.get("n_head_kv")))
         if model_type == "falcon" and kv is None:
             kv = 1 if c.get("multi_query", True) and not c.get("new_decoder_architecture") \
                 else heads
         ffn = _first(c, "intermediate_size", "ffn_hidden_size", "n_inner", "ffn_dim", default=None)
         if model_type == "mpt":
-            ffn = int(c.get("expansion_ratio", 4) * hidden)
-        ffn = int(ffn) if ffn else 4 * hidden
+            ffn = float(c.get("expansion_ratio", 4)) * hidden
+            ffn = int(ffn) if math.isfinite(ffn) else ffn
+        ffn = dim(ffn, "intermediate_size") if ffn else 4 * hidden
         tied = c.get("tie_word_embeddings")
         if tied is None:
             tied = model_type in TIED_BY_DEFAULT
-        experts = int(c.get("num_local_experts") or c.get("num_experts")
-                      or c.get("n_routed_experts") or 0)
-        active = int(c.get("num_experts_per_tok") or c.get("experts_per_token") or 0)
+        experts = dim(c.get("num_local_experts") or c.get("num_experts")
+                      or c.get("n_routed_experts") or 0, "num_experts", 0)
+        active = dim(c.get("num_experts_per_tok") or c.get("experts_per_token") or 0,
+                     "num_experts_per_tok", 0)
         return cls(
-            layers=int(_first(c, "num_hidden_layers", "n_layer", "n_layers", "num_layers")),
-            hidden=hidden, ffn=ffn, heads=heads, kv_heads=int(kv if kv is not None else heads),
-            head_dim=int(c.get("head_dim") or hidden // heads),
-            vocab=int(c["vocab_size"]), tied=bool(tied), model_type=model_type,
+            layers=dim(_first(c, "num_hidden_layers", "n_layer", "n_layers", "num_layers"),
+                       "num_hidden_layers", 1, MAX_LAYERS),
+            hidden=hidden, ffn=ffn, heads=heads,
+            kv_heads=dim(kv if kv is not None else heads, "num_key_value_heads"),
+            head_dim=dim(c.get("head_dim") or hidden // heads, "head_dim"),
+            vocab=dim(c["vocab_size"], "vocab_size"), tied=bool(tied), model_type=model_type,
             num_experts=experts, active_experts=active, c=c,
         )
 

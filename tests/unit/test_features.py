@@ -184,7 +184,7 @@ def test_features_json_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("content, message", [
-    ("{not json", "malformed JSON"),
+    ("{not json", "not valid JSON"),
     ('{"layers": 4}', "lacks"),
     ('{"model_type": "whisper", "num_hidden_layers": 2}', "unknown architecture"),
     ('{"model_type": "granitemoehybrid", "num_hidden_layers": 2}', "hybrid architecture"),
@@ -214,3 +214,62 @@ def test_compile_cache_bytes_become_graph_size(tmp_path: Path) -> None:
     f = model_features(CONFIGS / "llama-3.2-1b", compile_cache=tmp_path / "cache")
     assert (f.graph_size, f.graph_size_source) == (3500, "measured")
     assert model_features(CONFIGS / "llama-3.2-1b").graph_size_source == "estimated"
+
+
+# -- issue 14: bounded, one-line errors on hostile configs and headers ---------------------------
+
+
+@pytest.mark.parametrize("layers, message", [
+    (1e30, r"num_hidden_layers = 1e\+30 is not an integer in 1-10,000"),
+    (-3, "num_hidden_layers = -3 is not an integer"),
+    ("many", "num_hidden_layers must be a number"),
+    (2.5, "is not an integer"),
+])
+def test_config_layer_counts_are_bounded(tmp_path: Path, layers: object, message: str) -> None:
+    """1e30 layers used to loop for ever; -3 gave a traceback."""
+    config = {"model_type": "llama", "num_hidden_layers": layers, "hidden_size": 64,
+              "num_attention_heads": 1, "vocab_size": 300, "intermediate_size": 128}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ColdscopeError, match=message) as info:
+        model_features(tmp_path)
+    assert "\n" not in str(info.value)
+
+
+def _safetensors(path: Path, header: dict) -> None:
+    raw = json.dumps(header).encode()
+    path.write_bytes(len(raw).to_bytes(8, "little") + raw + b"\0" * 64)
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"dtype": "BF16", "shape": [-4, 8], "data_offsets": [0, 64]}, "impossible shape"),
+    ({"dtype": "BF16", "shape": [10**12, 10**12], "data_offsets": [0, 64]}, "more than any"),
+    ({"dtype": "Q9", "shape": [4, 8], "data_offsets": [0, 64]}, "unknown dtype 'Q9'"),
+    ({"dtype": "BF16", "shape": [4, 8], "data_offsets": [0, 60]}, "span 60 B"),
+])
+def test_impossible_safetensors_tensors_are_refused(tmp_path: Path, entry: dict,
+                                                    message: str) -> None:
+    """Negative or 10^24-element shapes and unknown dtypes gave impossible parameter counts."""
+    config = {"model_type": "llama", "num_hidden_layers": 1, "hidden_size": 64,
+              "num_attention_heads": 1, "vocab_size": 300, "intermediate_size": 128}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    _safetensors(tmp_path / "model.safetensors", {"w": entry})
+    with pytest.raises(ColdscopeError, match=message) as info:
+        model_features(tmp_path)
+    assert "\n" not in str(info.value)
+
+
+def test_a_consistent_safetensors_header_is_counted(tmp_path: Path) -> None:
+    config = {"model_type": "llama", "num_hidden_layers": 1, "hidden_size": 64,
+              "num_attention_heads": 1, "vocab_size": 300, "intermediate_size": 128}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    _safetensors(tmp_path / "model.safetensors",
+                 {"w": {"dtype": "BF16", "shape": [4, 8], "data_offsets": [0, 64]}})
+    f = model_features(tmp_path)
+    assert (f.params, f.weight_bytes, f.dtype) == (32, 64, "bfloat16")
+
+
+def test_one_dtype_table_has_every_spelling() -> None:
+    from coldscope.features import DTYPE_BYTES
+
+    assert DTYPE_BYTES["BF16"] == DTYPE_BYTES["bfloat16"] == DTYPE_BYTES["bf16"] == 2
+    assert DTYPE_BYTES["F8_E4M3"] == DTYPE_BYTES["fp8"] == 1 and DTYPE_BYTES["int4"] == 0.5
