@@ -1,0 +1,44 @@
+"""``coldscope schema KIND``: the JSON Schema of a JSON output, from its pydantic model.
+
+The models are the single source: ``show``/``profile --json`` print ``Run``, ``plan --json``
+``PlanReport``, ``simulate --json`` ``SimResult``, and ``fit`` writes ``StartupModelFile``.
+The schema describes the JSON as written (pydantic's serialization mode).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from coldscope.cli.common import print_json
+from coldscope.errors import ColdscopeError
+
+#: kind -> ("module:attribute" of the pydantic model, what the JSON is)
+SCHEMAS: dict[str, tuple[str, str]] = {
+    "run": ("coldscope.records:Run", "a run (show --json, profile --json runs[])"),
+    "plan": ("coldscope.plan:PlanReport", "plan --json"),
+    "simulate": ("coldscope.sim:SimResult", "simulate --json"),
+    "startup-model": ("coldscope.predictor:StartupModelFile", "the startup-model file of fit"),
+}
+
+
+def schema_of(kind: str) -> dict:
+    """The JSON Schema (a dict) of ``kind``; a one-line error if its model is not there."""
+    target, what = SCHEMAS[kind]
+    module, attr = target.split(":")
+    try:
+        model = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError):
+        raise ColdscopeError(f"no schema for {kind}: {module}.{attr} is not available in this "
+                             "coldscope") from None
+    schema = model.model_json_schema(mode="serialization")
+    schema.setdefault("description", what)
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+
+
+@click.command()
+@click.argument("kind", type=click.Choice(sorted(SCHEMAS)))
+def schema(kind):
+    """Print the JSON Schema of a JSON output: run, plan, simulate or startup-model."""
+    print_json(schema_of(kind))
