@@ -40,6 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tune": ("coldscope.cli.tune:tune", "Find and prove the fastest start-up of a command."),
     "bundle": ("coldscope.cli.tune:bundle", "Pack the caches a tuned configuration relies on."),
     "serve": ("coldscope.cli.serve:serve", "Serve start-up metrics, runs, predictions, hints."),
+    "schema": ("coldscope.cli.schema:schema", "Print the JSON Schema of run/plan/simulate/model."),
 }
 
 
