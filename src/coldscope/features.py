@@ -138,7 +138,9 @@ def _model_features(p: Path, compile_cache: str | Path | None) -> ModelFeatures:
         features = _from_directory(p)
     else:
         data = _read_json(p)
-        if p.name.endswith(".index.json") or "weight_map" in data:
+        if "params_source" in data and "source" in data:  # what `features --json` printed
+            features = ModelFeatures.model_validate(data)
+        elif p.name.endswith(".index.json") or "weight_map" in data:
             features = _from_directory(p.parent, index_path=p)
         elif _looks_like_hf_config(data):
             features = _from_config(data, name=p.parent.name or p.stem, source="config")
