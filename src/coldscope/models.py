@@ -24,15 +24,15 @@ class ModelShape(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     architecture: str = Field("llama", description="llama | qwen2 | mistral | mixtral")
-    num_layers: int = Field(2, ge=1)
-    hidden_size: int = Field(128, ge=64)
-    intermediate_size: int | None = None
-    num_heads: int = Field(2, ge=1)
-    num_kv_heads: int = Field(1, ge=1)
-    vocab_size: int = Field(512, ge=300)
-    num_experts: int = Field(4, ge=2, description="mixtral only")
-    experts_per_token: int = Field(2, ge=1, description="mixtral only")
-    max_position_embeddings: int = 2048
+    num_layers: int = Field(2, ge=1, le=1000)
+    hidden_size: int = Field(128, ge=64, le=65536)
+    intermediate_size: int | None = Field(None, ge=1, le=1_000_000)
+    num_heads: int = Field(2, ge=1, le=1024)
+    num_kv_heads: int = Field(1, ge=1, le=1024)
+    vocab_size: int = Field(512, ge=300, le=1_000_000)
+    num_experts: int = Field(4, ge=2, le=512, description="mixtral only")
+    experts_per_token: int = Field(2, ge=1, le=512, description="mixtral only")
+    max_position_embeddings: int = Field(2048, ge=1, le=1_048_576)
     dtype: str = "bfloat16"
     seed: int = 0
 
@@ -48,6 +48,48 @@ def _check(shape: ModelShape) -> None:
         raise ColdscopeError("head_dim (hidden_size / num_heads) must be >= 64 for vLLM on CPU")
     if shape.num_heads % shape.num_kv_heads:
         raise ColdscopeError("num_heads must be a multiple of num_kv_heads")
+
+
+def parameter_count(shape: ModelShape) -> int:
+    """Parameters of the model ``make_model`` would build (untied embeddings and head)."""
+    h = shape.hidden_size
+    ffn = shape.intermediate_size or 4 * h
+    head_dim = h // shape.num_heads
+    attn = 2 * h * h + 2 * h * shape.num_kv_heads * head_dim
+    mlp = 3 * h * ffn
+    if shape.architecture == "mixtral":
+        mlp = shape.num_experts * mlp + h * shape.num_experts
+    return shape.num_layers * (attn + mlp + 2 * h) + 2 * shape.vocab_size * h + h
+
+
+def making_bytes(shape: ModelShape) -> int:
+    """Peak memory to make the model: transformers initialises in float32 (4 B per parameter)
+    and ``.to(dtype)`` holds the converted copy beside it; saving adds no full copy."""
+    from coldscope.features import DTYPE_BYTES
+
+    return int(parameter_count(shape) * (4 + DTYPE_BYTES.get(shape.dtype, 4)))
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available now (Linux MemAvailable), None where unknown."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def check_memory(shape: ModelShape, available: int | None = None) -> None:
+    """Refuse, before allocating anything, a shape that cannot fit in memory."""
+    need = making_bytes(shape)
+    have = available_memory() if available is None else available
+    if have is not None and need > 0.8 * have:
+        raise ColdscopeError(
+            f"a {shape.architecture} model of this shape has {parameter_count(shape) / 1e9:.3g} B "
+            f"parameters and needs about {need / 1e9:.3g} GB of memory to make, more than 80 % "
+            f"of the {have / 1e9:.3g} GB available; choose fewer layers or a smaller hidden size")
 
 
 _ARCHITECTURES = {
@@ -110,6 +152,7 @@ def make_model(shape: ModelShape, out_dir: Path) -> Path:
     and renamed, so an interrupted run never leaves a half-made model that looks finished.
     """
     _check(shape)
+    check_memory(shape)
     import shutil
 
     import torch

@@ -273,3 +273,37 @@ def test_one_dtype_table_has_every_spelling() -> None:
 
     assert DTYPE_BYTES["BF16"] == DTYPE_BYTES["bfloat16"] == DTYPE_BYTES["bf16"] == 2
     assert DTYPE_BYTES["F8_E4M3"] == DTYPE_BYTES["fp8"] == 1 and DTYPE_BYTES["int4"] == 0.5
+
+
+def test_make_model_refuses_a_shape_too_large_for_memory(tmp_path: Path) -> None:
+    """Issue 14: the shape is checked against available memory before anything is allocated."""
+    from coldscope.cli.main import main
+    from coldscope.models import ModelShape, check_memory, making_bytes, parameter_count
+
+    shape = ModelShape(num_layers=1000, hidden_size=65536, num_heads=512, num_kv_heads=8)
+    assert parameter_count(shape) > 10**13
+    with pytest.raises(ColdscopeError, match="needs about .* GB of memory to make"):
+        check_memory(shape, available=64 * 2**30)
+    small = ModelShape()
+    check_memory(small, available=64 * 2**30)  # the default tiny model fits
+    assert making_bytes(small) == parameter_count(small) * 6  # fp32 init + bf16 copy
+    out = tmp_path / "huge"
+    assert main(["make-model", str(out), "--layers", "1000", "--hidden", "65536",
+                 "--heads", "512", "--kv-heads", "8"]) == 2
+    assert not out.exists() and not (tmp_path / "huge.partial").exists()
+    assert main(["make-model", str(out), "--layers", "100000"]) == 2  # above the bound
+
+
+def test_parameter_count_of_make_model_matches_transformers() -> None:
+    from coldscope.models import ModelShape, parameter_count
+
+    transformers = pytest.importorskip("transformers")
+    for arch, cls in (("llama", "LlamaForCausalLM"), ("mixtral", "MixtralForCausalLM")):
+        shape = ModelShape(architecture=arch, num_layers=2, hidden_size=128, num_heads=2)
+        cfg_cls = getattr(transformers, cls.replace("ForCausalLM", "Config"))
+        config = cfg_cls(vocab_size=512, hidden_size=128, intermediate_size=512,
+                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                         tie_word_embeddings=False, num_local_experts=4)
+        with __import__("torch").device("meta"):
+            model = getattr(transformers, cls)(config)
+        assert parameter_count(shape) == sum(p.numel() for p in model.parameters())

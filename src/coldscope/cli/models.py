@@ -23,14 +23,21 @@ import click
 def make_model(out_dir, architecture, layers, hidden, heads, kv_heads, intermediate, vocab,
                experts, seed, exist_ok):
     """Make a small model in OUT_DIR (random weights, locally trained BPE tokenizer)."""
+    from pydantic import ValidationError
+
+    from coldscope.errors import validation_error
     from coldscope.models import ModelShape
     from coldscope.models import make_model as make
 
     if exist_ok and (Path(out_dir) / "config.json").exists():
         click.echo(f"{out_dir} already holds a model")
         return
-    shape = ModelShape(architecture=architecture, num_layers=layers, hidden_size=hidden,
-                       num_heads=heads, num_kv_heads=kv_heads, intermediate_size=intermediate,
-                       vocab_size=vocab, num_experts=experts, seed=seed)
+    try:
+        shape = ModelShape(architecture=architecture, num_layers=layers, hidden_size=hidden,
+                           num_heads=heads, num_kv_heads=kv_heads,
+                           intermediate_size=intermediate, vocab_size=vocab,
+                           num_experts=experts, seed=seed)
+    except ValidationError as exc:
+        raise validation_error(exc, "make-model") from None
     path = make(shape, Path(out_dir))
     click.echo(f"made {architecture} model in {path}")
