@@ -55,13 +55,17 @@ def test_otlp_export_round_trips_a_run(shared):
     spans = read_spans_jsonl(lines)
     origin = min(s.start for s in spans) - 30
     tl = reconcile(VLLM().otel_spans(spans, origin_unix=origin, compile_enabled=True), 110)
-    from coldscope.timeline import timeline_dict
+    from coldscope.records import Run
+    from coldscope.trace_export import processes, reconciled_segments
 
-    record = {"id": "r1", "cache": "cold", **timeline_dict(tl)}
+    record = Run(id="r1", status="ok", cache="cold",
+                 started_at="2026-01-01T00:00:00+00:00").with_timeline(tl)
     back = decode_export_request(otlp_request(record))
     root = next(s for s in back if s.name == "coldscope.startup")
     assert root.end - root.start == pytest.approx(110, abs=1e-6)
-    assert len(back) == 1 + len(record["segments"]) + len(record["intervals"])
+    procs = processes(record)
+    assert len(back) == 1 + len(reconciled_segments(record)) + len(procs) + sum(
+        len(t) for p in procs for t in p.tracks)
     trace = chrome_trace(record)
     xs = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] == "stage"]
     assert sum(e["dur"] for e in xs) == pytest.approx(110e6, rel=1e-9)

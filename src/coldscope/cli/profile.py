@@ -185,23 +185,29 @@ def parse(log, save, store_path, as_json):
 @store_option
 @json_option
 def trace(run_id, output, otlp_export, store_path, as_json):
-    """Write a run as a Chrome trace / Perfetto file, one track per process."""
+    """Write a run as a Chrome trace / Perfetto file: the reconciled stages, then one process
+    per engine process (real pids) with its sub-steps nested in their stages."""
     from coldscope.store import Store
     from coldscope.trace_export import chrome_trace, send_otlp
 
-    record = Store(store_path, create=False).run(run_id)
-    if record["status"] != "ok":
-        raise ColdscopeError(f"run {record['id']} failed ({record.get('reason')}); no timeline")
-    data = chrome_trace(record)
-    Path(output).write_text(json.dumps(data))
-    if otlp_export:
-        send_otlp(record, otlp_export)
+    run = Store(store_path, create=False).run(run_id)
+    if run.status != "ok":
+        raise ColdscopeError(f"run {run.id} failed ({run.reason}); no timeline")
+    data = chrome_trace(run)
+    try:
+        Path(output).write_text(json.dumps(data))
+    except OSError as exc:
+        raise ColdscopeError(f"cannot write {output}: {exc.strerror or exc}") from None
+    sent = send_otlp(run, otlp_export) if otlp_export else None
     if as_json:
-        print_json({"run": record["id"], "output": output, "events": len(data["traceEvents"]),
-                    "otlp_export": otlp_export})
+        print_json({"run": run.id, "output": output, "events": len(data["traceEvents"]),
+                    "otlp_export": otlp_export,
+                    "otlp": {"status": sent.status, "spans": sent.spans} if sent else None})
     else:
         click.echo(f"wrote {output} ({len(data['traceEvents'])} events); open it in "
                    "ui.perfetto.dev")
+        if sent:
+            click.echo(sent.message(otlp_export))
 
 
 @click.command()
