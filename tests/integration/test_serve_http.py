@@ -151,10 +151,36 @@ def test_prometheus_scrapes_the_replayed_startups(serve: Serve, tmp_path: Path) 
         assert query("sum(coldscope_startup_seconds_sum)")[""] == pytest.approx(sum(ttrs))
         up = query('up{job="coldscope"}')
         assert up == {"": 1.0}
+        _documented_queries(api)
         api.close()
     finally:
         stop(prom)
         log.close()
+
+
+def _documented_queries(api: httpx.Client) -> None:
+    """The PromQL of docs/serve.md answers what `coldscope parse` says of the same logs."""
+
+    def rows(q: str) -> list[dict]:
+        body = api.get("/api/v1/query", params={"query": q}).json()
+        assert body["status"] == "success", body
+        return body["data"]["result"]
+
+    slowest = rows('topk by (replica) (1, sum by (replica, stage) '
+                   '(coldscope_startup_stage_seconds_sum{stage!="unattributed"}) / '
+                   'sum by (replica, stage) '
+                   '(coldscope_startup_stage_seconds_count{stage!="unattributed"}))')
+    got = {r["metric"]["replica"]: r["metric"]["stage"] for r in slowest}
+    want = {}
+    for replica, src in REPLAYED.items():
+        stages = _cli_json(["parse", str(src), "--json"])["stages"]
+        known = {k: v for k, v in stages.items() if v is not None and k != "unattributed"}
+        want[replica] = max(known, key=known.get)
+    assert got == want
+    p90 = rows("histogram_quantile(0.9, sum by (model, le) (coldscope_startup_seconds_bucket))")
+    models = {r["metric"]["model"]: float(r["value"][1]) for r in p90}
+    assert set(models) == {"tiny-llama", "llama2-7b-hf"}
+    assert all(v > 0 for v in models.values())
 
 
 def test_http_api_answers_like_the_cli(serve: Serve) -> None:
