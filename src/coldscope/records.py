@@ -17,7 +17,7 @@ Records written by coldscope 0.1 (schema 1, plain dicts) are read with ``Run.fro
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
@@ -25,7 +25,7 @@ from coldscope.stages import BUCKETS
 from coldscope.timeline import Span, Timeline
 
 #: Version of the ``Run`` JSON; the store's schema version follows it.
-RUN_SCHEMA_VERSION = 2
+RUN_SCHEMA_VERSION: Final = 2
 
 Origin = Literal["profile", "campaign", "tune", "log"]
 Status = Literal["ok", "failed", "running", "lost"]
@@ -100,7 +100,7 @@ class Environment(BaseModel):
     and they must be strings (or null)."""
 
     model_config = ConfigDict(extra="allow")
-    __pydantic_extra__: dict[str, str | None] = Field(init=False)  # type: ignore[assignment]
+    __pydantic_extra__: dict[str, str | None] = Field(init=False)
 
     hostname: str | None = None
     os: str | None = None

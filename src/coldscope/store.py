@@ -282,7 +282,8 @@ class Store:
     ) -> list[Run]:
         """Runs, oldest first, filtered by the given columns (None = any). Unreadable records
         are skipped, each with a one-line warning on stderr."""
-        where, args = [], []
+        where: list[str] = []
+        args: list[str | int] = []
         for col, val in (("status", status), ("cache", cache), ("label", label),
                          ("config_key", config_key), ("model_path", model_path)):
             if val is not None:
@@ -337,8 +338,9 @@ class Store:
     def timeline(self, run_id: str) -> Timeline:
         """The run's timeline, reconciled again from its stored raw evidence. Runs stored
         before probe events were kept (schema 1) rebuild from their log and spans only."""
-        from coldscope.capture.reconcile import rebuild
-        from coldscope.engines import read_log
+        from coldscope.capture.reconcile import build_timeline
+        from coldscope.capture.sources import Context
+        from coldscope.engines import read_log, resolve
 
         run = self.run(run_id)
         if run.time_to_ready_s is None:
@@ -349,7 +351,18 @@ class Store:
             if found is None:
                 raise ColdscopeError(f"run {run.id}: its stored log is no longer recognised")
             return found[1].timeline
-        return rebuild(run, evidence).timeline
+        launch = evidence.get("launch") or {}
+        engine = resolve(run.engine.argv)
+        ctx = Context(
+            engine=engine,
+            launch_mono=float(launch.get("mono") or 0.0),
+            launch_wall=float(launch.get("wall") or run.origin_unix or 0.0),
+            root_pid=launch.get("root_pid"),
+            ready_at=run.time_to_ready_s,
+            compile_enabled=engine.compile_enabled(run.engine.argv),
+            has_gpu=bool(run.environment.gpus),
+        )
+        return build_timeline(evidence, ctx).timeline
 
     def count(self) -> int:
         return int(self._conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0])

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from coldscope.stages import (
     BOOTSTRAP,
@@ -67,7 +68,7 @@ class Span:
     def duration(self) -> float:
         return self.end - self.start
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "process": self.process,
@@ -78,7 +79,7 @@ class Span:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping) -> Span:
+    def from_dict(cls, d: Mapping[str, Any]) -> Span:
         return cls(
             name=d["name"],
             start=float(d["start"]),
@@ -117,16 +118,16 @@ class Timeline:
 def union_length(intervals: Iterable[tuple[float, float]]) -> float:
     """Length of the union of closed intervals (overlaps counted once)."""
     total = 0.0
-    cur_start = cur_end = None
+    current: tuple[float, float] | None = None
     for start, end in sorted(intervals):
-        if cur_end is None or start > cur_end:
-            if cur_end is not None:
-                total += cur_end - cur_start
-            cur_start, cur_end = start, end
+        if current is None or start > current[1]:
+            if current is not None:
+                total += current[1] - current[0]
+            current = (start, end)
         else:
-            cur_end = max(cur_end, end)
-    if cur_end is not None:
-        total += cur_end - cur_start
+            current = (current[0], max(current[1], end))
+    if current is not None:
+        total += current[1] - current[0]
     return total
 
 
@@ -163,7 +164,7 @@ def reconcile(
     cuts = sorted({0.0, time_to_ready, *(a for a, _, _ in chosen), *(b for _, b, _ in chosen)})
     rank = {stage: i for i, stage in enumerate(PRIORITY)}
     durations = dict.fromkeys(BUCKETS, 0.0)
-    segments: list[list] = []
+    segments: list[list[Any]] = []
     for left, right in zip(cuts, cuts[1:], strict=False):
         if right <= left:
             continue
@@ -183,7 +184,7 @@ def reconcile(
             stages[bucket] = None
     # Exactness: float sums of many segments can drift by ulps; push the drift into unattributed.
     drift = time_to_ready - sum(v for v in stages.values() if v is not None)
-    stages[UNATTRIBUTED] = max(0.0, stages[UNATTRIBUTED] + drift)
+    stages[UNATTRIBUTED] = max(0.0, durations[UNATTRIBUTED] + drift)
 
     substeps: dict[str, float] = {}
     by_name: dict[str, list[tuple[float, float]]] = {}
@@ -236,7 +237,7 @@ def from_durations(
     )
 
 
-def timeline_dict(tl: Timeline) -> dict:
+def timeline_dict(tl: Timeline) -> dict[str, Any]:
     """The JSON shape other tools read (``stages``, ``substeps``, ``sources``, ``intervals``)."""
     return {
         "time_to_ready_s": tl.time_to_ready,

@@ -3,7 +3,8 @@
 The runner collects raw evidence and nothing else; this module turns it into spans through the
 evidence sources (``coldscope.capture.sources``) and reconciles them with
 ``coldscope.timeline.reconcile``. ``Store.timeline`` calls the same code on stored evidence, so
-a stored run's timeline can always be rebuilt, and rebuilt the same.
+a stored run's timeline can always be rebuilt, and rebuilt the same. This module knows no
+engine: what it needs of one comes in ``Context.engine``.
 
 Raw evidence is a mapping by kind, as the store keeps it:
 ``log`` ([[seconds since launch, line], ...]), ``probe`` (the probe's event dicts),
@@ -57,28 +58,6 @@ def build_timeline(evidence: Mapping[str, Any], ctx: Context) -> Reconciled:
     tl = reconcile(spans, ctx.ready_at, not_applicable=not_applicable,
                    origin_unix=ctx.launch_wall)
     return Reconciled(tl, log_info, list(facts.get("processes") or []))
-
-
-def context_of(run: Run, evidence: Mapping[str, Any]) -> Context:
-    """The reconciliation context of a stored run (clocks from its ``launch`` evidence)."""
-    from coldscope.engines import resolve
-
-    launch = evidence.get("launch") or {}
-    engine = resolve(run.engine.argv)
-    return Context(
-        engine=engine,
-        launch_mono=float(launch.get("mono") or 0.0),
-        launch_wall=float(launch.get("wall") or run.origin_unix or 0.0),
-        root_pid=launch.get("root_pid"),
-        ready_at=run.time_to_ready_s,
-        compile_enabled=engine.compile_enabled(run.engine.argv),
-        has_gpu=bool(run.environment.gpus),
-    )
-
-
-def rebuild(run: Run, evidence: Mapping[str, Any]) -> Reconciled:
-    """The timeline of a stored run from its stored raw evidence."""
-    return build_timeline(evidence, context_of(run, evidence))
 
 
 def apply(run: Run, rec: Reconciled) -> Run:

