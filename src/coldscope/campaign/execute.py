@@ -78,7 +78,7 @@ def run_config(cell: Cell, spec: CampaignSpec, root: Path, port: int) -> RunConf
         ready_pattern=spec.ready_pattern, first_request=spec.first_request,
         request_timeout=spec.request_timeout, probe=spec.probe, spans=spec.spans,
         drop_page_cache=spec.drop_page_cache, cache_root=root, label=spec.name,
-        env=dict(cell.env), shutdown_grace=spec.shutdown_grace,
+        env=dict(cell.env), shutdown_grace=spec.shutdown_grace, origin="campaign",
     )
 
 
