@@ -21,6 +21,7 @@ the total, their prediction intervals and warnings. The steps, in order:
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
@@ -176,8 +177,8 @@ def predict(file: StartupModelFile, features: ModelFeatures, capture_sizes: int 
     # 3. calibration
     cal = file.calibration
     if cal is not None:
+        base_means = dict(means)
         dis_sq = 0.0
-        base_lo_sq = base_hi_sq = 0.0
         for b in order:
             tr = cal.stages[b]
             if tr.kind == "ratio":
@@ -188,15 +189,20 @@ def predict(file: StartupModelFile, features: ModelFeatures, capture_sizes: int 
                 means[b] += tr.value
             lo_hw[b] = math.hypot(lo_hw[b] * scale, dis)
             hi_hw[b] = math.hypot(hi_hw[b] * scale, dis)
-            base_lo_sq += lo_hw[b] ** 2
-            base_hi_sq += hi_hw[b] ** 2
             dis_sq += dis * dis
-        # the stages' errors on the base machine were correlated; the base total interval
-        # scaled by the total's ratio keeps that, the root-sum-square of the stages does not:
-        # take the wider of the two
+        # the total: the base total interval scaled by the total's ratio (it keeps the
+        # correlation of the stages' errors - the remainder bucket absorbs what the others
+        # miss - which a root-sum-square of the stage intervals would not), widened by the
+        # disagreement. Two estimates of the total's disagreement: the spread of the totals
+        # each calibration model alone predicts (stage disagreements that cancel in the total,
+        # e.g. a coarse clock moving time between adjacent stages, cancel there too; but it
+        # rests on n - 1 degrees of freedom), and the root-sum-square of the stages' (more
+        # degrees of freedom, but blind to that cancelling: too wide). Their quadratic mean.
         ratio = sum(means.values()) / total_mean if total_mean > 0 else 1.0
-        t_lo = max(math.hypot(t_lo * ratio, math.sqrt(dis_sq)), math.sqrt(base_lo_sq))
-        t_hi = max(math.hypot(t_hi * ratio, math.sqrt(dis_sq)), math.sqrt(base_hi_sq))
+        dis_total = cal.disagreement_t * math.sqrt(
+            (_total_spread(cal, base_means) ** 2 + dis_sq / cal.disagreement_t ** 2) / 2)
+        t_lo = math.hypot(t_lo * ratio, dis_total)
+        t_hi = math.hypot(t_hi * ratio, dis_total)
         warnings += cal.warnings
 
     # 4. another storage setting
@@ -219,6 +225,19 @@ def predict(file: StartupModelFile, features: ModelFeatures, capture_sizes: int 
     return Prediction(total, interval, stages, warnings, file.interval.level,
                       model=features.name, storage=storage,
                       calibrated_on=list(cal.models) if cal is not None else None)
+
+
+def _total_spread(cal: Any, base_means: Mapping[str, float]) -> float:
+    """Standard deviation of the totals each calibration model's own transfer predicts."""
+    totals = []
+    for m in cal.models:
+        total = 0.0
+        for b, mean in base_means.items():
+            tr = cal.stages[b]
+            v = tr.per_model.get(m, tr.value)
+            total += v * mean if tr.kind == "ratio" else mean + v
+        totals.append(total)
+    return statistics.stdev(totals) if len(totals) > 1 else 0.0
 
 
 def _fitted_storage(file: StartupModelFile) -> dict[str, Any] | None:
