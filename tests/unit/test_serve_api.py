@@ -215,3 +215,38 @@ def test_a_failed_startup_is_stored_failed(service: Service, tmp_path: Path) -> 
     assert run["model"]["name"] == "tiny-llama" and run["label"] == "bad"
     assert 'coldscope_startups_total{model="tiny-llama",status="failed"} 1.0' in \
         client.get("/metrics").text
+
+
+def test_scale_hint_uses_the_prediction_or_the_observed_startups(
+        service: Service, startup_model: Path) -> None:
+    from coldscope.plan import ScaleHintRequest, scale_hint
+
+    client = TestClient(create_app(service))
+    query = {"model": "llama-2-7b-hf", "rate": 3.0, "sla_p99_ttft": "2s"}
+    hint = client.get("/v1/scale-hint", params=query).json()
+    predicted = _cli_json(["predict", str(CONFIGS / "llama-2-7b-hf"), "--startup-model",
+                           str(startup_model), "--json"])
+    features = _cli_json(["features", str(CONFIGS / "llama-2-7b-hf"), "--json"])
+    direct = scale_hint(ScaleHintRequest(rate_rps=3.0, sla_p99_ttft="2s",
+                                         startup_s=predicted["interval"],
+                                         params=str(features["params"]))).model_dump(mode="json")
+    assert hint["startup_source"].startswith("startup model prediction for llama-2-7b-hf")
+    assert {k: v for k, v in hint.items() if k != "startup_source"} == \
+        {k: v for k, v in direct.items() if k != "startup_source"}
+    assert hint["startup_s"] == predicted["interval"] and hint["warm_replicas"] >= 1
+
+    assert service.watcher is not None
+    service.watcher.poll_once()  # two tiny-llama start-ups stored: 124 s and 85 s or so
+    ttrs = sorted(r["time_to_ready_s"] for r in client.get("/v1/runs").json()["runs"])
+    observed = client.get("/v1/scale-hint", params={**query, "model": "tiny-llama",
+                                                    "rate": 0}).json()
+    assert observed["startup_s"]["low"] == pytest.approx(sum(ttrs) / 2)
+    assert observed["startup_s"]["high"] == pytest.approx(ttrs[0] + 0.9 * (ttrs[1] - ttrs[0]))
+    assert observed["startup_source"].startswith("observed: median to P90 of 2")
+    assert observed["warm_floor"] == 1  # a 100 s cold start breaks a 2 s SLA from zero
+
+    r = client.get("/v1/scale-hint", params={**query, "model": "nobody-knows"})
+    assert r.status_code == 400 and "no start-up known" in r.json()["error"]
+    r = client.get("/v1/scale-hint", params={**query, "sla_p99_ttft": "soon"})
+    assert r.status_code == 400 and "\n" not in r.json()["error"]
+    assert client.get("/v1/scale-hint", params={**query, "rate": -1}).status_code == 422

@@ -142,9 +142,12 @@ def create_app(service: Service) -> FastAPI:
                    sla_p99_ttft: str = Query(..., max_length=32,
                                              description="P99 TTFT SLA, e.g. 2s"),
                    gpu: str | None = Query(None, max_length=64),
-                   replica_rps: float | None = Query(None, gt=0)) -> JSONResponse:
+                   replica_rps: float | None = Query(None, gt=0),
+                   params: str | None = Query(None, max_length=32, description=(
+                       "parameter count (70B), used when no start-up of the model is known"))
+                   ) -> JSONResponse:
         return JSONResponse(service.scale_hint(model, rate, sla_p99_ttft, gpu=gpu,
-                                               replica_rps=replica_rps))
+                                               replica_rps=replica_rps, params=params))
 
     @app.get("/metrics", summary="Prometheus metrics")
     async def metrics() -> Response:

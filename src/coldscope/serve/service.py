@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from coldscope.errors import ColdscopeError
+from coldscope.errors import ColdscopeError, validation_error
 from coldscope.predictor import predict_json
 from coldscope.serve.metrics import StartupMetrics
 from coldscope.serve.runs import build_run
@@ -217,19 +217,19 @@ class Service:
         try:
             request = PlanRequest(**options)
         except ValidationError as exc:
-            raise ColdscopeError(_one_line(exc)) from None
+            raise validation_error(exc, "plan request") from None
         return _dump(plan(request))
 
     def scale_hint(self, model: str, rate: float, sla: str, *, gpu: str | None = None,
-                   replica_rps: float | None = None) -> dict[str, Any]:
-        """The warm replicas the planner's SLA search asks for now, and the start-up it used:
-        the startup model's prediction for ``model`` (a directory under a --model-root) when
-        there is one, else the observed start-ups of ``model`` in the store (median, P90)."""
-        try:
-            from coldscope.plan import ScaleHintRequest, scale_hint
-        except ImportError:
-            raise ColdscopeError("this coldscope has no scale-hint function") from None
-        startup, source, params = None, None, None
+                   replica_rps: float | None = None,
+                   params: str | None = None) -> dict[str, Any]:
+        """The warm replicas the planner's SLA rule asks for now (``coldscope.plan.scale_hint``),
+        and the start-up it used: the startup model's prediction for ``model`` (a directory
+        under a --model-root) when there is one, else the observed start-ups of ``model`` in
+        the store (median to P90), else the planner's budget for ``params``."""
+        from coldscope.plan import ScaleHintRequest, scale_hint
+
+        startup, source = None, None
         if self.startup_model is not None and self.model_roots:
             try:
                 path = self.resolve_model(model)
@@ -239,46 +239,46 @@ class Service:
                 from coldscope.features import model_features
 
                 features = model_features(path)
-                prediction = predict_json(self.startup_model, str(path))
+                prediction = predict_json(self.startup_model, features)
                 startup = _interval_dict(prediction["interval"])
-                source = f"predicted by the startup model for {path.name}"
-                params = getattr(features, "params", None)
+                source = (f"startup model prediction for {path.name} (its "
+                          f"{prediction.get('level', 0.9):.0%} interval)")
+                params = params or str(features.params)
         if startup is None:
             observed = self.observed_startup(model)
             if observed is not None:
                 startup = {"low": observed["low"], "high": observed["high"]}
-                source = f"observed: median and P90 of {observed['n']} stored start-up(s)"
-        if startup is None:
+                source = (f"observed: median to P90 of {observed['n']} stored start-up(s) of "
+                          f"{Path(model).name}")
+        if startup is None and params is None:
             raise ColdscopeError(f"no start-up known for model {model!r}: no prediction (needs "
-                                 "--startup-model and the model under a --model-root) and no "
-                                 "stored start-up of it")
-        fields: dict[str, Any] = {"rate_rps": rate, "sla_p99_ttft": sla, "startup_s": startup,
-                                  "gpu": gpu, "replica_rps": replica_rps, "params": params}
-        if "startup_source" in getattr(ScaleHintRequest, "model_fields", {}):
-            fields["startup_source"] = source
+                                 "--startup-model and the model under a --model-root), no "
+                                 "stored start-up of it, and no params given")
         try:
-            request = ScaleHintRequest(**fields)
+            request = ScaleHintRequest(rate_rps=rate, sla_p99_ttft=sla, startup_s=startup,
+                                       gpu=gpu, replica_rps=replica_rps, params=params)
         except ValidationError as exc:
-            raise ColdscopeError(_one_line(exc)) from None
-        return _dump(scale_hint(request))
+            raise validation_error(exc, "scale-hint query") from None
+        hint = scale_hint(request).model_dump(mode="json")
+        if source is not None:
+            hint["startup_source"] = source
+        return hint
 
     def runs(self, status: str | None = None, cache: str | None = None,
              label: str | None = None) -> dict[str, Any]:
         """``runs --json``."""
-        from coldscope.cli.profile import contract
         from coldscope.store import Store
 
         with Store(self.store_path, create=False) as store:
-            return {"runs": [contract(r) for r in
+            return {"runs": [r.to_json() for r in
                              store.runs(status=status, cache=cache, label=label)]}
 
     def run(self, run_id: str) -> dict[str, Any]:
         """``show --json``."""
-        from coldscope.cli.profile import contract
         from coldscope.store import Store
 
         with Store(self.store_path, create=False) as store:
-            return contract(store.run(run_id))
+            return store.run(run_id).to_json()
 
     def in_progress(self) -> list[dict[str, Any]]:
         """Start-ups seen and not yet ready, with what their lines show so far."""
@@ -325,12 +325,6 @@ def _dump(obj: Any) -> dict[str, Any]:
     if hasattr(obj, "model_dump"):
         return obj.model_dump(mode="json")
     return dict(obj)
-
-
-def _one_line(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err.get("loc", ())) or "request"
-    return f"{where}: {err.get('msg')}"
 
 
 def _interval_dict(value: Any) -> dict[str, float]:
