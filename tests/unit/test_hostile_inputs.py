@@ -22,6 +22,8 @@ from hypothesis import strategies as st
 
 from coldscope.cli.main import main
 
+PAPER = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "paper"
+
 #: Seconds one command may take on one hostile input before it counts as a hang.
 HANG_S = 30
 
@@ -89,6 +91,14 @@ COMMANDS = {
                                     "--sweep", _file(t, b, "sw.yaml"), "--json"],
     "simulate-startup-model": lambda t, b: ["simulate", "--trace", _file(t, b, "tr.csv"),
                                             "--startup-model", _file(t, b, "m.json"), "--json"],
+    "calibrate-base": lambda t, b: ["calibrate", _file(t, b, "m.json"), "--paper", str(PAPER),
+                                    "--out", str(t / "c.json"), "--json"],
+    "calibrate-timings": lambda t, b: ["calibrate", _file(t, b, "m.json"), "--paper", str(PAPER),
+                                       "--timings", _file(t, b, "results.json"),
+                                       "--out", str(t / "c.json"), "--json"],
+    "calibrate-suggest": lambda t, b: ["calibrate", _file(t, b, "m.json"), "--suggest",
+                                       "--candidates", _model_dir(t, b),
+                                       "--candidates", _file(t, b, "f.json")],
 }
 
 
