@@ -17,7 +17,8 @@ parser.add_argument("--mode", default="ok")
 parser.add_argument("--port", type=int, default=8799)
 parser.add_argument("--delay", type=float, default=0.5)
 parser.add_argument("--model", default="fake")
-args = parser.parse_args()
+parser.add_argument("--host", default="127.0.0.1")
+args, _unknown = parser.parse_known_args()  # other flags (--toy, ...) are the tests' markers
 
 print("fake engine starting", flush=True)
 if args.mode == "exit":

@@ -516,8 +516,9 @@ def log_time_to_ready(ev: LogEvidence) -> tuple[float | None, str | None]:
 
     ``"harness"``: the paper harness's ``initialize_engine took X seconds``. ``"timestamps"``:
     from the first timestamped line to readiness ("Application startup complete", else the
-    server or engine start-up line, else the last line) on the log's own clock; it cannot see
-    what happened before the first line (interpreter start and imports).
+    server or engine start-up line) on the log's own clock; it cannot see what happened before
+    the first line (interpreter start and imports). A log with none of these lines never shows
+    the engine ready (truncated, or it failed): (None, None), not the time of its last line.
     """
     if ev.harness_total is not None:
         return ev.harness_total, "harness"
@@ -527,7 +528,7 @@ def log_time_to_ready(ev: LogEvidence) -> tuple[float | None, str | None]:
         r = ev.named(name)
         if r and ev.line_clock[r[0].line_no] is not None:
             return ev.line_clock[r[0].line_no], "timestamps"
-    return ev.line_clock[-1], "timestamps"
+    return None, None
 
 
 def _clock_stages(ev: LogEvidence) -> dict[str, float | None]:

@@ -126,7 +126,7 @@ class VLLM(GenericEngine):
         """Number of sizes given to ``--cuda-graph-sizes`` (space- or comma-separated)."""
         for i, arg in enumerate(argv):
             if arg.startswith("--cuda-graph-sizes"):
-                values = arg.split("=", 1)[1].split() if "=" in arg else []
+                values = arg.split("=", 1)[1].replace(",", " ").split() if "=" in arg else []
                 for nxt in argv[i + 1:]:
                     if nxt.startswith("--"):
                         break

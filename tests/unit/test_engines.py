@@ -1,0 +1,141 @@
+"""Engine adapters: the vLLM adapter's command-line knowledge, the registry, and that a new
+engine plugs in through ``coldscope.engines`` alone (no runner, source or store change)."""
+
+import json
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from coldscope import engines
+from coldscope.assemble import run_from_log
+from coldscope.engines import ENGINES, Engine, GenericEngine, Mitigation, by_name, resolve
+from coldscope.engines.vllm import VLLM
+from coldscope.errors import ColdscopeError
+from coldscope.records import LogInfo
+from coldscope.runner import RunConfig, run_once
+from coldscope.store import Store
+from coldscope.timeline import Span
+
+FAKE = str(Path(__file__).resolve().parents[1] / "fake_engine.py")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_every_registered_engine_implements_the_protocol():
+    assert ENGINES and all(isinstance(e, Engine) for e in ENGINES)
+    assert isinstance(GenericEngine(["x"]), Engine)
+    assert by_name("vllm").name == "vllm"
+    with pytest.raises(ColdscopeError, match="unknown engine"):
+        by_name("nope")
+
+
+def test_vllm_command_line():
+    v = VLLM()
+    api = ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m", "--port=9000"]
+    assert resolve(api) is not None and resolve(api).name == "vllm"
+    assert v.is_server(api) and v.is_server(["/usr/bin/vllm", "serve", "org/x"])
+    assert not v.is_server(["python", "run_vllm_bench.py"])
+    assert v.served_model(api + ["--served-model-name", "s"]) == "s"
+    assert v.host(api) is None and v.with_host(api, "127.0.0.1")[-2:] == ["--host", "127.0.0.1"]
+    assert v.health_url(api + ["--host", "0.0.0.0"]) == "http://127.0.0.1:9000/health"
+    assert not v.compile_enabled(api + ["-O0"])
+    assert not v.compile_enabled(api + ["--compilation-config", '{"level":0}'])
+    assert v.capture_sizes(api + ["--cuda-graph-sizes", "1", "2", "4", "--x"]) == 3
+    assert v.capture_sizes(api + ["--cuda-graph-sizes=1,2"]) == 2
+    assert v.capture_sizes(api + ["--cuda-graph-sizes=8", "16"]) == 2
+    assert v.capture_sizes(api) is None
+    args, env = v.otlp(api, "http://127.0.0.1:1/v1/traces")
+    assert args == ["--otlp-traces-endpoint", "http://127.0.0.1:1/v1/traces"]
+    assert env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/protobuf"
+    assert v.otlp(api + ["--otlp-traces-endpoint", "x"], "y") is None  # the user's own wins
+    cache = v.cache_env(Path("/r"))
+    assert cache["VLLM_CACHE_ROOT"] == "/r/vllm" and cache["HOME"] == "/r/home"
+    assert v.env_defaults()["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert v.version({"vllm": "0.32.0"}, None) == "0.32.0"
+    assert ("vllm.v1.engine.core", "EngineCore._initialize_kv_caches",
+            "mark:initialize_kv_caches") in v.probe_hooks()
+
+
+def test_a_generic_command_gets_no_vllm_flags_but_every_probe_hook():
+    g = resolve([sys.executable, "serve.py", "--port", "1234"])
+    assert isinstance(g, GenericEngine) and g.name == Path(sys.executable).name
+    assert g.with_host(["serve.py"], "127.0.0.1") is None  # it may not take --host
+    assert g.otlp(["serve.py"], "x") is None
+    assert set(VLLM().probe_hooks()) <= set(g.probe_hooks())  # wrapper scripts still probed
+
+
+def test_mitigation_apply_removes_flags_with_their_values():
+    m = Mitigation(id="t.eager", stage="torch_compile", title="eager",
+                   add_args=("--enforce-eager",), remove_flags=("-O", "--compilation-config"))
+    argv = ["vllm", "serve", "m", "-O", "3", "--compilation-config={}", "--port", "1"]
+    assert m.apply(argv, takes_value=frozenset({"-O"})) == [
+        "vllm", "serve", "m", "--port", "1", "--enforce-eager"]
+    assert isinstance(VLLM().mitigations(), tuple)
+
+
+def test_vllm_log_read_alone_is_a_run_with_unknown_cache(shared):
+    log = shared / "fixtures/vllm-logs/v0.10.1.1_h100_qwen1.5-moe-a2.7b-14.3b_warm.log"
+    lines = log.read_text().splitlines()
+    run = run_from_log(lines, name=log.name)
+    assert run.origin == "log" and run.cache == "unknown" and run.status == "ok"
+    assert run.engine.name == "vllm" and run.engine.version == "0.10.1.1"
+    assert run.log_info.compile_cache == "hit"  # the log's own hint is kept, not promoted
+    assert run.stages["bootstrap"] is None  # a log cannot show it: unknown, not zero
+    assert run.timeline.total() == pytest.approx(run.time_to_ready_s)
+    # a log cut before the engine was ready is a failed run that says so
+    cut = next(i for i, t in enumerate(lines) if "Loading weights took" in t
+               or "Model loading took" in t)
+    short = run_from_log(lines[:cut + 1], name="cut.log")
+    assert short.status == "failed" and "never shows the engine ready" in short.reason
+    with pytest.raises(ColdscopeError, match="known engine"):
+        run_from_log(["hello", "world"], name="x.log")
+
+
+class ToyEngine(GenericEngine):
+    """A second engine, as a plug-in would add it: its own log format, nothing else."""
+
+    name = "toy"
+
+    def matches(self, argv):
+        return "--toy" in argv
+
+    def log_spans(self, lines):
+        start = next(t for t, text in lines if text.startswith("fake engine starting"))
+        return [Span("model_loading", start, start + 0.1, "log")], LogInfo(family="toy")
+
+
+def test_a_new_engine_plugs_in_through_the_registry_alone(tmp_path, monkeypatch):
+    monkeypatch.setattr(engines, "ENGINES", (ToyEngine(), *engines.ENGINES))
+    cfg = RunConfig(command=[sys.executable, FAKE, "--port", str(free_port()), "--toy"],
+                    cache_root=tmp_path / "c", spans=False, probe=False, shutdown_grace=2)
+    run, evidence = run_once(cfg)
+    assert run.status == "ok", run.reason
+    assert run.engine.name == "toy" and run.log_info.family == "toy"
+    assert run.stages["model_loading"] == pytest.approx(0.1, abs=1e-6)
+    assert run.sources["model_loading"] == "log"
+    store = Store(tmp_path / "s.db")
+    store.add_run(run, evidence)
+    assert store.timeline(run.id).stages == run.timeline.stages  # rebuilt the same way
+
+
+def test_parse_save_stores_the_log_as_a_run(tmp_path, shared):
+    from tests.unit.test_cli_profile import cli
+
+    log = shared / "fixtures/vllm-logs/v0.10.1.1_h100_llama2-7b_cudagraph-max-456.log"
+    db = str(tmp_path / "s.db")
+    printed = json.loads(cli("parse", str(log), "--save", "--json", "--store", db).stdout)
+    [stored] = Store(db, create=False).runs(origin="log")
+    assert stored.id == printed["id"] and stored.id.startswith(log.name)
+    assert stored.cache == "unknown"
+    assert stored.stages == printed["stages"]
+    assert Store(db).timeline(stored.id).stages == stored.timeline.stages
+    cut = tmp_path / "cut.log"
+    cut.write_text("\n".join(log.read_text().splitlines()[:40]))
+    out = cli("parse", str(cut), check=False)
+    assert out.returncode == 2 and "never shows the engine ready" in out.stderr
