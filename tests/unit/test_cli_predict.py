@@ -150,3 +150,78 @@ def test_fit_from_store_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     p = _json(capsys)
     assert p["stages"]["torch_compile"]["s"] == pytest.approx(20.0 + 5.0 * 4)
     assert p["total_s"] == pytest.approx(30 + 0.2 + 1 + 40 + 2 + 1 + 0.5)
+
+
+L40S = PAPER / "figures" / "figure-10" / "gpu1" / "avg_comparison_results.json"
+
+
+def test_calibrate_then_predict(startup_model: Path, tmp_path: Path,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "l40s.json"
+    assert main(["calibrate", str(startup_model), "--paper", str(PAPER), "--timings", str(L40S),
+                 "--models", "llama2-13b-hf,yi-9b", "--out", str(out), "--json"]) == 0
+    s = _json(capsys)
+    assert s["calibrated_on"] == ["llama2-13b-hf", "yi-9b"] and s["replicates"] == [1, 1]
+    assert s["stages"]["model_loading"]["kind"] == "ratio"
+    assert 0.05 < s["stages"]["model_loading"]["value"] < 0.1  # SSD -> page cache
+    assert s["stages"]["bootstrap"]["kind"] == "offset"
+    assert s["storage"]["page_cache"] == "hot"
+    saved = json.loads(out.read_text())
+    assert saved["calibration"]["base_source"] == str(startup_model)
+    assert saved["calibration"]["source"] == str(L40S)
+    assert main(["predict", str(CONFIGS / "llama-2-7b-hf"), "--startup-model", str(out),
+                 "--json"]) == 0
+    p = _json(capsys)
+    assert p["calibrated_on"] == ["llama2-13b-hf", "yi-9b"]
+    # the L40S node measured 24.55 s for llama2-7b
+    assert abs(p["total_s"] - 24.55) < 1.0
+    assert p["interval"]["low"] <= 24.55 <= p["interval"]["high"]
+    assert main(["predict", str(CONFIGS / "llama-2-7b-hf"), "--startup-model", str(out)]) == 0
+    assert "calibrated on: llama2-13b-hf, yi-9b" in capsys.readouterr().out
+
+
+def test_calibrate_suggest(startup_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["calibrate", str(startup_model), "--paper", str(PAPER), "--timings", str(L40S),
+                 "--suggest", "--json"]) == 0
+    ranked = _json(capsys)["suggestions"]
+    assert len(ranked) == 36 and ranked[0]["accepted"]
+    assert not any(r["accepted"] for r in ranked if "qwen-0.5b" in r["models"])
+    assert main(["calibrate", str(startup_model), "--suggest",
+                 "--candidates", str(CONFIGS / "llama-3.2-1b"),
+                 "--candidates", str(CONFIGS / "llama-2-7b-hf"),
+                 "--candidates", str(CONFIGS / "llama-3.1-8b")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("run: llama-2-7b-hf and llama-3.1-8b")
+    assert "llama-3.2-1b is too small to identify" in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--paper", str(PAPER), "--timings", str(L40S)], "needs --out"),
+    (["--paper", str(PAPER), "--timings", str(L40S), "--models", "gpt-5", "--out", "x.json"],
+     "no calibration run of gpt-5"),
+    (["--paper", str(PAPER), "--suggest", "--candidates", str(CONFIGS / "llama-2-7b-hf")],
+     "at least two"),
+])
+def test_calibrate_errors_are_one_line(startup_model: Path, args: list[str], message: str,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["calibrate", str(startup_model), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and message in err and err.count("\n") == 1
+
+
+def test_predict_for_another_storage_setting(startup_model: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    model = str(CONFIGS / "llama-2-7b-hf")
+    assert main(["predict", model, "--startup-model", str(startup_model), "--json"]) == 0
+    ssd = _json(capsys)
+    assert main(["predict", model, "--startup-model", str(startup_model), "--json",
+                 "--page-cache", "hot", "--storage-bandwidth", "10GB/s"]) == 0
+    hot = _json(capsys)
+    weight_bytes = json.loads((CONFIGS / "llama-2-7b-hf" / "model.safetensors.index.json")
+                              .read_text())["metadata"]["total_size"]
+    assert hot["stages"]["model_loading"]["s"] == pytest.approx(weight_bytes / 10e9, rel=1e-3)
+    assert ssd["stages"]["model_loading"]["s"] > 10 * hot["stages"]["model_loading"]["s"]
+    assert hot["storage"]["page_cache"] == "hot" and ssd["storage"]["page_cache"] == "cold"
+    assert main(["predict", model, "--startup-model", str(startup_model),
+                 "--page-cache", "cold"]) == 0  # the model was measured cold: as fitted
+    capsys.readouterr()
