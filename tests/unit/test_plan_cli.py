@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from coldscope.cli.main import main
+from coldscope.plan import PlanReport
 from coldscope.stages import BUCKETS, MODEL_LOADING
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
@@ -29,6 +32,39 @@ def test_json_contract_and_the_70b_budget(capsys):
                                                "weight_load", "engine_startup"]
     assert all({"name", "low", "high", "source"} == set(p) for p in r["parts"])
     assert r["meets_sla"] is None and r["mitigations"] == []
+
+
+def test_json_validates_against_the_published_schema(capsys, tmp_path):
+    dest = tmp_path / "plan.json"
+    r = _plan(capsys, "--params", "13B", "--sla-p99-ttft", "3s", "-o", str(dest))
+    jsonschema.validate(r, PlanReport.model_json_schema())
+    assert r["schema_version"] == 2 and json.loads(dest.read_text()) == r
+    assert r["gpu"]["currency"] == r["monthly_cost"]["currency"] == "USD"
+    assert r["gpu"]["price_per_gpu_hour"] == 4.0  # the one default price (simulate's too)
+
+
+def test_params_accepts_suffixes_and_exponents(capsys):
+    a = _plan(capsys, "--params", "70B")
+    b = _plan(capsys, "--params", "7e10")
+    assert a["model"]["params"] == b["model"]["params"] == 70e9
+    assert a["total_s"] == b["total_s"]
+
+
+def test_source_column_says_which_lesson_figure(capsys):
+    assert main(["plan", "--params", "70B"]) == 0
+    out = capsys.readouterr().out
+    assert "mitigation lesson, 70B worked example" in out
+    assert "220-510 s" in out  # the legend under the table gives the example's figure
+    assert "lesson:" not in out
+
+
+@pytest.mark.parametrize("content", [os.urandom(2048), b"", b"TIMESTAMP\n2023-01-01\n"])
+def test_trace_of_random_bytes_is_one_line(capsys, tmp_path, content):
+    p = tmp_path / "t.csv"
+    p.write_bytes(content)
+    assert main(["plan", "--params", "7B", "--trace", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
 
 
 def test_five_products_one_warm_replica_each(capsys, tmp_path):
@@ -69,7 +105,13 @@ def test_table_output_names_the_dominant_part(capsys):
     ([], "give one of --model DIR or --params N"),
     (["--params", "lots"], "cannot read parameter count"),
     (["--params", "7e9", "--mitigate", "magic"], "unknown mitigation 'magic'"),
-    (["--params", "7e9", "--sla-p99-ttft", "soon"], "cannot read duration"),
+    (["--params", "7e9", "--sla-p99-ttft", "soon"], "cannot read --sla-p99-ttft"),
+    (["--params", "70"], "did you mean 70B?"),
+    (["--params", "1e400", "--json"], "outside"),
+    (["--params", "inf"], "cannot read parameter count"),
+    (["--params", "7e9", "--min-workers", "-3"], "min_workers"),
+    (["--params", "7e9", "--min-workers", "1000000000"], "min_workers"),
+    (["--params", "7e9", "--products", "0"], "products"),
     (["--params", "7e9", "--cheapest"], "--cheapest needs --sla-p99-ttft"),
     (["--params", "7e9", "--gpu", "TPU"], "TPU"),
 ])

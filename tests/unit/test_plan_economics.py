@@ -9,7 +9,7 @@ import pytest
 
 from coldscope.plan.economics import (
     ScaleToZero,
-    WarmPool,
+    WarmPoolCost,
     _phases,
     break_even_rate,
     gap_exceeds,
@@ -21,7 +21,7 @@ from coldscope.plan.economics import (
 def test_five_products_one_warm_replica_is_3600_gpu_hours():
     # lesson: 5 x 24 x 30 = 3,600 GPU-hours a month
     assert gpu_hours_per_month(5, 1, 720) == 3600
-    pool = WarmPool(products=5, min_workers=1, gpus_per_replica=1, month_hours=720,
+    pool = WarmPoolCost(products=5, min_workers=1, gpus_per_replica=1, month_hours=720,
                     price_per_gpu_hour=4.0)
     assert pool.gpu_hours == 3600 and pool.monthly_cost == 14400
     assert "= 3,600 GPU-h x 4.00 USD/h = 14,400 USD/month" in pool.arithmetic()

@@ -12,14 +12,9 @@ from coldscope.plan.economics import ScaleToZero
 from coldscope.plan.mitigations import apply_layers
 from coldscope.plan.profile import Traffic, load_profile
 from coldscope.plan.sla import evaluate as judge
-from coldscope.plan.sla import (
-    load_tiers,
-    plan_tiers,
-    read_trace,
-    search,
-    simulate_day,
-    trace_shape,
-)
+from coldscope.plan.sla import load_tiers, plan_tiers, search, simulate_day
+from coldscope.traces import read_trace
+from coldscope.traces import shape as trace_shape
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 
@@ -127,6 +122,6 @@ def test_azure_conv_trace_is_near_poisson():
     path = SHARED / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
     if not path.exists():
         pytest.skip("shared traces not present")
-    shape = trace_shape(read_trace(str(path)))
+    shape = trace_shape(read_trace(path).arrival)
     assert shape["requests"] == 19366  # the trace's README
     assert shape["scv_measured"] == pytest.approx(1.197, abs=0.01)

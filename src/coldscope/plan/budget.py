@@ -127,11 +127,6 @@ def size_from_params(params: float, dtype: str, name: str | None = None) -> Mode
                      source=f"--params {params:.3g} x {per:g} bytes ({dtype})")
 
 
-def size_from_model(path: str | Path) -> ModelSize:
-    """Model size from a model directory (or config / index / features file) via features."""
-    return size_from_features(load_features(path), Path(path).name, f"--model {path}")
-
-
 def load_features(path: str | Path) -> Any:
     """``coldscope.features.model_features(path)``, imported only when a model is given."""
     try:
@@ -233,22 +228,29 @@ def engine_from_prediction(prediction: Any, path: str | None = None) -> EngineEs
     )
 
 
-def engine_seconds_of_run(run: Mapping[str, Any]) -> float | None:
+def _field(run: Any, name: str, default: Any = None) -> Any:
+    """A stored run's field, whether it is a ``records.Run`` or (tests, old callers) a dict."""
+    if isinstance(run, Mapping):
+        return run.get(name, default)
+    return getattr(run, name, default)
+
+
+def engine_seconds_of_run(run: Any) -> float | None:
     """A stored run's start-up without its model-loading stage (seconds), or None."""
-    ready = run.get("time_to_ready_s")
+    ready = _field(run, "time_to_ready_s")
     if ready is None:
         return None
-    loading = (run.get("stages") or {}).get(MODEL_LOADING) or 0.0
+    loading = (_field(run, "stages") or {}).get(MODEL_LOADING) or 0.0
     return float(ready) - float(loading)
 
 
-def engine_from_runs(runs: Iterable[Mapping[str, Any]]) -> EngineEstimate | None:
+def engine_from_runs(runs: Iterable[Any]) -> EngineEstimate | None:
     """Engine start-up measured in stored runs: median, and min-max as low-high.
 
     Uses the runs that finished (``status`` ok) with a time to ready; each counts its time to
     ready minus its ``model_loading`` stage. None when there is no such run.
     """
-    usable = [r for r in runs if r.get("status", "ok") == "ok"]
+    usable = [r for r in runs if _field(r, "status", "ok") == "ok"]
     values = [v for v in (engine_seconds_of_run(r) for r in usable) if v is not None]
     if not values:
         return None
@@ -256,10 +258,11 @@ def engine_from_runs(runs: Iterable[Mapping[str, Any]]) -> EngineEstimate | None
     for stage in STAGES:
         if stage == MODEL_LOADING:
             continue
-        seen = [float(s) for r in usable if (s := (r.get("stages") or {}).get(stage)) is not None]
+        seen = [float(s) for r in usable
+                if (s := (_field(r, "stages") or {}).get(stage)) is not None]
         if seen:
             per_stage[stage] = (min(seen), max(seen))
-    caches = {r.get("cache") for r in usable}
+    caches = {_field(r, "cache") for r in usable}
     median = statistics.median(values)
     return EngineEstimate(
         low=min(values),
@@ -285,10 +288,11 @@ class EngineCheck:
 
     def as_dict(self) -> dict[str, Any]:
         return {"store_median_s": self.store_median_s, "predicted_s": self.predicted_s,
-                "interval": list(self.interval), "runs": self.runs, "within": self.within}
+                "interval": {"low": self.interval[0], "high": self.interval[1]},
+                "runs": self.runs, "within": self.within}
 
 
-def check_engine_init(runs: Iterable[Mapping[str, Any]], prediction: Any) -> EngineCheck:
+def check_engine_init(runs: Iterable[Any], prediction: Any) -> EngineCheck:
     """Compare the store's median engine start-up with the startup model's interval.
 
     Both sides exclude weight loading the same way (see ``engine_from_runs`` and
@@ -306,7 +310,7 @@ def check_engine_init(runs: Iterable[Mapping[str, Any]], prediction: Any) -> Eng
         predicted_s=predicted.median,
         interval=(predicted.low, predicted.high),
         runs=sum(1 for r in runs
-                 if r.get("status", "ok") == "ok" and engine_seconds_of_run(r) is not None),
+                 if _field(r, "status", "ok") == "ok" and engine_seconds_of_run(r) is not None),
         within=within,
     )
 

@@ -19,7 +19,7 @@ def gpu_hours_per_month(replicas: float, gpus_per_replica: int, month_hours: flo
 
 
 @dataclass(frozen=True)
-class WarmPool:
+class WarmPoolCost:
     """``min_workers`` replicas per product kept up 24 x 7, with the arithmetic shown."""
 
     products: int

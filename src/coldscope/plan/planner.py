@@ -1,15 +1,22 @@
-"""One call from a plan request to a plan report (plain data, versioned).
+"""One call from a plan request to a plan report.
 
-The CLI builds a ``PlanRequest``, calls ``make_plan`` and renders the returned dict; the JSON
-output is that dict. The report's keys ``total_s``, ``parts``, ``mitigations``,
-``monthly_cost`` and ``meets_sla`` are the contract other tools read.
+``plan(PlanRequest) -> PlanReport`` is the library call behind ``coldscope plan`` (and a
+service's /v1/plan): it resolves the model's size, the traffic (a traffic file, a trace), the
+engine start-up (a startup model, the store's measured runs, or the profile's default), the
+tiers file, and then plans. ``make_plan(PlanInputs)`` is the pure planning step once all that is
+resolved. The report's keys ``total_s``, ``parts``, ``mitigations``, ``monthly_cost`` and
+``meets_sla`` are the contract other tools read.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from coldscope.errors import ColdscopeError
 from coldscope.plan.budget import (
     EngineCheck,
     EngineEstimate,
@@ -20,14 +27,23 @@ from coldscope.plan.budget import (
 from coldscope.plan.economics import break_even_rate
 from coldscope.plan.mitigations import apply_layers
 from coldscope.plan.profile import Profile, Traffic
+from coldscope.plan.report import PlanReport
 from coldscope.plan.sla import Tiers, evaluate, plan_tiers, search
 
-REPORT_VERSION = 1
+#: What the source labels of the default profile stand for (shown under the plan's table).
+SOURCES = {
+    "mitigation lesson": "the published lesson on serverless LLM cold-start mitigation",
+    "mitigation lesson, 70B worked example": "its budget of a 70B model from zero: "
+    "provisioning 45-60 s + image pull 120-300 s + weights into GPU memory 45-120 s + engine "
+    "init 10-30 s = 220-510 s, against a 2 s SLA",
+    "paper": '"Breaking the Ice" (MLSys 2026): vLLM start-up measured on one H100',
+    "assumption": "no published figure: set your own in --profile",
+}
 
 
 @dataclass(frozen=True)
-class PlanRequest:
-    """What to plan: the model, where the engine figure comes from, and the stack or SLA."""
+class PlanInputs:
+    """What to plan, resolved: the model size, the engine figure, and the stack or SLA."""
 
     size: ModelSize
     profile: Profile
@@ -43,7 +59,7 @@ class PlanRequest:
     notes: tuple[str, ...] = field(default=())
 
 
-def make_plan(req: PlanRequest) -> dict[str, Any]:
+def make_plan(req: PlanInputs) -> PlanReport:
     """Budget, mitigation layers, cost, SLA verdict (and search, tiers) as one report."""
     profile = req.profile
     traffic = req.traffic or profile.traffic
@@ -89,12 +105,12 @@ def make_plan(req: PlanRequest) -> dict[str, Any]:
                          profile.economics.slo_miss_cost, profile.economics.keep_alive_s,
                          traffic.burstiness)
     report: dict[str, Any] = {
-        "version": REPORT_VERSION,
         "model": {"name": req.size.name, "params": req.size.params,
                   "weight_bytes": req.size.weight_bytes, "dtype": req.size.dtype,
                   "source": req.size.source},
         "gpu": {"type": profile.gpu, "gpus_per_replica": gpus,
-                "price_per_gpu_hour": spec.price_per_hour, "source": spec.source},
+                "price_per_gpu_hour": spec.price_per_hour, "currency": profile.currency,
+                "source": spec.source},
         "total_s": {"low": stack.budget.low, "high": stack.budget.high},
         "parts": [p.as_dict() for p in stack.budget.parts],
         "dominant": stack.budget.dominant(),
@@ -113,9 +129,150 @@ def make_plan(req: PlanRequest) -> dict[str, Any]:
         "engine_check": None if req.engine_check is None else req.engine_check.as_dict(),
         "tiers": None,
         "notes": list(req.notes),
+        "sources": SOURCES,
     }
     if req.tiers is not None:
         plans = plan_tiers(req.size, profile, base, req.tiers)
         report["tiers"] = [t.as_dict() for t in plans]
         report["tiers_total_monthly_cost"] = sum(t.monthly_cost for t in plans)
-    return report
+    return PlanReport.model_validate(report)
+
+
+# --- from a request (CLI options, a service's JSON body) to the inputs ---
+
+
+class PlanRequest(BaseModel):
+    """What ``coldscope plan`` was asked, as data: file paths, names and numbers as given."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = Field(None, description="model directory, config, index or features JSON")
+    params: str | float | None = Field(None, description="parameter count instead: 70B, 7e10")
+    dtype: str = "bf16"
+    gpu: str | None = None
+    profile: str | None = Field(None, description="YAML with the profile keys to override")
+    startup_model: str | None = None
+    store: str | None = None
+    no_store: bool = False
+    cache: Literal["cold", "warm"] | None = None
+    mitigate: list[str] = Field(default_factory=list)
+    min_workers: int = Field(0, ge=0, le=10_000)
+    products: int = Field(1, ge=1, le=1_000_000)
+    sla_p99_ttft: str | float | None = Field(None, description="a duration: 2s, 500ms")
+    traffic: str | None = Field(None, description="YAML traffic shape")
+    trace: str | None = Field(None, description="request trace: mean rate and burstiness")
+    cheapest: bool = False
+    tiers: str | None = Field(None, description="YAML of tiers")
+
+
+def plan(request: PlanRequest) -> PlanReport:
+    """Resolve everything the request names (files, store, startup model), then plan."""
+    from coldscope.plan import budget as bud
+    from coldscope.plan.mitigations import canonical
+    from coldscope.plan.profile import (
+        deep_merge,
+        load_profile,
+        parse_count,
+        parse_duration,
+        read_yaml,
+        validate,
+    )
+    from coldscope.plan.sla import load_tiers
+
+    model_path, params, dtype = request.model, request.params, request.dtype
+    tiers = None
+    if request.tiers:
+        tiers = load_tiers(read_yaml(request.tiers, "tiers file"), f"tiers file {request.tiers}")
+        model_path = model_path or tiers.model
+        if params is None and tiers.params is not None:
+            params = tiers.params
+        dtype = tiers.dtype or dtype
+    if (model_path is None) == (params is None):
+        raise ColdscopeError("give one of --model DIR or --params N")
+    if model_path is not None and not Path(model_path).exists():
+        raise ColdscopeError(f"model not found: {model_path}")
+    layers = canonical(tuple(n.strip() for item in request.mitigate for n in item.split(",")
+                             if n.strip()))
+    sla_s = (parse_duration(request.sla_p99_ttft, "--sla-p99-ttft")
+             if request.sla_p99_ttft is not None else None)
+    if sla_s is not None and sla_s <= 0:
+        raise ColdscopeError("--sla-p99-ttft must be above 0")
+    if request.cheapest and sla_s is None:
+        raise ColdscopeError("--cheapest needs --sla-p99-ttft")
+
+    profile = load_profile(request.profile, {"gpu": request.gpu} if request.gpu else {})
+    notes: list[str] = []
+    traffic_data = profile.traffic.model_dump()
+    if request.traffic:
+        traffic_data = deep_merge(traffic_data, read_yaml(request.traffic, "traffic file"))
+    if request.trace:
+        from coldscope.traces import read_trace, shape
+
+        found = shape(read_trace(request.trace).arrival)
+        traffic_data = deep_merge(traffic_data, {"mean_rps": found["mean_rps"],
+                                                 "burstiness": found["burstiness"],
+                                                 "rates_rps": []})
+        notes.append(f"traffic from {request.trace}: {found['requests']:.0f} requests over "
+                     f"{found['span_s']:.0f} s, mean {found['mean_rps']:.3f} req/s, gap SCV "
+                     f"{found['scv_measured']:.2f}")
+    traffic = validate(Traffic, traffic_data, f"traffic {request.traffic or ''}".strip())
+
+    features = None
+    if model_path is not None:
+        features = bud.load_features(model_path)
+        name = getattr(features, "name", None) or Path(model_path).name
+        size = bud.size_from_features(features, name, f"--model {model_path}")
+    else:
+        size = bud.size_from_params(parse_count(params), dtype)
+
+    prediction = engine = None
+    if request.startup_model:
+        if features is None:
+            raise ColdscopeError("--startup-model needs --model (the predictor reads features)")
+        from coldscope.predictor import StartupModel
+
+        prediction = StartupModel.load(request.startup_model).predict(features)
+        engine = bud.engine_from_prediction(prediction, request.startup_model)
+        notes.extend(prediction.warnings)
+    runs = ([] if request.no_store or model_path is None
+            else stored_runs(request.store, model_path, request.cache))
+    check = bud.check_engine_init(runs, prediction) if runs and prediction is not None else None
+    if engine is None and runs:
+        engine = bud.engine_from_runs(runs)
+    if engine is None:
+        engine = bud.engine_from_default(profile)
+
+    search_it = request.cheapest or (sla_s is not None and not layers
+                                     and not request.min_workers)
+    return make_plan(PlanInputs(
+        size=size, profile=profile, engine=engine, layers=layers,
+        min_workers=request.min_workers, products=request.products, sla_s=sla_s,
+        cheapest=search_it, traffic=traffic, tiers=tiers, engine_check=check,
+        notes=tuple(notes),
+    ))
+
+
+def stored_runs(store_path: str | None, model_path: str, cache: str | None) -> list[Any]:
+    """Finished runs of this model in the store (matched by path, else by directory name)."""
+    from coldscope.store import Store, default_store_path
+
+    path = Path(store_path) if store_path else default_store_path()
+    if not path.exists():
+        if store_path:
+            raise ColdscopeError(f"no store at {path}")
+        return []
+    with Store(path, create=False) as store:
+        runs = store.runs("ok", cache=cache)
+    want = Path(model_path).resolve()
+    name = want.name
+
+    def matches(run: Any) -> bool:
+        model = getattr(run, "model", None)
+        engine = getattr(run, "engine", None)
+        stored = getattr(model, "path", None) or getattr(engine, "model", None)
+        if stored and Path(stored).resolve() == want:
+            return True
+        return getattr(model, "name", None) == name or (
+            stored is not None and Path(stored).name == name)
+
+    return [r for r in runs if matches(r)]

@@ -142,6 +142,10 @@ class Economics(_Strict):
     keep_alive_s: float = Field(ge=0)
 
 
+#: The highest request rate the planner takes (req/s): a million requests a second per product.
+MAX_RATE_RPS = 1e6
+
+
 class Traffic(_Strict):
     """Request rate over the day and how bursty it is.
 
@@ -151,7 +155,7 @@ class Traffic(_Strict):
     """
 
     rates_rps: list[float] = Field(default_factory=list)
-    mean_rps: float = Field(ge=0)
+    mean_rps: float = Field(ge=0, le=MAX_RATE_RPS)
     diurnal_amplitude: float = Field(ge=0, le=1)
     peak_hour: float = 15
     burstiness: float = Field(ge=1)
@@ -161,8 +165,8 @@ class Traffic(_Strict):
     def _day(self) -> Traffic:
         if self.rates_rps and len(self.rates_rps) != 24:
             raise ValueError(f"rates_rps needs 24 hourly values, got {len(self.rates_rps)}")
-        if any(r < 0 or not math.isfinite(r) for r in self.rates_rps):
-            raise ValueError("rates_rps must be finite and not negative")
+        if any(not 0 <= r <= MAX_RATE_RPS for r in self.rates_rps):
+            raise ValueError(f"rates_rps must be between 0 and {MAX_RATE_RPS:g} req/s")
         return self
 
     def hourly_rates(self) -> list[float]:

@@ -1,10 +1,10 @@
-"""Render a plan report (the dict ``make_plan`` returns) as rich tables; data in, text out."""
+"""Render a ``PlanReport`` as rich tables; data in, text out."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Console, Group
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
@@ -19,8 +19,9 @@ def _money(value: float, currency: str) -> str:
     return f"{value:,.0f} {currency}"
 
 
-def render_plan(report: dict[str, Any]) -> Group:
+def render_plan(plan: Any) -> Group:
     """The budget (baseline vs stack), the layers, cost, SLA verdict, search and tiers."""
+    report: dict[str, Any] = plan.model_dump(mode="json")
     cur = report["monthly_cost"]["currency"]
     model = report["model"]
     gpu = report["gpu"]
@@ -80,10 +81,14 @@ def render_plan(report: dict[str, Any]) -> Group:
         lines.append(
             f"Engine start-up check: store median {ec['store_median_s']:.1f} s of "
             f"{ec['runs']} run(s) vs startup model {ec['predicted_s']:.1f} s "
-            f"[{ec['interval'][0]:.1f}, {ec['interval'][1]:.1f}]: "
+            f"[{ec['interval']['low']:.1f}, {ec['interval']['high']:.1f}]: "
             f"{'within' if ec['within'] else 'OUTSIDE'} the interval")
     for note in report.get("notes", []):
         lines.append(f"note: {note}")
+    used = [label for label in report.get("sources", {})
+            if any(p["source"].startswith(label + ":") for p in report["baseline"]["parts"])]
+    for label in used:
+        lines.append(f'source "{label}" = {report["sources"][label]}')
     items.append(Text("\n".join(lines)))
 
     found = report.get("search")
@@ -119,7 +124,3 @@ def render_plan(report: dict[str, Any]) -> Group:
                       f"{report['tiers_total_monthly_cost']:,.0f}")
         items.append(tiers)
     return Group(*items)
-
-
-def print_plan(report: dict[str, Any], console: Console | None = None) -> None:
-    (console or Console()).print(render_plan(report))

@@ -29,12 +29,14 @@ from pydantic import Field, field_validator
 
 from coldscope.errors import ColdscopeError
 from coldscope.plan.budget import Conditions, ModelSize, gpus_per_replica
-from coldscope.plan.economics import ScaleToZero, WarmPool
+from coldscope.plan.economics import ScaleToZero, WarmPoolCost
 from coldscope.plan.mitigations import LAYER_NAMES, Stack, apply_layers
 from coldscope.plan.profile import Profile, Traffic, _Strict, deep_merge, parse_duration, validate
 
 #: The share of requests P99 lets through slow.
 P99_SHARE = 0.01
+#: Warm-pool sizes the SLA search tries at most (each is evaluated with every layer combination).
+MAX_SEARCH_REPLICAS = 10_000
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,7 @@ class Evaluation:
     sla_s: float | None
     meets: bool | None
     reason: str
-    warm_pool: WarmPool
+    warm_pool: WarmPoolCost
     on_demand_gpu_hours: float
     layers_cost: float
     throughput_factor: float = 1.0
@@ -157,7 +159,7 @@ def evaluate(size: ModelSize, profile: Profile, stack: Stack, min_workers: int,
     gpus = gpus_per_replica(size, profile)
     spec = profile.gpu_spec()
     days = profile.month_hours / 24.0
-    pool = WarmPool(1, min_workers, gpus, profile.month_hours, spec.price_per_hour)
+    pool = WarmPoolCost(1, min_workers, gpus, profile.month_hours, spec.price_per_hour)
     on_demand = max(0.0, day.replica_hours - 24.0 * min_workers) * days * gpus
     requests = max(day.requests, 1e-12)
     meets: bool | None
@@ -232,6 +234,10 @@ def search(size: ModelSize, profile: Profile, baseline: Conditions, sla_s: float
                 continue
             peak = simulate_day(traffic, 0, 0.0, 0.0, stack.throughput_factor).peak_replicas
             top = max(1, peak) if max_min_workers is None else max_min_workers
+            if top > MAX_SEARCH_REPLICAS:
+                raise ColdscopeError(
+                    f"the traffic needs {top:,} replicas at its peak, above the search limit "
+                    f"of {MAX_SEARCH_REPLICAS:,} warm-pool sizes; check mean_rps and replica_rps")
             for n in range(top + 1):
                 evaluations.append(evaluate(size, profile, stack, n, sla_s, traffic))
     evaluations.sort(key=lambda e: (round(e.total_cost, 6), len(e.layers), e.cold_high))
@@ -289,9 +295,9 @@ class TierPlan:
     currency: str
 
     @property
-    def warm_pool(self) -> WarmPool:
+    def warm_pool(self) -> WarmPoolCost:
         wp = self.evaluation.warm_pool
-        return WarmPool(self.tier.products, wp.min_workers, wp.gpus_per_replica, wp.month_hours,
+        return WarmPoolCost(self.tier.products, wp.min_workers, wp.gpus_per_replica, wp.month_hours,
                         wp.price_per_gpu_hour)
 
     @property
@@ -343,50 +349,3 @@ def plan_tiers(size: ModelSize, profile: Profile, baseline: Conditions,
             ev = found.chosen
         plans.append(TierPlan(tier, ev, found, profile.currency))
     return plans
-
-
-# --- traffic measured from a request trace ---
-
-
-def trace_shape(timestamps: Sequence[float]) -> dict[str, float]:
-    """Mean rate (req/s) and burstiness (squared coefficient of variation of the gaps) of a
-    trace's request times in seconds, sorted or not."""
-    ts = sorted(timestamps)
-    if len(ts) < 3:
-        raise ColdscopeError("a trace needs at least 3 requests to measure its burstiness")
-    gaps = [b - a for a, b in zip(ts, ts[1:], strict=False)]
-    mean = sum(gaps) / len(gaps)
-    if mean <= 0:
-        raise ColdscopeError("all requests of the trace have the same time")
-    var = sum((g - mean) ** 2 for g in gaps) / len(gaps)
-    return {"requests": float(len(ts)), "span_s": ts[-1] - ts[0], "mean_rps": 1.0 / mean,
-            "burstiness": max(1.0, var / mean**2), "scv_measured": var / mean**2}
-
-
-def read_trace(path: str) -> list[float]:
-    """Request times (s) from a CSV with a ``TIMESTAMP`` column (ISO date-time or seconds),
-    such as the Azure LLM inference 2023 traces."""
-    import csv
-    from datetime import datetime
-
-    try:
-        with open(path, newline="") as fh:
-            rows = list(csv.DictReader(fh))
-    except OSError as exc:
-        raise ColdscopeError(f"cannot read trace {path}: {exc.strerror or exc}") from None
-    if not rows or "TIMESTAMP" not in rows[0]:
-        raise ColdscopeError(f"trace {path} needs a TIMESTAMP column")
-    out = []
-    for row in rows:
-        text = row["TIMESTAMP"].strip()
-        try:
-            out.append(float(text))
-        except ValueError:
-            try:
-                # Python's parser takes at most 6 fractional digits; the Azure traces have 7.
-                head, _, frac = text.partition(".")
-                out.append(datetime.fromisoformat(f"{head}.{frac[:6]}" if frac else head)
-                           .timestamp())
-            except ValueError:
-                raise ColdscopeError(f"trace {path}: cannot read time {text!r}") from None
-    return out
