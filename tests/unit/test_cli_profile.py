@@ -94,11 +94,33 @@ def test_ctrl_c_stops_the_engine_and_stores_the_run(tmp_path):
     assert [(r["status"], r["reason"]) for r in runs] == [("failed", "interrupted")]
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_stop_the_engine_and_store_the_run_like_ctrl_c(tmp_path, sig):
+    proc = subprocess.Popen(fake_profile(tmp_path, "--quiet", "--repeat", "3", mode="hang"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 30
+    while time.time() < deadline and not run_processes():
+        time.sleep(0.1)
+    assert run_processes(), "the engine never started"
+    time.sleep(0.5)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "Traceback" not in err
+    assert not run_processes()
+    runs = Store(tmp_path / "s.db").runs(status=None)
+    assert [(r.status, r.reason) for r in runs] == [("failed", "interrupted")]
+    assert not list((tmp_path / "c").glob("cold/*"))  # the run's caches went with it
+
+
 @pytest.mark.parametrize("args, message", [
     (["show", "nope"], "no store at"),
     (["parse", "/nonexistent.log"], "cannot read"),
     (["profile", "--repeat", "0", "--", "x"], "Invalid value"),
     (["export", "-o", "x.xlsx"], "no store at"),
+    (["profile", "--ready-pattern", "([", "--", "x"], "not a valid regular expression"),
+    (["profile", "--health-url", "notaurl", "--", "x"], "must look like http://"),
+    (["profile", "--health-url", "http://127.0.0.1:99999/health", "--", "x"], "out of range"),
 ])
 def test_bad_input_is_one_line_error(tmp_path, args, message):
     out = cli(*args, check=False, cwd=tmp_path, env={**os.environ, "COLDSCOPE_STORE":
