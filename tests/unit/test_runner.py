@@ -135,3 +135,19 @@ def test_tmpdir_stays_short_for_unix_sockets_and_is_removed(tmp_path):
     tmpdir = record["environment"]["env"]["TMPDIR"]
     assert len(tmpdir) < 60  # vLLM binds IPC sockets under TMPDIR (limit 107 bytes)
     assert not Path(tmpdir).exists()
+
+
+def test_vllm_server_without_host_is_bound_to_loopback_and_says_so(tmp_path):
+    vllm = tmp_path / "bin" / "vllm"  # a `vllm serve ...` command line, run by the fake engine
+    vllm.parent.mkdir()
+    vllm.symlink_to(sys.executable)
+    port = free_port()
+    cfg = RunConfig(command=[str(vllm), FAKE, "serve", "--port", str(port)], spans=False,
+                    cache_root=tmp_path / "caches", shutdown_grace=2)
+    run, _ = run_once(cfg)
+    assert run.status == "ok", run.reason
+    assert run.engine.name == "vllm" and run.engine.argv[-2:] == ["--host", "127.0.0.1"]
+    assert any("bound to 127.0.0.1" in n for n in run.notes)
+    chosen = cfg.model_copy(update={"command": [*cfg.command, "--host", "localhost"]})
+    run, _ = run_once(chosen)
+    assert run.engine.argv.count("--host") == 1 and not any("bound to" in n for n in run.notes)
