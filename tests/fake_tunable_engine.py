@@ -87,7 +87,8 @@ def _serve() -> None:  # pragma: no cover - runs as the engine process
     p.add_argument("--otlp-traces-endpoint", default=None)
     p.add_argument("--scale", type=float, default=0.01)
     args, _ = p.parse_known_args()
-    root = Path(os.environ.get("VLLM_CACHE_ROOT", "."))
+    # vLLM's own default: VLLM_CACHE_ROOT, else ~/.cache/vllm (HOME is per run under coldscope)
+    root = Path(os.environ.get("VLLM_CACHE_ROOT") or Path.home() / ".cache" / "vllm")
     marker = root / "torch_compile_cache" / "graph"
     mp = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") != "0"
     aot = os.environ.get("VLLM_USE_AOT_COMPILE", "1") != "0"

@@ -152,9 +152,9 @@ def unpack(bundle: Path, dest: Path) -> None:
 
 
 def _model_of(argv: list[str]) -> str | None:
-    from coldscope.runner import engine_model
+    from coldscope.engines import resolve
 
-    return engine_model(argv)
+    return resolve(argv).model(argv)
 
 
 def pack_session(directory: Path, output: Path, *, cache_key: str | None = None) -> dict:

@@ -1,0 +1,145 @@
+"""The tune session through the real runner, on the fake tunable engine process: stored runs
+linked to the session, seeded caches, verification, JSON shape, bundles, plan --tuned."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from coldscope.errors import ColdscopeError
+from coldscope.store import Store
+from coldscope.tune import bundle as tb
+from coldscope.tune import session as ts
+from coldscope.tune.report import tune_json
+from coldscope.tune.search import cache_key
+from coldscope.tune.tuned import tuned_startup
+from tests.unit.test_tune_search import cpu_knobs
+
+FAKE = str(Path(__file__).resolve().parents[1] / "fake_tunable_engine.py")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    d = tmp_path / "tiny"
+    d.mkdir()
+    (d / "config.json").write_text('{"model_type": "llama"}')
+    (d / "model.safetensors").write_bytes(b"\0" * 64)
+    return d
+
+
+def _spec(model_dir, budget):
+    command = [sys.executable, FAKE, "--port", str(_free_port()), "--model", str(model_dir),
+               "--scale", "0.03", "--served-model-name", "vllm-fake"]  # read as vLLM
+    return ts.SessionSpec(id="tune-fake", created_at="2026-01-01T00:00:00Z", command=command,
+                          budget=budget, timeout=60, knobs=cpu_knobs(),
+                          capabilities={"version": "0.32.0", "torch": "2.13.0+cpu",
+                                        "python": "3.11.7"})
+
+
+def test_session_on_fake_engine_stores_linked_runs_and_seeds_caches(tmp_path, model_dir):
+    store = Store(tmp_path / "store.db")
+    spec = _spec(model_dir, budget=6)
+    d = tmp_path / "tune" / spec.id
+    outcome = ts.run_search(spec, d, ts.EngineExecutor(spec, d, store))
+    assert outcome.used == 6
+    runs = store.runs()
+    assert len(runs) == 6
+    for run in runs:
+        assert run.origin == "tune"
+        assert run.campaign.kind == "tune" and run.campaign.name == spec.id
+        assert run.verification["load"]["requests"] == 32
+        assert run.verification["throughput"] > 0
+    # seeded start-ups began from the caches of an earlier start-up of the same configuration
+    seeded = [r for r in outcome.rows if r.cache == "seeded"]
+    assert seeded
+    by = {k.name: k for k in spec.knobs}
+    for r in seeded:
+        earlier = [q for q in outcome.rows[: r.trial]
+                   if cache_key(q.knobs, by) == cache_key(r.knobs, by)]
+        assert earlier, r
+    assert (d / "caches" / "default" / "vllm" / "torch_compile_cache" / "graph").exists()
+    assert outcome.best_s < outcome.baseline_s
+    doc = tune_json(spec, outcome, store)
+    assert set(doc) >= {"baseline", "best", "speedup", "trials"}
+    assert set(doc["best"]) >= {"argv", "env", "time_to_ready_s", "throughput_ratio"}
+    assert doc["baseline"]["id"] == outcome.baseline_run
+    assert doc["speedup"] == pytest.approx(outcome.speedup)
+    json.dumps(doc)
+
+    # plan --tuned reads the JSON
+    path = tmp_path / "tune.json"
+    path.write_text(json.dumps(doc))
+    t = tuned_startup(path)
+    assert t["startup_s"] == pytest.approx(outcome.best_s)
+    assert t["savings_s"] == pytest.approx(outcome.baseline_s - outcome.best_s)
+
+    # bundle the winner's caches; it unpacks into a fresh cache root, checked first
+    out = tmp_path / "caches.tar.gz"
+    manifest = tb.pack_session(d, out)
+    assert manifest["engine"]["version"] == "0.32.0"
+    assert manifest["model"]["sha256"] == tb.model_sha256(model_dir)
+    with tarfile.open(out) as tar:
+        assert tar.getnames()[0] == "manifest.json"
+    dest = tmp_path / "fresh"
+    tb.check(tb.read_manifest(out), engine_version="0.32.0", torch="2.13.0+cpu",
+             model_path=str(model_dir), bundle=out)
+    tb.unpack(out, dest)
+    assert (dest / "vllm" / "torch_compile_cache" / "graph").exists()
+
+
+def test_bundle_from_another_engine_or_model_is_refused_whole(tmp_path, model_dir):
+    root = tmp_path / "cache"
+    (root / "vllm").mkdir(parents=True)
+    (root / "vllm" / "x").write_text("compiled")
+    man = tb.build_manifest(engine_version="0.31.0", torch="2.13.0+cpu", python="3.11",
+                            model_path=str(model_dir), config={"cache_key": "default"})
+    out = tb.pack(root, tmp_path / "b.tar.gz", man)
+    assert out["files"] == 1
+    with pytest.raises(ColdscopeError, match=r"made for vLLM 0\.31\.0, this is vLLM 0\.32\.0"):
+        tb.check(tb.read_manifest(tmp_path / "b.tar.gz"), engine_version="0.32.0",
+                 torch="2.13.0+cpu", model_path=str(model_dir), bundle=tmp_path / "b.tar.gz")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.json").write_text('{"model_type": "mistral"}')
+    with pytest.raises(ColdscopeError, match="another model"):
+        tb.check(tb.read_manifest(tmp_path / "b.tar.gz"), engine_version="0.31.0",
+                 torch="2.13.0+cpu", model_path=str(other), bundle=tmp_path / "b.tar.gz")
+    (tmp_path / "junk.tar.gz").write_bytes(b"not a tar")
+    with pytest.raises(ColdscopeError, match="not a coldscope cache bundle"):
+        tb.read_manifest(tmp_path / "junk.tar.gz")
+
+
+def test_session_refuses_bundle_before_touching_caches(tmp_path, model_dir):
+    root = tmp_path / "cache"
+    (root / "vllm").mkdir(parents=True)
+    (root / "vllm" / "x").write_text("compiled")
+    out = tmp_path / "b.tar.gz"
+    tb.pack(root, out, tb.build_manifest(engine_version="0.31.0", torch="2.13.0+cpu",
+                                         python="3.11", model_path=str(model_dir),
+                                         config={"cache_key": "default"}))
+    spec = _spec(model_dir, budget=2)
+    d = tmp_path / "session"
+    with pytest.raises(ColdscopeError, match="refused"):
+        tb.unpack_for_session(out, d, spec)
+    assert not (d / "caches").exists()
+
+
+def test_tuned_loader_rejects_other_json(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_text('{"runs": []}')
+    with pytest.raises(ColdscopeError, match="coldscope tune --json"):
+        tuned_startup(p)
+    with pytest.raises(ColdscopeError, match="no tune file"):
+        tuned_startup(tmp_path / "missing.json")
