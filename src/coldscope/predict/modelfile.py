@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from coldscope.errors import ColdscopeError, validation_error
 
-SCHEMA_VERSION = 2
-FILE_KIND = "coldscope-startup-model"
+SCHEMA_VERSION: Literal[2] = 2
+FILE_KIND: Literal["coldscope-startup-model"] = "coldscope-startup-model"
 
 
 class _Record(BaseModel):
