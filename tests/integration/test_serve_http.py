@@ -202,6 +202,15 @@ def test_http_api_answers_like_the_cli(serve: Serve) -> None:
     assert r.status_code == 200 and r.json() == expected
     features = _cli_json(["features", str(model), "--json"])
     assert serve.client.post("/v1/predict", json=features).json() == expected
+    plan = serve.client.post("/v1/plan", json={"model": "llama-3.1-8b", "sla_p99_ttft": "2s"})
+    assert plan.status_code == 200 and plan.json() == _cli_json(
+        ["plan", "--model", str(CONFIGS.resolve() / "llama-3.1-8b"), "--sla-p99-ttft", "2s",
+         "--startup-model", str(serve.startup_model), "--store", store, "--json"])
+    hint = serve.client.get("/v1/scale-hint", params={"model": "tiny-llama", "rate": 0.5,
+                                                      "sla_p99_ttft": "2s"}).json()
+    assert hint["startup_source"].startswith("observed: median to P90 of 1 stored")
+    assert hint["startup_s"]["low"] == next(
+        r["time_to_ready_s"] for r in runs if r["model"]["name"] == "tiny-llama")
     spec = serve.client.get("/openapi.json").json()
     assert "/v1/scale-hint" in spec["paths"]
     with httpx.Client(base_url=serve.url, timeout=10) as anonymous:

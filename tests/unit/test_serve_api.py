@@ -250,3 +250,32 @@ def test_scale_hint_uses_the_prediction_or_the_observed_startups(
     r = client.get("/v1/scale-hint", params={**query, "sla_p99_ttft": "soon"})
     assert r.status_code == 400 and "\n" not in r.json()["error"]
     assert client.get("/v1/scale-hint", params={**query, "rate": -1}).status_code == 422
+
+
+def test_plan_equals_the_cli(service: Service, startup_model: Path) -> None:
+    service.watcher.poll_once()  # the store exists, as for the CLI
+    client = TestClient(create_app(service))
+    model = CONFIGS.resolve() / "llama-2-7b-hf"
+    store = str(service.store_path)
+    cases = [
+        ({"model": "llama-2-7b-hf", "sla_p99_ttft": "2s"},
+         ["--model", str(model), "--sla-p99-ttft", "2s", "--startup-model", str(startup_model)]),
+        ({"params": "70B", "mitigate": ["compile_cache", "preseeded_image"], "min_workers": 1,
+          "products": 3, "gpu": "H100"},
+         ["--params", "70B", "--mitigate", "compile_cache,preseeded_image", "--min-workers",
+          "1", "--products", "3", "--gpu", "H100"]),
+    ]
+    for body, args in cases:
+        r = client.post("/v1/plan", json=body)
+        assert r.status_code == 200, r.text
+        assert r.json() == _cli_json(["plan", *args, "--store", store, "--json"])
+    for body, message in [
+        ({"model": "/etc/passwd"}, "outside every --model-root"),
+        ({"params": "70B", "profile": "../../etc/x.yaml"}, "outside every --model-root"),
+        ({"params": "70B", "store": "/tmp/other.db"}, "serve's own"),
+        ({"params": "70B", "startup_model": "/tmp/m.json"}, "serve's own"),
+        ({"params": "70B", "min_workers": -1}, "min_workers"),
+        ({"params": "70B", "bogus": 1}, "bogus"),
+    ]:
+        r = client.post("/v1/plan", json=body)
+        assert r.status_code == 400 and message in r.json()["error"], (body, r.text)

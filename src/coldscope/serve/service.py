@@ -197,10 +197,8 @@ class Service:
     def plan(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """``plan --json`` for plan options given by their CLI names. Files named in the body
         must lie under a --model-root; the startup model and the store are serve's own."""
-        try:
-            from coldscope.plan import PlanRequest, plan
-        except ImportError:
-            raise ColdscopeError("this coldscope has no plan function for serve") from None
+        from coldscope.plan import PlanRequest, plan
+
         options = dict(body)
         for key in ("startup_model", "store"):
             if key in options:
@@ -213,12 +211,15 @@ class Service:
                 options[key] = str(self.resolve_model(options[key]))
         if self.config.startup_model and options.get("model") is not None:
             options["startup_model"] = self.config.startup_model
-        options["store"] = str(self.store_path)
+        if self.store_path.exists():
+            options["store"] = str(self.store_path)
+        else:
+            options["no_store"] = True  # what the CLI does when the default store is absent
         try:
             request = PlanRequest(**options)
         except ValidationError as exc:
             raise validation_error(exc, "plan request") from None
-        return _dump(plan(request))
+        return plan(request).to_json()
 
     def scale_hint(self, model: str, rate: float, sla: str, *, gpu: str | None = None,
                    replica_rps: float | None = None,
@@ -316,15 +317,6 @@ class Service:
 
 _PREDICT_OPTIONS = ("capture_sizes", "storage_bandwidth", "page_cache")
 _PLAN_FILES = ("model", "profile", "traffic", "trace", "tiers")
-
-
-def _dump(obj: Any) -> dict[str, Any]:
-    """A report object as its command's --json prints it."""
-    if hasattr(obj, "to_json"):
-        return obj.to_json()
-    if hasattr(obj, "model_dump"):
-        return obj.model_dump(mode="json")
-    return dict(obj)
 
 
 def _interval_dict(value: Any) -> dict[str, float]:
