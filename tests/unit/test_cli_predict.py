@@ -115,6 +115,55 @@ def test_fit_from_an_empty_store_is_a_clear_error(tmp_path: Path,
     assert "empty training set" in capsys.readouterr().err
 
 
+def _store_of_shapes(tmp_path: Path, db: str, layer_counts: tuple[int, ...],
+                     compile_per_layer: float = 5.0, bootstrap: float = 30.0) -> Path:
+    """A real store with one run per config-only llama shape (compile = 20 + k x layers)."""
+    from coldscope.store import Store
+
+    store = Store(tmp_path / db)
+    for i, layers in enumerate(layer_counts):
+        d = tmp_path / f"shape{i}"
+        d.mkdir(exist_ok=True)
+        config = json.loads((CONFIGS / "llama-3.2-1b" / "config.json").read_text())
+        config.update(num_hidden_layers=layers, hidden_size=256, intermediate_size=512,
+                      num_attention_heads=4, num_key_value_heads=1, head_dim=64, vocab_size=1000)
+        (d / "config.json").write_text(json.dumps(config))
+        (d / "tokenizer.json").write_text("t" * (1000 * (i + 1)))
+        stages = {b: None for b in BUCKETS}
+        stages.update(bootstrap=bootstrap, tokenizer=0.2, model_loading=1.0,
+                      torch_compile=compile_per_layer * (4 + layers), kv_cache_profiling=2.0,
+                      server_ready=1.0, unattributed=0.5)
+        store.add_run({"id": f"run{i}", "status": "ok", "started_at": f"2026-11-29T10:0{i}:00Z",
+                       "cache": "cold", "time_to_ready_s": sum(v for v in stages.values() if v),
+                       "stages": stages, "environment": {"cpu_model": "x"},
+                       "engine": {"name": "vllm", "version": "0.32.0", "compile": True},
+                       "model": {"path": str(d), "name": d.name}})
+    store.close()
+    return tmp_path / db
+
+
+def test_calibrate_from_store_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Fit on one machine's store, calibrate with two runs from another machine's store."""
+    base = tmp_path / "base.json"
+    assert main(["fit", "--store", str(_store_of_shapes(tmp_path, "a.db", (2, 4, 6, 8))),
+                 "--formulas", "auto", "--out", str(base)]) == 0
+    other = _store_of_shapes(tmp_path, "b.db", (2, 4, 6, 8), compile_per_layer=2.5,
+                             bootstrap=33.0)
+    new = tmp_path / "new.json"
+    capsys.readouterr()
+    assert main(["calibrate", str(base), "--store", str(other), "--models", "shape0,shape3",
+                 "--out", str(new), "--json"]) == 0
+    s = _json(capsys)
+    assert s["stages"]["torch_compile"]["kind"] == "ratio"
+    assert s["stages"]["torch_compile"]["value"] == pytest.approx(0.5)
+    assert s["stages"]["bootstrap"]["value"] == pytest.approx(3.0)
+    for i, layers in ((1, 4), (2, 6)):
+        assert main(["predict", str(tmp_path / f"shape{i}"), "--startup-model", str(new),
+                     "--json"]) == 0
+        p = _json(capsys)
+        assert p["total_s"] == pytest.approx(33 + 0.2 + 1 + 2.5 * (4 + layers) + 2 + 1 + 0.5)
+
+
 def test_fit_from_store_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Runs of four config-only model shapes in a real store, fitted through the CLI."""
     from coldscope.store import Store
