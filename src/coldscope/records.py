@@ -198,6 +198,19 @@ class Membership(_Record):
     started_with: list[str] = Field(default_factory=list)
 
 
+class Launch(_Record):
+    """Who launched a run and what it leaves behind if it is killed: the coldscope process
+    (pid and start time, so a reused pid is not mistaken for it) and the temporary and
+    per-run cache directories. The next coldscope command uses it to recover a run whose
+    coldscope was killed (status ``running`` -> ``lost``)."""
+
+    owner_pid: int
+    owner_started: float = Field(description="the owner's process start time (Unix s)")
+    host: str | None = None
+    tmp_dir: str | None = None
+    cache_dir: str | None = Field(None, description="removed with the run (cold caches)")
+
+
 class MissedItem(_Record):
     what: str
     seconds: float | None = None
@@ -247,6 +260,7 @@ class Run(_Record):
     cpu: CpuSamples | None = None
     paper_metrics: dict[str, float | None] | None = None
     missed_by_paper_parser: list[MissedItem] | None = None
+    launch: Launch | None = None
 
     # -- the typed timeline ------------------------------------------------------------------
 

@@ -52,6 +52,7 @@ from coldscope.records import (
     CpuSamples,
     EngineInfo,
     Environment,
+    Launch,
     ModelRef,
     Run,
     Storage,
@@ -63,6 +64,9 @@ if TYPE_CHECKING:
 
 RUN_ID_ENV = "COLDSCOPE_RUN_ID"
 TMP_PREFIX = "coldscope-"
+OWNER_FILE = ".coldscope-owner"
+"""In each run's TMPDIR: ``PID START_TIME`` of the coldscope that made it, so a later coldscope
+can tell a stale directory (owner gone) from one in use."""
 
 
 class RunConfig(BaseModel):
@@ -310,6 +314,7 @@ class CacheDirs:
             Path(path).mkdir(parents=True, exist_ok=True)
         if self.tmp is None:
             self.tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX))
+            (self.tmp / OWNER_FILE).write_text(_owner_stamp())
         out["TMPDIR"] = str(self.tmp)
         return dict(sorted(out.items()))
 
@@ -415,6 +420,10 @@ def run_once(config: RunConfig, *, run_id: str | None = None, cache_state: str |
             {k: environment.package(k) for k in engine.packages}, None)),
         environment=environment,
         health_url=health_url, log_path=str(run_dir / "engine.log"),
+        launch=Launch(owner_pid=os.getpid(), owner_started=_SELF_STARTED,
+                      host=socket.gethostname(), tmp_dir=str(dirs.tmp),
+                      cache_dir=str(dirs.root) if config.cache == "cold"
+                      and not config.keep_cold_caches else None),
     )
     launch: dict[str, Any] = {"mono": 0.0, "wall": 0.0, "root_pid": None}
     lines: list[tuple[float, str]] = []
@@ -584,14 +593,19 @@ def profile(config: RunConfig, store: Store | None = None, *,
     storing each as soon as it ends. Ctrl-C, SIGTERM and SIGHUP store the interrupted run as
     failed, stop the engine, and stop."""
     records = []
+    if store is not None:
+        recover_lost(store)
+    sweep_stale_tmp()
     todo = config.repeat
     if config.cache == "warm" and not cache_dirs(config, "x").warm_filled:
         todo += 1
+    on_start = store.add_run if store is not None else None
     with _signals_interrupt():
         for _ in range(todo):
             run_id = new_run_id()
             try:
-                run, evidence = run_once(config, run_id=run_id, on_line=on_line)
+                run, evidence = run_once(config, run_id=run_id, on_line=on_line,
+                                         on_start=on_start)
             except RunInterrupted as stop:
                 if store is not None:
                     store.add_run(stop.record, stop.evidence)
@@ -602,6 +616,67 @@ def profile(config: RunConfig, store: Store | None = None, *,
             if on_run:
                 on_run(run)
     return records
+
+
+_SELF_STARTED = psutil.Process().create_time()
+
+
+def _owner_stamp() -> str:
+    return f"{os.getpid()} {_SELF_STARTED}"
+
+
+def _alive(pid: int, started: float) -> bool:
+    """Is the process ``pid`` that started at ``started`` (Unix s) still running? A reused
+    pid has another start time."""
+    try:
+        return abs(psutil.Process(pid).create_time() - started) < 0.5
+    except (psutil.Error, OSError):
+        return False
+
+
+def recover_lost(store: Store) -> list[str]:
+    """Runs left ``running`` by a coldscope that is gone (SIGKILL, power loss): stop any of
+    their processes still alive, remove their temporary and cold-cache directories, and mark
+    them ``lost`` with the reason. Runs whose coldscope still runs (on this host) are left
+    alone. Returns the ids recovered."""
+    recovered = []
+    host = socket.gethostname()
+    for run in store.runs(status="running"):
+        launch = run.launch
+        if launch is not None and launch.host not in (None, host):
+            continue  # another machine's run: its own coldscope recovers it
+        if launch is not None and _alive(launch.owner_pid, launch.owner_started):
+            continue
+        survivors = _processes_of_run(run.id)
+        for p in survivors:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        psutil.wait_procs(survivors, timeout=5)
+        for d in (launch.tmp_dir, launch.cache_dir) if launch is not None else ():
+            if d:
+                shutil.rmtree(d, ignore_errors=True)
+        reason = "coldscope stopped before the run ended (killed?)"
+        if survivors:
+            reason += f"; {len(survivors)} leftover engine process(es) stopped"
+        store.add_run(run.model_copy(update={"status": "lost", "reason": reason}))
+        recovered.append(run.id)
+    return recovered
+
+
+def sweep_stale_tmp() -> list[Path]:
+    """Remove per-run TMPDIRs (``/tmp/coldscope-*``, vLLM's sockets among them) whose
+    coldscope is gone. Directories without an owner stamp are not ours to judge and stay."""
+    removed = []
+    for d in Path(tempfile.gettempdir()).glob(TMP_PREFIX + "*"):
+        try:
+            pid, started = (d / OWNER_FILE).read_text().split()
+            stale = not _alive(int(pid), float(started))
+        except (OSError, ValueError):
+            continue
+        if stale:
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
 
 
 @contextlib.contextmanager

@@ -17,12 +17,11 @@ schema 1 store to schema 2 in one transaction.
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import sqlite3
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -228,13 +227,16 @@ class Store:
     def add_run(self, run: Run | Mapping[str, Any],
                 evidence: Mapping[str, object] | None = None) -> Run:
         """Store one run atomically, with its raw evidence (by kind: ``log``, ``probe``,
-        ``otel``, ``launch``) so its timeline can be rebuilt later. A plain dict is read as a
-        schema 1 record (transitional: for callers not yet building ``Run``)."""
+        ``otel``, ``launch``) so its timeline can be rebuilt later. A run stored earlier with
+        status ``running`` (recorded before its engine started) is replaced; any other run with
+        the same id is an integrity error. A plain dict is read as a schema 1 record
+        (transitional: for callers not yet building ``Run``)."""
         if self.readonly:
             raise ColdscopeError(f"{self.path} was opened read-only")
         if not isinstance(run, Run):
             run = Run.from_json(run)
         with self._tx() as cur:
+            cur.execute("DELETE FROM runs WHERE id = ? AND status = 'running'", (run.id,))
             cur.execute(
                 "INSERT INTO runs (id, schema_version, origin, started_at, status, reason, cache,"
                 " label, config_key, model_path, engine_version, time_to_ready_s, first_token_s,"
@@ -366,66 +368,6 @@ class Store:
 
     def count(self) -> int:
         return int(self._conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
-
-    # -- export ------------------------------------------------------------------------------
-
-    def export(self, out: Path, fmt: str | None = None, runs: Iterable[Run] | None = None) -> int:
-        """Write one row per run (stage columns in seconds) as CSV or Parquet; returns rows."""
-        out = Path(out)
-        fmt = fmt or out.suffix.lstrip(".").lower()
-        if fmt not in ("csv", "parquet"):
-            raise ColdscopeError(f"unknown export format {fmt!r}; use csv or parquet")
-        rows = [flat_row(r) for r in (runs if runs is not None else self.runs(status=None))]
-        columns = _columns(rows)
-        try:
-            if fmt == "csv":
-                with out.open("w", newline="") as f:
-                    writer = csv.DictWriter(f, fieldnames=columns)
-                    writer.writeheader()
-                    writer.writerows(rows)
-            else:
-                try:
-                    import pyarrow as pa
-                    import pyarrow.parquet as pq
-                except ImportError:
-                    raise ColdscopeError(
-                        "Parquet export needs pyarrow: pip install pyarrow") from None
-                table = pa.table({c: [r.get(c) for r in rows] for c in columns})
-                pq.write_table(table, out)
-        except OSError as exc:
-            raise ColdscopeError(f"cannot write {out}: {exc.strerror or exc}") from None
-        return len(rows)
-
-
-def flat_row(run: Run) -> dict[str, Any]:
-    """A run as one flat row: identity, totals, one column per bucket and sub-step."""
-    row: dict[str, Any] = {
-        "id": run.id,
-        "started_at": run.started_at,
-        "status": run.status,
-        "reason": run.reason,
-        "cache": run.cache,
-        "label": run.label,
-        "model": run.model.path,
-        "engine_version": run.engine.version,
-        "cpu_model": run.environment.cpu_model,
-        "time_to_ready_s": run.time_to_ready_s,
-        "first_token_s": run.first_token_s,
-    }
-    for b in BUCKETS:
-        row[b] = run.stages.get(b)
-    for k, v in sorted(run.substeps.items()):
-        row[k] = v
-    return row
-
-
-def _columns(rows: list[dict[str, Any]]) -> list[str]:
-    columns: list[str] = []
-    for r in rows:
-        for k in r:
-            if k not in columns:
-                columns.append(k)
-    return columns or ["id"]
 
 
 def _like_prefix(prefix: str) -> str:

@@ -137,3 +137,32 @@ def test_parse_reproduces_the_paper_parser_on_a_real_log(shared):
     assert r["paper_metrics"]["load_weights"] == pytest.approx(1.69, abs=0.05)
     assert r["stages"]["cuda_graph_capture"] == pytest.approx(1.88, abs=0.05)
     assert r["stages"]["bootstrap"] is None  # a log cannot show it: unknown, not zero
+
+
+def test_sigkilled_profile_run_is_recovered_as_lost_by_the_next_profile(tmp_path):
+    """SIGKILL cannot be handled: the run was recorded as running before the engine started;
+    the launcher dies with coldscope (parent-death signal); the next profile stops what
+    escaped, removes the run's temporary directories and marks it lost."""
+    db = tmp_path / "s.db"
+    cmd = fake_profile(tmp_path, "--quiet", mode="stubborn")
+    cmd += ["--delay", "60"]  # the engine's escaped child is up long before it is ready
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 30
+    while time.time() < deadline and len(run_processes()) < 2:
+        time.sleep(0.1)
+    assert len(run_processes()) >= 2, "the engine and its escaped child never started"
+    [running] = Store(db, create=False).runs(status="running")
+    tmp_dir = Path(running.launch.tmp_dir)
+    assert tmp_dir.exists()
+    proc.kill()
+    proc.wait(timeout=10)
+    time.sleep(0.5)
+    assert run_processes(), "the escaped child should outlive a SIGKILLed coldscope"
+    out = subprocess.run(fake_profile(tmp_path, "--quiet"), capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert not run_processes()
+    assert not tmp_dir.exists()
+    lost = Store(db, create=False).run(running.id)
+    assert lost.status == "lost" and "leftover engine process" in lost.reason
+    assert [r.status for r in Store(db, create=False).runs(status=None)] == ["lost", "ok"]

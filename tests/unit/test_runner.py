@@ -151,3 +151,20 @@ def test_vllm_server_without_host_is_bound_to_loopback_and_says_so(tmp_path):
     chosen = cfg.model_copy(update={"command": [*cfg.command, "--host", "localhost"]})
     run, _ = run_once(chosen)
     assert run.engine.argv.count("--host") == 1 and not any("bound to" in n for n in run.notes)
+
+
+def test_stale_tmp_dirs_of_dead_coldscopes_are_swept(tmp_path, monkeypatch):
+    import tempfile
+
+    from coldscope import runner
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = tmp_path / "coldscope-dead"
+    mine = tmp_path / "coldscope-mine"
+    foreign = tmp_path / "coldscope-nostamp"
+    for d in (dead, mine, foreign):
+        d.mkdir()
+    (dead / runner.OWNER_FILE).write_text(f"{2**22 + 4321} 1.0")  # no such process
+    (mine / runner.OWNER_FILE).write_text(runner._owner_stamp())
+    assert runner.sweep_stale_tmp() == [dead]
+    assert not dead.exists() and mine.exists() and foreign.exists()
