@@ -279,3 +279,32 @@ def test_plan_equals_the_cli(service: Service, startup_model: Path) -> None:
     ]:
         r = client.post("/v1/plan", json=body)
         assert r.status_code == 400 and message in r.json()["error"], (body, r.text)
+
+
+def test_watched_startups_are_compared_with_the_prediction(tmp_path: Path,
+                                                           startup_model: Path) -> None:
+    import shutil
+
+    roots = tmp_path / "models"
+    shutil.copytree(CONFIGS / "llama-3.2-1b", roots / "tiny-llama")  # found by the log's name
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "r1.log").write_bytes((CPU / "serve_cold.log").read_bytes())
+    s = Service(ServeConfig(store=str(tmp_path / "s.db"), startup_model=str(startup_model),
+                            watch=[str(logs)], model_roots=[str(roots)]))
+    assert s.watcher is not None
+    s.watcher.poll_once()
+    client = TestClient(create_app(s))
+    predicted = client.post("/v1/predict", json={"model": "tiny-llama"}).json()
+    (run,) = client.get("/v1/runs").json()["runs"]
+    text = client.get("/metrics").text
+    total = predicted["total_s"]
+    assert f'coldscope_startup_predicted_seconds{{model="tiny-llama"}} {total}' in text
+    error = run["time_to_ready_s"] - total
+    line = next(ln for ln in text.splitlines()
+                if ln.startswith('coldscope_startup_prediction_error_seconds{model="tiny-llama"}'))
+    assert float(line.split()[-1]) == pytest.approx(error)
+    low, high = predicted["interval"]["low"], predicted["interval"]["high"]
+    inside = "true" if low <= run["time_to_ready_s"] <= high else "false"
+    assert (f'coldscope_startup_prediction_inside_interval_total{{inside="{inside}",'
+            f'model="tiny-llama"}} 1.0') in text

@@ -13,11 +13,11 @@ pods therefore cannot grow the series count without limit; ``stage`` is always o
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from coldscope.stages import BUCKETS
@@ -58,13 +58,13 @@ class _InProgress(Collector):
                  replica: BoundedLabel, errors: Callable[[], int]):
         self.source, self.replica, self.errors = source, replica, errors
 
-    def describe(self):
+    def describe(self) -> Iterator[Metric]:
         # without this, registering would call ``collect`` (and the watcher) at once
         yield GaugeMetricFamily("coldscope_startups_in_progress", "")
         yield GaugeMetricFamily("coldscope_startup_in_progress_seconds", "", labels=["replica"])
         yield CounterMetricFamily("coldscope_watch_errors", "")
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         count = GaugeMetricFamily("coldscope_startups_in_progress",
                                   "Start-ups seen in the watched logs and not yet ready")
         elapsed = GaugeMetricFamily(
