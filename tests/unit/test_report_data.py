@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from coldscope.records import Run
 from coldscope.report import data as d
 from coldscope.stages import BUCKETS, MODEL_LOADING, TORCH_COMPILE, UNATTRIBUTED
 
@@ -19,8 +20,8 @@ PAPER = SHARED / "data" / "paper"
 
 
 def record(rid: str, cache: str = "cold", model: str = "tiny", scale: float = 1.0,
-           **over) -> dict:
-    """A small run record of the store's shape: bootstrap 10, loading 2, compile 5, ready 1,
+           **over) -> Run:
+    """A small run: bootstrap 10, loading 2, compile 5, ready 1,
     unattributed 0.5 seconds (times ``scale``), with intervals, segments and CPU samples."""
     s = {b: None for b in BUCKETS}
     s.update(bootstrap=10 * scale, tokenizer=0.0, model_loading=2 * scale,
@@ -33,6 +34,7 @@ def record(rid: str, cache: str = "cold", model: str = "tiny", scale: float = 1.
         t += s[b]
     rec = {
         "id": rid, "status": "ok", "cache": cache, "label": None, "time_to_ready_s": ttr,
+        "started_at": "2026-01-01T00:00:00+00:00",
         "first_token_s": ttr + 0.1, "stages": s, "substeps": {"model_loading/weights": 1.0},
         "sources": {"bootstrap": "probe", "model_loading": "span"},
         "intervals": [
@@ -56,7 +58,7 @@ def record(rid: str, cache: str = "cold", model: str = "tiny", scale: float = 1.
         "model": {"path": f"/models/{model}", "name": model},
     }
     rec.update(over)
-    return rec
+    return Run.model_validate(rec)
 
 
 def test_summary_matches_statistics_module():
@@ -147,12 +149,12 @@ def test_scaling_fits_loading_against_weight_bytes():
     for i, gb in enumerate((1.0, 2.0, 4.0, 8.0)):
         name = f"m{i}"
         r = record(f"r{i}", model=name)
-        r["stages"][MODEL_LOADING] = 0.5 + 1.5 * gb  # exactly linear
+        r.stages[MODEL_LOADING] = 0.5 + 1.5 * gb  # exactly linear
         recs.append(r)
         feats[name] = SimpleNamespace(weight_bytes=int(gb * 1e9), tokenizer_bytes=None,
                                       graph_size=None, kind="dense")
     feats["m3"].kind = "moe"  # drawn, not fitted
-    recs[3]["stages"][MODEL_LOADING] = 100.0
+    recs[3].stages[MODEL_LOADING] = 100.0
     panel = next(p for p in d.scaling(d.group_runs(recs), feats) if p["stage"] == MODEL_LOADING)
     (series,) = panel["series"]
     assert len(series["points"]) == 4
@@ -180,8 +182,10 @@ def test_predictions_mark_measured_inside_interval():
 
 
 def test_capture_sizes_from_argv_and_vllm_default():
-    assert d._capture_sizes(["--cuda-graph-sizes", "1", "2", "4", "--port", "1"]) == "3"
-    assert d._capture_sizes(["--cuda-graph-sizes=8"]) == "1"
+    vllm = ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"]
+    assert d._capture_sizes([*vllm, "--cuda-graph-sizes", "1", "2", "4", "--port", "1"]) == "3"
+    assert d._capture_sizes([*vllm, "--cuda-graph-sizes=8"]) == "1"
+    assert d._capture_sizes(vllm) is None and d._capture_sizes([]) is None
     assert d.capture_count(512) == 67  # the paper's default number of capture sizes
 
 
@@ -196,17 +200,17 @@ def test_to_csv_round_trips():
 @pytest.mark.skipif(not PAPER.is_dir(), reason="../shared/data/paper not present")
 def test_paper_records_reproduce_the_published_means():
     recs = d.paper_records(PAPER)
-    main = [r for r in recs if r["dataset"] == d.PAPER_MAIN]
+    main = [r for r in recs if r.dataset == d.PAPER_MAIN]
     assert len(main) == 5 * 17
     avg = json.loads((PAPER / "figures/figure-rest/avg_comparison_results.json").read_text())
     i = next(k for k, lab in enumerate(avg["labels"]) if "llama2-13b-hf" in lab)
-    runs = [r for r in main if r["model"]["name"] == "llama2-13b-hf"]
-    mean = statistics.fmean(r["stages"][MODEL_LOADING] for r in runs)
+    runs = [r for r in main if r.model.name == "llama2-13b-hf"]
+    mean = statistics.fmean(r.stages[MODEL_LOADING] for r in runs)
     assert mean == pytest.approx(avg["data"]["model_loading"][i], abs=0.01)  # avg is rounded
     for r in recs:  # buckets add up to the paper's actual_total_time
-        assert sum(v for v in r["stages"].values() if v) == pytest.approx(r["time_to_ready_s"])
-        assert r["stages"][UNATTRIBUTED] is None or r["stages"][UNATTRIBUTED] >= 0
-    fig14 = {r["dims"]["load_format"] for r in recs if r["dataset"].startswith("Fig. 14")}
+        assert sum(v for v in r.stages.values() if v) == pytest.approx(r.time_to_ready_s)
+        assert r.stages[UNATTRIBUTED] is None or r.stages[UNATTRIBUTED] >= 0
+    fig14 = {r.dims["load_format"] for r in recs if r.dataset.startswith("Fig. 14")}
     assert fig14 == {"safetensors", "runai_streamer", "tensorizer"}
     cmps = d.comparisons(d.group_runs(recs))
     eager = next(c for c in cmps if c["dimension"] == "mode")

@@ -76,7 +76,6 @@ def test_cli_writes_report_from_store(tmp_path, two_runs, capsys):
     store = tmp_path / "s.db"
     with Store(store) as s:
         for r in two_runs:
-            r["started_at"] = "2026-01-01T00:00:00+00:00"
             s.add_run(r)
     out = tmp_path / "r.html"
     assert main(["report", "--store", str(store), "-o", str(out), "--runs", "warm",
@@ -87,3 +86,37 @@ def test_cli_writes_report_from_store(tmp_path, two_runs, capsys):
     assert "no successful runs match --model nope" in capsys.readouterr().err
     assert main(["report", "--paper", str(tmp_path / "missing"), "-o", str(out)]) == 2
     assert main(["report", "--store", str(tmp_path / "none.db"), "-o", str(out)]) == 2
+
+
+def test_report_progress_phases_and_when_it_shows(tmp_path, two_runs):
+    """make_report names each phase with a growing fraction; the CLI draws it only on a
+    terminal, without --json, for a store of at least ``LARGE_STORE`` runs."""
+    import io
+
+    from rich.console import Console
+
+    from coldscope.cli.report import report_progress
+    from coldscope.report.build import make_report
+
+    store = tmp_path / "s.db"
+    with Store(store) as s:
+        for r in two_runs:
+            s.add_run(r)
+    seen = []
+    make_report(store_path=store, progress=lambda what, f: seen.append((what, f)))
+    assert seen[0] == ("reading 3 runs", 0.0) and seen[-1] == ("done", 1.0)
+    assert [f for _, f in seen] == sorted(f for _, f in seen)
+    assert any(w.startswith("building charts of 3 runs") for w, _ in seen)
+
+    def shown(**kw) -> str:
+        buf = io.StringIO()
+        out = Console(file=buf, force_terminal=kw.pop("tty", True), width=100)
+        with report_progress(out, store_path=store, **kw) as progress:
+            if progress is not None:
+                make_report(store_path=store, progress=progress)
+        return buf.getvalue()
+
+    assert "report:" in shown(as_json=False, large=2)
+    assert shown(as_json=True, large=2) == ""  # --json
+    assert shown(as_json=False, large=2, tty=False) == ""  # piped
+    assert shown(as_json=False) == ""  # 3 runs: a small store

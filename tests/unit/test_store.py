@@ -1,4 +1,3 @@
-import csv
 import hashlib
 import multiprocessing
 import os
@@ -74,22 +73,6 @@ def test_process_killed_mid_write_loses_no_finished_run(tmp_path):
     assert [r["id"] for r in s.runs(status=None)] == ["r-01"]
     s.add_run(record("r-02"))  # and the store still takes writes
     assert s.count() == 2
-
-
-def test_export_csv_and_parquet(tmp_path):
-    s = Store(tmp_path / "s.db")
-    s.add_run(record("r-01"))
-    s.add_run(record("r-02", ttr=12.5))
-    assert s.export(tmp_path / "runs.csv") == 2
-    rows = list(csv.DictReader((tmp_path / "runs.csv").open()))
-    assert [float(r["time_to_ready_s"]) for r in rows] == [10.0, 12.5]
-    assert rows[0]["model_loading/weights"] == "4.5"
-    pq = pytest.importorskip("pyarrow.parquet")
-    s.export(tmp_path / "runs.parquet")
-    table = pq.read_table(tmp_path / "runs.parquet")
-    assert table.column("model_loading").to_pylist() == [5.0, 5.0]
-    with pytest.raises(ColdscopeError, match="unknown export format"):
-        s.export(tmp_path / "runs.xlsx")
 
 
 def test_not_a_store(tmp_path):

@@ -214,13 +214,26 @@ def trace(run_id, output, otlp_export, store_path, as_json):
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="CSV or Parquet file (by extension, or --format).")
 @click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]), default=None)
+@click.option("--runs", "selectors", default=None, metavar="SEL[,SEL...]",
+              help="Only runs whose cache (cold, warm), label or id prefix is one of these.")
+@click.option("--model", default=None, help="Only runs of this model (name or path).")
+@click.option("--status", type=click.Choice(["ok", "failed", "all"]), default="all",
+              show_default=True)
 @store_option
 @json_option
-def export(output, fmt, store_path, as_json):
-    """Export every stored run, one row per run, for sharing."""
+def export(output, fmt, selectors, model, status, store_path, as_json):
+    """Export stored runs, one row per run, for sharing: the same columns and types in CSV and
+    Parquet whatever the runs hold (docs/export.md); the same filters as `report`."""
+    from coldscope.export import export_runs
+    from coldscope.selection import describe, parse_selectors, select_runs
     from coldscope.store import Store
 
-    n = Store(store_path, create=False).export(Path(output), fmt)
+    sel = parse_selectors(selectors)
+    with Store(store_path, create=False) as store:
+        runs = select_runs(store.runs(status=None if status == "all" else status), sel, model)
+    if not runs and (sel or model):
+        raise ColdscopeError(f"no runs match {describe(sel, model)}")
+    n = export_runs(runs, output, fmt)
     if as_json:
         print_json({"output": output, "runs": n})
     else:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
 
-from coldscope.cli.common import json_option, print_json, store_option
+from coldscope.cli.common import console, json_option, print_json, store_option
 from coldscope.errors import ColdscopeError
+
+#: A store with at least this many runs gets a progress bar (on a terminal, without --json).
+LARGE_STORE = 200
 
 
 @click.command()
@@ -27,12 +32,15 @@ def report(output, runs, model, paper, startup_model, title, store_path, as_json
     """Write a self-contained HTML report (opens offline): stage breakdown, per-process
     timeline, scaling, comparisons, CPU use and predictions, each with a table and CSV."""
     from coldscope.report.build import make_report
+    from coldscope.selection import parse_selectors
 
     if paper is not None and not Path(paper).is_dir():
         raise ColdscopeError(f"paper data directory {paper} does not exist")
-    selectors = [s.strip() for s in (runs or "").split(",") if s.strip()]
-    page, data = make_report(store_path=store_path, runs=selectors, model=model, paper=paper,
-                             startup_model=startup_model, title=title)
+    with report_progress(console(), as_json=as_json, store_path=store_path,
+                         paper=paper) as progress:
+        page, data = make_report(store_path=store_path, runs=parse_selectors(runs),
+                                 model=model, paper=paper, startup_model=startup_model,
+                                 title=title, progress=progress)
     out = Path(output)
     try:
         out.write_text(page, encoding="utf-8")
@@ -48,3 +56,29 @@ def report(output, runs, model, paper, startup_model, title, store_path, as_json
     else:
         click.echo(f"wrote {out} ({summary['bytes'] / 1e6:.2f} MB): {data['runs']} runs, "
                    f"{data['configurations']} configurations")
+
+
+@contextmanager
+def report_progress(out, *, as_json: bool, store_path=None, paper=None,
+                    large: int = LARGE_STORE) -> Iterator[Callable[[str, float], None] | None]:
+    """A rich progress bar fed by ``make_report``'s phases, for a big store on a terminal;
+    None (nothing shown) under ``--json``, when output is piped, and for small stores."""
+    count = large
+    if paper is None and not as_json and out.is_terminal:
+        from coldscope.store import Store
+
+        try:
+            with Store(store_path, create=False) as store:
+                count = store.count()
+        except ColdscopeError:  # make_report says what is wrong with the store
+            count = 0
+    if as_json or not out.is_terminal or count < large:
+        yield None
+        return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("report: {task.description}"), BarColumn(),
+                  TextColumn("{task.percentage:>3.0f} %"), TimeElapsedColumn(),
+                  console=out, transient=True) as bar:
+        task = bar.add_task("starting", total=1.0)
+        yield lambda what, fraction: bar.update(task, description=what, completed=fraction)

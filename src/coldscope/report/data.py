@@ -1,9 +1,9 @@
-"""Chart data for the report: pure functions of run records, model features and a startup model.
+"""Chart data for the report: pure functions of runs, model features and a startup model.
 
-Every function here takes plain data (run records as ``coldscope show --json`` prints them, the
-paper's published tables turned into records of the same shape, ``ModelFeatures``) and returns
-plain JSON-able dicts; ``coldscope.report.html`` draws them. Seconds are floats throughout; times
-inside one run are seconds since the engine's launch.
+Every function here takes typed runs (``coldscope.records.Run``; the paper's published tables
+become ``PaperRun``, a run that also names its dataset and dimensions) and ``ModelFeatures``,
+and returns plain JSON-able dicts; ``coldscope.report.html`` draws them. Seconds are floats
+throughout; times inside one run are seconds since the engine's launch.
 
 Runs are grouped into *configurations*: runs whose ``dimensions`` (model, cache, eager or
 compiled, load format, weights' storage, capture sizes, engine version, machine, label) are all
@@ -24,6 +24,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from coldscope.errors import ColdscopeError
+from coldscope.records import Environment, ModelRef, Run
 from coldscope.stages import (
     BOOTSTRAP,
     BUCKETS,
@@ -62,81 +63,91 @@ MAX_SCALING_SERIES = 3
 
 # -- configurations ----------------------------------------------------------------------------
 
-def dimensions(record: Mapping[str, Any]) -> dict[str, str | None]:
+class PaperRun(Run):
+    """A run from the paper's published tables: a ``Run`` that also names the ``dataset`` (the
+    paper's figure) it comes from and the ``dims`` that figure set (they override what
+    ``dimensions`` reads from the run)."""
+
+    dataset: str | None = None
+    dims: dict[str, str | None] = {}
+
+
+def dataset_of(run: Run) -> str | None:
+    return run.dataset if isinstance(run, PaperRun) else None
+
+
+def dimensions(run: Run) -> dict[str, str | None]:
     """The configuration of a run, one string (or None: not known / not controlled) per
-    dimension. A record's own ``dims`` mapping (the paper importer sets it) overrides."""
-    model = record.get("model") or {}
-    name = model.get("name") or (Path(model["path"]).name if model.get("path") else None)
-    engine = record.get("engine") or {}
-    if engine.get("enforce_eager") or engine.get("compile") is False:
+    dimension. A ``PaperRun``'s own ``dims`` override."""
+    name = run.model.name or (Path(run.model.path).name if run.model.path else None)
+    engine = run.engine
+    if engine.enforce_eager or engine.compile is False:
         mode = "eager"
-    elif engine:
+    elif engine.name or engine.argv or engine.compile is not None:
         mode = "compiled"
     else:
         mode = None
-    version = engine.get("version")
-    page_cache = str(record.get("page_cache") or "")
+    version = engine.version
     dims: dict[str, str | None] = {
         "model": name,
-        "cache": record.get("cache"),
+        "cache": run.cache,
         "mode": mode,
-        "load_format": engine.get("load_format"),
-        "weights": "page cache dropped" if page_cache.startswith("done") else None,
-        "capture_sizes": _capture_sizes(engine.get("argv") or []),
-        "engine": f"{engine.get('name') or 'engine'} {version}" if version else None,
-        "machine": machine_name(record.get("environment") or {}),
-        "label": record.get("label"),
+        "load_format": engine.load_format,
+        "weights": "page cache dropped" if str(run.page_cache or "").startswith("done")
+        else None,
+        "capture_sizes": _capture_sizes(engine.argv),
+        "engine": f"{engine.name or 'engine'} {version}" if version else None,
+        "machine": machine_name(run.environment),
+        "label": run.label,
     }
-    dims.update(record.get("dims") or {})
+    if isinstance(run, PaperRun):
+        dims.update(run.dims)
     return dims
 
 
-def machine_name(env: Mapping[str, Any]) -> str | None:
+def machine_name(env: Environment) -> str | None:
     """A short machine description: CPU model and cores, plus GPUs when there are any."""
-    cpu = env.get("cpu_model")
+    cpu = env.cpu_model
     if not cpu:
         return None
-    text = f"{cpu} ×{env['cpu_cores']}" if env.get("cpu_cores") else str(cpu)
-    gpus = env.get("gpus") or []
-    if gpus:
-        names = [g.get("name", "gpu") if isinstance(g, Mapping) else str(g) for g in gpus]
+    text = f"{cpu} ×{env.cpu_cores}" if env.cpu_cores else str(cpu)
+    names = [g.name or "gpu" for g in env.gpus]
+    if names:
         text += " · " + (f"{len(names)}× {names[0]}" if len(set(names)) == 1 else ", ".join(names))
     return text
 
 
 def _capture_sizes(argv: Sequence[str]) -> str | None:
-    """Number of CUDA-graph capture sizes given on the engine's command line, if any."""
-    for i, arg in enumerate(argv):
-        if arg.startswith("--cuda-graph-sizes"):
-            values = arg.split("=", 1)[1].split() if "=" in arg else []
-            for nxt in argv[i + 1:]:
-                if nxt.startswith("--"):
-                    break
-                values.extend(nxt.replace(",", " ").split())
-            return str(len(values)) if values else None
-    return None
+    """Number of CUDA-graph capture sizes on the engine's command line, as its adapter reads
+    it (``coldscope.engines``), if any."""
+    if not argv:
+        return None
+    from coldscope.engines import resolve
+
+    n = resolve(argv).capture_sizes(argv)
+    return str(n) if n else None
 
 
-def group_runs(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def group_runs(runs: Iterable[Run]) -> list[dict[str, Any]]:
     """Configurations with their runs, in order of first appearance.
 
     A group: ``key`` (stable id), ``dataset`` (the paper's figure; None for stored runs),
-    ``dims``, ``name`` (the values of the dimensions that vary among all records), ``runs``.
+    ``dims``, ``name`` (the values of the dimensions that vary among all runs), ``runs``.
     """
-    records = list(records)
-    all_dims = [dimensions(r) for r in records]
+    runs = list(runs)
+    all_dims = [dimensions(r) for r in runs]
     varying = varying_dimensions(all_dims)
     groups: dict[tuple, dict[str, Any]] = {}
-    for record, dims in zip(records, all_dims, strict=True):
-        key = (record.get("dataset"), *(dims[d] for d in DIMENSIONS))
+    for run, dims in zip(runs, all_dims, strict=True):
+        key = (dataset_of(run), *(dims[d] for d in DIMENSIONS))
         group = groups.get(key)
         if group is None:
             shown = [dims[d] for d in varying if dims[d] is not None] or [dims["model"] or "runs"]
             group = groups[key] = {
-                "key": f"g{len(groups) + 1}", "dataset": record.get("dataset"), "dims": dims,
+                "key": f"g{len(groups) + 1}", "dataset": dataset_of(run), "dims": dims,
                 "name": " · ".join(str(v) for v in shown), "runs": [],
             }
-        group["runs"].append(record)
+        group["runs"].append(run)
     return list(groups.values())
 
 
@@ -157,11 +168,11 @@ def summary(values: Iterable[float | None]) -> dict[str, float | int] | None:
             "min": min(known), "max": max(known)}
 
 
-def bucket_value(record: Mapping[str, Any], bucket: str) -> float | None:
+def bucket_value(run: Run, bucket: str) -> float | None:
     """Seconds of one bucket of a run, or of the whole start-up for ``TOTAL``."""
     if bucket == TOTAL:
-        return record.get("time_to_ready_s")
-    return (record.get("stages") or {}).get(bucket)
+        return run.time_to_ready_s
+    return run.stages.get(bucket)
 
 
 def linear_fit(xs: Sequence[float], ys: Sequence[float]) -> dict[str, float] | None:
@@ -200,24 +211,24 @@ def breakdown(groups: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for g in ordered:
         runs = g["runs"]
         shown = [str(g["dims"][d]) for d in within[g["dataset"]] if g["dims"][d] is not None]
-        na = set().union(*(set(r.get("not_applicable") or []) for r in runs))
+        na = set().union(*(set(r.not_applicable) for r in runs))
         rows.append({
             "key": g["key"], "name": g["name"], "dataset": g["dataset"], "n": len(runs),
             "short": " · ".join(shown) or g["name"], "dims": g["dims"],
             "buckets": {b: summary(bucket_value(r, b) for r in runs) for b in BUCKETS},
             "total": summary(bucket_value(r, TOTAL) for r in runs),
-            "first_token": summary(r.get("first_token_s") for r in runs),
+            "first_token": summary(r.first_token_s for r in runs),
             "not_applicable": sorted(na),
             "sources": _sources(runs),
         })
     return rows
 
 
-def _sources(runs: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+def _sources(runs: Sequence[Run]) -> dict[str, str]:
     """The evidence sources that backed each stage across the runs (e.g. ``span``)."""
     seen: dict[str, set[str]] = {}
     for r in runs:
-        for stage, source in (r.get("sources") or {}).items():
+        for stage, source in r.sources.items():
             seen.setdefault(stage, set()).add(source)
     return {s: "/".join(sorted(v)) for s, v in seen.items()}
 
@@ -228,45 +239,43 @@ def _sources(runs: Sequence[Mapping[str, Any]]) -> dict[str, str]:
 ROLE_ORDER = ("api_server", "engine_core", "worker", "engine", "helper")
 
 
-def representative(runs: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+def representative(runs: Sequence[Run]) -> Run:
     """The run whose time to ready is closest to the median of its configuration."""
-    known = [r for r in runs if r.get("time_to_ready_s") is not None] or list(runs)
-    ttrs = [r.get("time_to_ready_s") or 0.0 for r in known]
+    known = [r for r in runs if r.time_to_ready_s is not None] or list(runs)
+    ttrs = [r.time_to_ready_s or 0.0 for r in known]
     med = statistics.median(ttrs)
-    return min(known, key=lambda r: abs((r.get("time_to_ready_s") or 0.0) - med))
+    return min(known, key=lambda r: abs((r.time_to_ready_s or 0.0) - med))
 
 
-def timeline(record: Mapping[str, Any]) -> dict[str, Any]:
+def timeline(run: Run) -> dict[str, Any]:
     """One run as a per-process Gantt: lanes of evidence intervals (stages on the first row,
     sub-steps below; overlapping bars of one row are packed onto extra rows), the reconciled
     stage segments, the gaps no evidence explains, and the ready / first-token marks."""
-    intervals = record.get("intervals") or []
+    intervals = run.intervals
     lanes: dict[tuple[str, Any], dict[str, Any]] = {}
     for iv in intervals:
-        process = iv.get("process") or "engine"
-        lane = lanes.setdefault((process, iv.get("pid")), {
-            "process": process, "pid": iv.get("pid"), "bars": []})
-        name = iv["name"]
+        process = iv.process or "engine"
+        lane = lanes.setdefault((process, iv.pid), {"process": process, "pid": iv.pid,
+                                                     "bars": []})
         lane["bars"].append({
-            "name": name, "stage": stage_of(name), "depth": 1 if "/" in name else 0,
-            "start": float(iv["start"]), "end": float(iv["end"]),
-            "seconds": float(iv["end"]) - float(iv["start"]), "source": iv.get("source") or "",
+            "name": iv.name, "stage": stage_of(iv.name), "depth": 1 if "/" in iv.name else 0,
+            "start": iv.start, "end": iv.end, "seconds": iv.end - iv.start,
+            "source": iv.source or "",
         })
     ordered = sorted(lanes.values(), key=lambda ln: (
         ROLE_ORDER.index(ln["process"]) if ln["process"] in ROLE_ORDER else len(ROLE_ORDER),
         min(b["start"] for b in ln["bars"])))
     for lane in ordered:
         lane["rows"] = _pack(lane.pop("bars"))
-    segments = [{"bucket": s["bucket"], "start": float(s["start"]), "end": float(s["end"]),
-                 "seconds": float(s["end"]) - float(s["start"])}
-                for s in record.get("segments") or []]
+    segments = [{"bucket": s.bucket, "start": s.start, "end": s.end,
+                 "seconds": s.end - s.start} for s in run.segments]
     if not segments and not intervals:
-        segments = _sequential_segments(record)
+        segments = _sequential_segments(run)
     gaps = [s for s in segments if s["bucket"] == UNATTRIBUTED]
     return {
-        "run": record.get("id"), "time_to_ready": record.get("time_to_ready_s"),
-        "first_token": record.get("first_token_s"), "lanes": ordered, "segments": segments,
-        "gaps": gaps, "sources": dict(record.get("sources") or {}),
+        "run": run.id, "time_to_ready": run.time_to_ready_s,
+        "first_token": run.first_token_s, "lanes": ordered, "segments": segments,
+        "gaps": gaps, "sources": dict(run.sources),
         "sequential": not intervals,
     }
 
@@ -287,13 +296,13 @@ def _pack(bars: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return rows
 
 
-def _sequential_segments(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _sequential_segments(run: Run) -> list[dict[str, Any]]:
     """Stage durations laid end to end in stage order (for data with durations only, like the
     paper's logs): not a measured timeline, and drawn as such."""
     t = 0.0
     out = []
     for bucket in BUCKETS:
-        v = (record.get("stages") or {}).get(bucket)
+        v = run.stages.get(bucket)
         if v:
             out.append({"bucket": bucket, "start": t, "end": t + v, "seconds": v})
             t += v
@@ -306,17 +315,16 @@ def _sequential_segments(record: Mapping[str, Any]) -> list[dict[str, Any]]:
 SATURATED_PERCENT = 90.0
 
 
-def cpu_usage(record: Mapping[str, Any]) -> dict[str, Any] | None:
+def cpu_usage(run: Run) -> dict[str, Any] | None:
     """Per-core utilisation samples of a run, and per bucket: mean utilisation of all cores,
     mean of the busiest core, and mean number of saturated cores, over the samples that fall in
     that bucket's segments. None when the run has no CPU samples."""
-    cpu = record.get("cpu") or {}
-    t, per_core = cpu.get("t") or [], cpu.get("per_core") or []
-    if not t or not per_core:
+    if run.cpu is None or not run.cpu.t or not run.cpu.per_core:
         return None
+    t, per_core = run.cpu.t, run.cpu.per_core
     cores = max(len(row) for row in per_core)
-    interval = float(cpu.get("interval_s") or (t[1] - t[0] if len(t) > 1 else 1.0))
-    segments = record.get("segments") or []
+    interval = float(run.cpu.interval_s or (t[1] - t[0] if len(t) > 1 else 1.0))
+    segments = [{"bucket": s.bucket, "start": s.start, "end": s.end} for s in run.segments]
     by_bucket: dict[str, list[list[float]]] = {}
     for ts, row in zip(t, per_core, strict=False):
         # A sample at ts covers (ts - interval, ts]: attribute it to the bucket at its midpoint.
@@ -337,7 +345,7 @@ def cpu_usage(record: Mapping[str, Any]) -> dict[str, Any] | None:
             "saturated_cores": statistics.fmean(
                 sum(1 for x in r if x >= SATURATED_PERCENT) for r in rows),
         }
-    return {"run": record.get("id"), "interval_s": interval, "cores": cores,
+    return {"run": run.id, "interval_s": interval, "cores": cores,
             "t": [float(x) for x in t], "per_core": [[float(x) for x in row] for row in per_core],
             "per_bucket": per_bucket}
 
@@ -576,7 +584,7 @@ KEY_STAGES, KEY_FINDINGS = 3, 5
 
 
 def key_findings(rows: Sequence[Mapping[str, Any]], cmps: Sequence[Mapping[str, Any]],
-                 records: Sequence[Any]) -> dict[str, Any]:
+                 runs: Sequence[Run]) -> dict[str, Any]:
     """What a reader should see first: the stages that take most of the start-up, the findings
     of the runs (``run.findings``, grouped by id, largest seconds at stake first), and the
     largest change between two compared configurations.
@@ -598,14 +606,14 @@ def key_findings(rows: Sequence[Mapping[str, Any]], cmps: Sequence[Mapping[str, 
                            "share": sum(known) / total})
     stages.sort(key=lambda s: -s["share"])
     by_id: dict[str, dict[str, Any]] = {}
-    for rec in records:
-        for f in _findings_of(rec):
-            entry = by_id.setdefault(f["id"], {
-                "id": f["id"], "stage": f.get("stage"), "runs": 0, "at_stake": [],
-                "evidence": f.get("evidence"), "advice": f.get("advice")})
+    for run in runs:
+        for f in {f.id: f for f in run.findings}.values():  # a run counts once per finding
+            entry = by_id.setdefault(f.id, {
+                "id": f.id, "stage": f.stage, "runs": 0, "at_stake": [],
+                "evidence": f.evidence, "advice": f.advice})
             entry["runs"] += 1
-            if f.get("seconds_at_stake") is not None:
-                entry["at_stake"].append(float(f["seconds_at_stake"]))
+            if f.seconds_at_stake is not None:
+                entry["at_stake"].append(f.seconds_at_stake)
     findings = []
     for entry in by_id.values():
         stake = entry.pop("at_stake")
@@ -613,14 +621,8 @@ def key_findings(rows: Sequence[Mapping[str, Any]], cmps: Sequence[Mapping[str, 
         findings.append(entry)
     findings.sort(key=lambda f: (-(f["seconds_at_stake"] or 0.0), -f["runs"], f["id"]))
     return {"stages": stages[:KEY_STAGES], "findings": findings[:KEY_FINDINGS],
-            "findings_total": len(findings), "runs": len(records),
+            "findings_total": len(findings), "runs": len(runs),
             "change": _largest_change(cmps)}
-
-
-def _findings_of(record: Any) -> list[dict[str, Any]]:
-    found = record.get("findings") if isinstance(record, Mapping) else getattr(
-        record, "findings", None)
-    return [f if isinstance(f, Mapping) else f.model_dump() for f in found or []]
 
 
 def _largest_change(cmps: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
@@ -643,12 +645,12 @@ def _largest_change(cmps: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
 
 # -- the whole report --------------------------------------------------------------------------
 
-def build_report_data(records: Sequence[Mapping[str, Any]], *,
+def build_report_data(records: Sequence[Run], *,
                       features: Mapping[str, Any] | None = None,
                       startup_model: Any = None, title: str = "coldscope start-up report",
                       source: str = "", notes: Sequence[str] = ()) -> dict[str, Any]:
     """Everything the page shows, as one JSON-able dict (``html.render_report`` draws it)."""
-    records = [r for r in records if r.get("status", "ok") == "ok"]
+    records = [r for r in records if r.status == "ok"]
     if not records:
         raise ColdscopeError("no successful runs to report on (see `coldscope runs`)")
     features = features or {}
@@ -683,15 +685,15 @@ def build_report_data(records: Sequence[Mapping[str, Any]], *,
     }
 
 
-def run_row(record: Mapping[str, Any]) -> dict[str, Any]:
+def run_row(run: Run) -> dict[str, Any]:
     """One run as a flat row of the runs table (and its CSV)."""
-    dims = dimensions(record)
-    row: dict[str, Any] = {"id": record.get("id"), "started_at": record.get("started_at")}
+    dims = dimensions(run)
+    row: dict[str, Any] = {"id": run.id, "started_at": run.started_at or None}
     row.update({d: dims[d] for d in DIMENSIONS})
-    row["time_to_ready_s"] = record.get("time_to_ready_s")
-    row["first_token_s"] = record.get("first_token_s")
+    row["time_to_ready_s"] = run.time_to_ready_s
+    row["first_token_s"] = run.first_token_s
     for b in BUCKETS:
-        row[b] = bucket_value(record, b)
+        row[b] = bucket_value(run, b)
     return row
 
 
@@ -745,17 +747,18 @@ _CAPTURE = re.compile(r"_cuda-graph-sizes_([\d_]+?)(?:\.txt|$)")
 _VERSION = re.compile(r"_v(\d+\.\d+\.\d+)(?:\.txt|$)")
 
 
-def paper_records(paper_dir: str | Path) -> list[dict[str, Any]]:
-    """The paper's published measurements as run records of our shape (buckets mapped as in
-    ``coldscope.predict.paper``), one record per model and repetition (the main table's five
-    iterations) or per model (the figures, which publish means). Each record has a ``dataset``
-    (the figure) and ``dims`` (what the figure varied)."""
+def paper_records(paper_dir: str | Path) -> list[PaperRun]:
+    """The paper's published measurements as runs (``PaperRun``, buckets mapped as in
+    ``coldscope.predict.paper``), one per model and repetition (the main table's five
+    iterations) or per model (the figures, which publish means). Each has a ``dataset`` (the
+    figure) and ``dims`` (what the figure varied). Their origin is "log": the paper's numbers
+    were parsed from its engine logs."""
     from coldscope.predict.paper import PAPER_CAPTURE_SIZES, _read
 
     root = Path(paper_dir)
     if not (root / "models_config.json").is_file():
         raise ColdscopeError(f"{root} is not the paper's data directory (no models_config.json)")
-    records: list[dict[str, Any]] = []
+    records: list[PaperRun] = []
     iterations = sorted((root / "figures/figure-rest/iterations").glob("*/comparison_results.json"))
     if not iterations:
         iterations = [root / "figures/figure-rest/avg_comparison_results.json"]
@@ -778,7 +781,7 @@ def capture_count(largest: int) -> int:
 
 
 def _paper_file(results: Mapping[str, Any], dataset: str, dims: Mapping[str, str | None],
-                rep: str, default_capture: int) -> list[dict[str, Any]]:
+                rep: str, default_capture: int) -> list[PaperRun]:
     from coldscope.predict.paper import PAPER_METRICS, TOTAL_METRIC, model_name
 
     labels, data = results["labels"], results["data"]
@@ -816,10 +819,9 @@ def _paper_file(results: Mapping[str, Any], dataset: str, dims: Mapping[str, str
             # One value (Figure 9) is vLLM 0.10's largest captured batch size: it captures
             # [1, 2, 4] + every 8th size up to it (its default, 512, gives the paper's 67).
             rec_dims["capture_sizes"] = str(capture_count(int(capture.group(1).strip("_"))))
-        out.append({
-            "id": f"paper:{dataset}:{model}:{rep}", "status": "ok", "dataset": dataset,
-            "label": None, "time_to_ready_s": total, "first_token_s": None, "stages": stages,
-            "substeps": {}, "sources": {s: "log" for s in STAGES if stages.get(s) is not None},
-            "model": {"path": None, "name": model}, "dims": rec_dims,
-        })
+        out.append(PaperRun(
+            id=f"paper:{dataset}:{model}:{rep}", status="ok", origin="log", started_at="",
+            dataset=dataset, time_to_ready_s=total, stages=stages,
+            sources={s: "log" for s in STAGES if stages.get(s) is not None},
+            model=ModelRef(name=model), dims=rec_dims))
     return out
