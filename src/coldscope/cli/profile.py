@@ -41,12 +41,14 @@ def contract(record) -> dict:
 @click.option("--otlp-export", default=None, metavar="URL",
               help="Also send each run's start-up spans to this OTLP/HTTP collector.")
 @click.option("--quiet", is_flag=True, help="Do not echo the engine's output.")
+@click.option("--bundle", default=None, type=click.Path(dir_okay=False),
+              help="Start from the caches of a `coldscope bundle` file (implies --cache warm).")
 @store_option
 @json_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def profile(repeat, cache, timeout, health_url, ready_pattern, no_request, no_probe, no_spans,
-            drop_page_cache, label, env_pairs, cache_root, otlp_export, quiet, store_path,
-            as_json, command):
+            drop_page_cache, label, env_pairs, cache_root, otlp_export, quiet, bundle,
+            store_path, as_json, command):
     """Profile the start-up of an engine COMMAND (after `--`), e.g.
 
     coldscope profile --repeat 3 -- python -m vllm.entrypoints.openai.api_server --model DIR
@@ -61,6 +63,17 @@ def profile(repeat, cache, timeout, health_url, ready_pattern, no_request, no_pr
         probe=not no_probe, spans=not no_spans, drop_page_cache=drop_page_cache, label=label,
         env=parse_env(env_pairs), cache_root=Path(cache_root),
     )
+    if bundle:
+        import os
+        import sys
+
+        from coldscope.runner import cache_dirs
+        from coldscope.tune.bundle import seed_cache_root
+
+        config.cache = "warm"
+        path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+        seed_cache_root(Path(bundle), cache_dirs(config, "x").root, argv=config.command,
+                        engine_python=shutil.which(config.command[0], path=path))
     store = Store(store_path)
     out = console()
     echo = None if (quiet or as_json) else (lambda line: click.echo(f"  │ {line}", err=True))
