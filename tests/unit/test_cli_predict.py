@@ -274,3 +274,17 @@ def test_predict_for_another_storage_setting(startup_model: Path,
     assert main(["predict", model, "--startup-model", str(startup_model),
                  "--page-cache", "cold"]) == 0  # the model was measured cold: as fitted
     capsys.readouterr()
+
+
+def test_calibrate_suggest_by_size(startup_model: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Without candidates or runs, --suggest says how large the two models must be."""
+    assert main(["calibrate", str(startup_model), "--suggest", "--json"]) == 0
+    guide = _json(capsys)["minimums"]
+    weights = guide["weight_gb"]
+    assert weights["at_least"] == pytest.approx(0.3 * weights["median"])
+    assert "model_loading" in weights["buckets"]
+    # the paper's 12 dense models: median weight 14.54 GB -> at least 4.36 GB
+    assert weights["at_least"] == pytest.approx(4.362, abs=0.01)
+    assert main(["calibrate", str(startup_model), "--suggest"]) == 0
+    assert "weight_gb            >= 4.362 GB" in capsys.readouterr().out

@@ -262,6 +262,22 @@ def calibrate_cmd(base_model: str, out_path: str | None, paper_dir: str | None,
     from coldscope.predictor import StartupModel
 
     base = StartupModel.load(base_model)
+    if suggest and not candidates and paper_dir is None and store_path is None:
+        from coldscope.predict.calibrate import size_guidance
+
+        guide = size_guidance(base.file_)
+        if as_json:
+            print_json(guide)
+            return
+        click.echo("run two dense models on the new machine, each at least:")
+        for name, g in guide["minimums"].items():
+            click.echo(f"  {name:<20} >= {g['at_least']:.4g} {g['unit']}  "
+                       f"(training median {g['median']:.4g}; for {', '.join(g['buckets'])})")
+        click.echo(f"not near-duplicates (weights and layers within "
+                   f"{guide['duplicate_tolerance']:.0%} of each other), and as large as you "
+                   "serve: each ratio is then measured over more seconds. Give --candidates "
+                   "DIR ... to rank real models.")
+        return
     if suggest:
         if candidates:
             from coldscope.predictor import features_of

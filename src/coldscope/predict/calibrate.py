@@ -236,6 +236,28 @@ def _near(a: ModelFeatures, b: ModelFeatures) -> bool:
     return close(a.weight_bytes, b.weight_bytes) and close(a.num_layers, b.num_layers)
 
 
+def size_guidance(file: StartupModelFile) -> dict[str, Any]:
+    """Without candidates: the smallest feature values that identify every bucket.
+
+    For each size term of a size-driven bucket, ``IDENTIFY_FRACTION`` of its training median
+    (a model at least that large identifies the bucket on that term's account).
+    """
+    from coldscope.predict.formulas import FEATURES
+
+    minimums: dict[str, dict[str, Any]] = {}
+    for b in size_driven(file):
+        for t in file.buckets[b].terms:
+            median = file.feature_medians.get(t)
+            if t == INTERCEPT or median is None:
+                continue
+            entry = minimums.setdefault(t, {"at_least": IDENTIFY_FRACTION * median,
+                                            "unit": FEATURES[t].unit, "median": median,
+                                            "buckets": []})
+            entry["buckets"].append(b)
+    return {"minimums": minimums, "fraction": IDENTIFY_FRACTION,
+            "duplicate_tolerance": DUPLICATE_TOLERANCE}
+
+
 def suggest(file: StartupModelFile, candidates: Sequence[ModelFeatures]) -> list[Suggestion]:
     """Every pair of ``candidates`` ranked for calibration; ``accepted`` ones identify every
     bucket (each model on its own) and are not near-duplicates. The score is the pair's
