@@ -25,9 +25,6 @@ class Feature:
 
     unit: str
     get: Callable[[ModelFeatures, Mapping[str, Any]], float | None]
-    #: whether the feature grows with the model's size (its stage scales by a ratio on another
-    #: machine) rather than describing a fixed cost
-    size: bool = True
 
 
 def _scaled(attr: str, scale: float) -> Callable[[Any, Mapping[str, Any]], float | None]:
