@@ -73,6 +73,11 @@ class Serve:
         self.client.close()
         stop(self.proc)
         self.stderr.close()
+        # SIGTERM: uvicorn's graceful shutdown (the watcher is stopped in the lifespan's exit),
+        # then uvicorn re-raises the signal, so the exit status is the signal's
+        text = (self.root / "serve.stderr").read_text()
+        assert self.proc.returncode in (0, -15), text[-2000:]
+        assert "Application shutdown complete" in text and "Traceback" not in text
 
 
 @pytest.fixture(scope="module")

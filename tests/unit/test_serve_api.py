@@ -249,7 +249,11 @@ def test_scale_hint_uses_the_prediction_or_the_observed_startups(
     assert r.status_code == 400 and "no start-up known" in r.json()["error"]
     r = client.get("/v1/scale-hint", params={**query, "sla_p99_ttft": "soon"})
     assert r.status_code == 400 and "\n" not in r.json()["error"]
-    assert client.get("/v1/scale-hint", params={**query, "rate": -1}).status_code == 422
+    r = client.get("/v1/scale-hint", params={**query, "rate": -1})
+    assert r.status_code == 422 and r.json() == {
+        "error": "query.rate: Input should be greater than or equal to 0"}
+    r = client.post("/v1/predict", json=[1, 2])
+    assert r.status_code == 422 and r.json()["error"].startswith("body: ")
 
 
 def test_plan_equals_the_cli(service: Service, startup_model: Path) -> None:

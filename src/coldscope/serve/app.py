@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import Body, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 from coldscope import __version__
@@ -103,6 +104,14 @@ def create_app(service: Service) -> FastAPI:
     @app.exception_handler(ColdscopeError)
     async def user_error(request: Request, exc: ColdscopeError) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=_status_of(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # one line, like every other error, instead of FastAPI's list of details
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ())) or "request"
+        return JSONResponse({"error": f"{where}: {first.get('msg', 'invalid')}"},
+                            status_code=422)
 
     @app.post("/v1/predict", summary="coldscope predict --json")
     async def predict(body: Annotated[dict[str, Any], Body(
