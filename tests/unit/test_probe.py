@@ -25,10 +25,15 @@ if __name__ == "__main__":
 '''
 
 FAKE = '''
-import time
+import asyncio, time
 
 def tokenizer():
+    """Loads the tokenizer."""
     time.sleep(0.1)
+
+async def serve(port: int) -> str:
+    await asyncio.sleep(0.05)
+    return "served"
 
 class Worker:
     def load_model(self):
@@ -86,6 +91,8 @@ def test_probe_times_hooks_in_every_process(tmp_path):
 def test_probe_chains_an_existing_sitecustomize(tmp_path):
     run_probed(tmp_path, extra_site=True)
     assert (tmp_path / "mark").read_text() == "chained"
+    # the probe loads it without writing byte code beside it (it may be the engine's install)
+    assert not (tmp_path / "othersite" / "__pycache__").exists()
 
 
 def test_reader_skips_torn_lines(tmp_path):
@@ -130,3 +137,49 @@ def test_probe_event_encoding_is_json():
     assert back["nan"] is None
     assert {k: back[k] for k in ("mono", "pid", "ok", "none", "nested")} == {
         "mono": 12.5, "pid": 7, "ok": True, "none": None, "nested": {"k": [1, 2.0]}}
+
+
+INTROSPECT = '''
+import asyncio, importlib, inspect, json, sys
+import fakevllm
+
+report = {
+    "serve_is_coroutine": inspect.iscoroutinefunction(fakevllm.serve),
+    "serve_result": asyncio.run(fakevllm.serve(1)),
+    "serve_signature": str(inspect.signature(fakevllm.serve)),
+    "tokenizer_name": fakevllm.tokenizer.__name__,
+    "tokenizer_doc": fakevllm.tokenizer.__doc__,
+    "wrapped": hasattr(fakevllm.tokenizer, "__wrapped__"),
+    "loader": type(fakevllm.__loader__).__name__,
+    "spec_loader": type(fakevllm.__spec__.loader).__name__,
+    "reloaded": importlib.reload(fakevllm) is fakevllm,
+}
+print(json.dumps(report))
+'''
+
+
+def test_wrapped_functions_look_the_same_to_introspection(tmp_path):
+    """functools.wraps semantics, coroutine functions stay coroutine functions, and the
+    module's loader is the real one (issue 14, item 7)."""
+    (tmp_path / "fakevllm.py").write_text(FAKE)
+    (tmp_path / "introspect.py").write_text(INTROSPECT)
+    probe_out = tmp_path / "probe"
+    probe_out.mkdir()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PROBE_DIR), str(tmp_path)]),
+               COLDSCOPE_PROBE_DIR=str(probe_out),
+               COLDSCOPE_PROBE_HOOKS="fakevllm:tokenizer=tokenizer;fakevllm:serve=server_ready")
+    proc = subprocess.run([sys.executable, str(tmp_path / "introspect.py")], env=env,
+                          timeout=60, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    report = json.loads(proc.stdout.splitlines()[-1])
+    assert report == {
+        "serve_is_coroutine": True, "serve_result": "served",
+        "serve_signature": "(port: int) -> str", "tokenizer_name": "tokenizer",
+        "tokenizer_doc": "Loads the tokenizer.", "wrapped": True,
+        "loader": "SourceFileLoader", "spec_loader": "SourceFileLoader", "reloaded": True,
+    }
+    [root] = [p for p in read_probe_dir(probe_out) if p.intervals("server_ready")]
+    [(a, b)] = root.intervals("server_ready")
+    assert b - a >= 0.04  # timed until the coroutine finished, not until it was created

@@ -128,25 +128,52 @@ def _process_start_mono():
         return None
 
 
-def _wrap(func, name):
-    def wrapper(*args, **kwargs):
-        t = time.perf_counter()
-        depth = getattr(_local, name, 0)
-        setattr(_local, name, depth + 1)
-        _cost[0] += time.perf_counter() - t
-        if depth == 0:
-            _event("begin", name)
-        try:
-            return func(*args, **kwargs)
-        finally:
-            t = time.perf_counter()
-            setattr(_local, name, depth)
-            _cost[0] += time.perf_counter() - t
-            if depth == 0:
-                _event("end", name)
+# What functools.wraps copies (WRAPPER_ASSIGNMENTS, WRAPPER_UPDATES, __wrapped__), without
+# importing functools before the engine does.
+_ASSIGNED = ("__module__", "__name__", "__qualname__", "__doc__", "__annotations__",
+             "__type_params__")
+_CO_COROUTINE = 0x80  # inspect.CO_COROUTINE
 
-    wrapper.__wrapped__ = func
-    for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
+
+def _enter(name):
+    t = time.perf_counter()
+    depth = getattr(_local, name, 0)
+    setattr(_local, name, depth + 1)
+    _cost[0] += time.perf_counter() - t
+    if depth == 0:
+        _event("begin", name)
+    return depth
+
+
+def _leave(name, depth):
+    t = time.perf_counter()
+    setattr(_local, name, depth)
+    _cost[0] += time.perf_counter() - t
+    if depth == 0:
+        _event("end", name)
+
+
+def _wrap(func, name):
+    """``func`` timed as ``name`` (outermost call only). The wrapper looks like ``func`` to
+    introspection, as with ``functools.wraps``; a coroutine function stays a coroutine
+    function (``inspect.iscoroutinefunction``), timed until its coroutine finishes."""
+    code = getattr(func, "__code__", None)
+    if code is not None and code.co_flags & _CO_COROUTINE:
+        async def wrapper(*args, **kwargs):
+            depth = _enter(name)
+            try:
+                return await func(*args, **kwargs)
+            finally:
+                _leave(name, depth)
+    else:
+        def wrapper(*args, **kwargs):
+            depth = _enter(name)
+            try:
+                return func(*args, **kwargs)
+            finally:
+                _leave(name, depth)
+
+    for attr in _ASSIGNED:
         try:
             setattr(wrapper, attr, getattr(func, attr))
         except Exception:
@@ -155,6 +182,7 @@ def _wrap(func, name):
         wrapper.__dict__.update(func.__dict__)
     except Exception:
         pass
+    wrapper.__wrapped__ = func
     return wrapper
 
 
@@ -185,8 +213,10 @@ for _m, _q, _n in HOOKS:
 
 
 class _Loader:
-    """Runs the real loader, then installs the module's hooks. Anything else (``get_source``,
-    ``get_filename``, resource readers ...) is the real loader's."""
+    """Runs the real loader, then installs the module's hooks. It is only the import system's
+    loader for the one import: the module's ``__loader__`` and ``__spec__.loader`` are set
+    back to the real loader before its code runs, so the module sees what it would without
+    the probe. Anything else (``get_source``, resource readers ...) is the real loader's."""
 
     def __init__(self, inner, fullname):
         self._inner = inner
@@ -196,6 +226,11 @@ class _Loader:
         return self._inner.create_module(spec)
 
     def exec_module(self, module):
+        try:
+            module.__spec__.loader = self._inner
+            module.__loader__ = self._inner
+        except Exception:
+            pass
         self._inner.exec_module(module)
         t = time.perf_counter()
         for qualname, name in _BY_MODULE.get(self._fullname, ()):
@@ -250,7 +285,12 @@ def _chain_next_sitecustomize():
                 spec = importlib.util.spec_from_file_location("_coldscope_next_sitecustomize",
                                                               candidate)
                 mod = importlib.util.module_from_spec(spec)
-                spec.loader.exec_module(mod)
+                # Python would not cache it under this name: write no byte code beside it
+                before, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+                try:
+                    spec.loader.exec_module(mod)
+                finally:
+                    sys.dont_write_bytecode = before
             except Exception:
                 pass
             return
