@@ -225,10 +225,11 @@ class EngineExecutor:
 
         knobs = [self.by_name[n] for n in req.knobs]
         argv, env = apply_all(knobs, list(self.spec.command), dict(self.spec.env))
+        extra = {"origin": "tune"} if "origin" in RunConfig.model_fields else {}
         return RunConfig(command=argv, env=env, cache="warm" if req.seeded else "cold",
                          timeout=self.spec.timeout, keep_cold_caches=True,
                          cache_root=self.directory / "run-caches",
-                         label=f"tune:{self.spec.id}")
+                         label=f"tune:{self.spec.id}", **extra)
 
     def __call__(self, req: TrialRequest) -> Measurement:
         from coldscope import runner

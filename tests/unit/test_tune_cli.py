@@ -1,0 +1,73 @@
+"""``coldscope tune`` / ``bundle`` command-line errors: one line, exit 2, never a traceback; and
+the printed table of a finished session."""
+
+from __future__ import annotations
+
+import pytest
+
+from coldscope.cli.main import main
+from coldscope.cli.tune import parse_fraction
+from coldscope.errors import ColdscopeError
+from coldscope.tune import session as ts
+from coldscope.tune.report import tune_tables
+from coldscope.tune.search import Outcome
+from tests.fake_tunable_engine import FakeTunable
+from tests.unit.test_tune_search import cpu_knobs
+
+
+def test_parse_fraction():
+    assert parse_fraction("10%") == pytest.approx(0.10)
+    assert parse_fraction("0.25") == pytest.approx(0.25)
+    assert parse_fraction(None) is None
+    for bad in ("ten", "150%", "-1%"):
+        with pytest.raises(ColdscopeError, match="max-throughput-loss"):
+            parse_fraction(bad)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["tune"], "engine command after `--`"),
+    (["tune", "--max-throughput-loss", "abc", "--", "python", "-m", "vllm.x"],
+     "max-throughput-loss"),
+    (["tune", "--", "python", "server.py"], "does not start vLLM"),
+    (["tune", "--resume"], "no tune session"),
+    (["bundle", "-o", "x.tar.gz"], "no tune session"),
+])
+def test_errors_are_one_line(tmp_path, capsys, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    code = main([*args[:1], "--store", str(tmp_path / "s.db"), *args[1:]])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_bundle_of_unfinished_session_is_refused(tmp_path, capsys):
+    spec = ts.SessionSpec(id="tune-x", created_at="2026-01-01T00:00:00Z",
+                          command=["python", "-m", "vllm.fake"], budget=3, knobs=cpu_knobs())
+    ts.save(spec, tmp_path / "tune" / "tune-x")
+    code = main(["bundle", "--store", str(tmp_path / "s.db"), "-o", str(tmp_path / "b.tgz")])
+    assert code == 2
+    assert "has not finished" in capsys.readouterr().err
+
+
+def test_tables_show_trials_skipped_and_winner(tmp_path):
+    spec = ts.SessionSpec(id="tune-x", created_at="2026-01-01T00:00:00Z",
+                          command=["python", "-m", "vllm.entrypoints.openai.api_server"],
+                          budget=20, knobs=cpu_knobs())
+    outcome = ts.run_search(spec, tmp_path / "s", FakeTunable())
+    from coldscope.tune.report import tune_json
+
+    doc = tune_json(spec, outcome)
+    assert doc["best"]["env"]["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    assert "--enforce-eager" in doc["best"]["argv"]
+    assert [w["step"] for w in doc["waterfall"]][0] == "baseline"
+    assert doc["waterfall"][-1]["step"] == "best"
+    from rich.console import Console
+
+    con = Console(record=True, width=200)
+    for item in tune_tables(spec, Outcome.model_validate(outcome.model_dump()), doc):
+        con.print(item)
+    text = con.export_text()
+    assert "warm_caches" in text and "not tried" in text and "snapshot_restore" in text
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING=0" in text
+    assert "coldscope bundle --tune tune-x" in text
