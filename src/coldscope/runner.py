@@ -333,7 +333,8 @@ def cache_dirs(config: RunConfig, run_id: str) -> CacheDirs:
 def run_once(config: RunConfig, *, run_id: str | None = None, cache_state: str | None = None,
              on_line: Callable[[str], None] | None = None,
              after_ready: Callable[[str, str], dict] | None = None,
-             on_start: Callable[[Run], None] | None = None) -> tuple[Run, dict]:
+             on_start: Callable[[Run], None] | None = None,
+             on_stage: Callable[[str, float], None] | None = None) -> tuple[Run, dict]:
     """Launch, time, and stop the engine once. Returns (run, raw evidence).
 
     Never raises for an engine failure: a failed run is returned with status "failed", its
@@ -342,7 +343,9 @@ def run_once(config: RunConfig, *, run_id: str | None = None, cache_state: str |
     caller can store the interrupted run and stop. ``on_start`` gets the run (status
     ``running``) just before the engine is launched, so a caller can record it first.
     ``after_ready(base_url, served_model)`` runs while the engine is up (after the first
-    request); its dict is stored as ``run.verification``.
+    request); its dict is stored as ``run.verification``. ``on_stage(stage, seconds since
+    launch)`` is called when the engine's output shows it entering a stage (live progress;
+    the engine adapter's ``live_stage``).
     """
     run_id = run_id or new_run_id()
     pattern = _ready_pattern(config.ready_pattern)
@@ -436,11 +439,18 @@ def run_once(config: RunConfig, *, run_id: str | None = None, cache_state: str |
     reader = sampler = None
     pattern_hit = threading.Event()
 
+    current_stage: list[str | None] = [None]
+
     def _on_line(text: str) -> None:
         if pattern is not None and pattern.search(text):
             pattern_hit.set()
         if on_line:
             on_line(text)
+        if on_stage is not None:
+            stage = engine.live_stage(text)
+            if stage is not None and stage != current_stage[0]:
+                current_stage[0] = stage
+                on_stage(stage, time.monotonic() - launch["mono"])
 
     try:
         if on_start is not None:

