@@ -43,6 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from coldscope import __version__
 from coldscope.assemble import finish
 from coldscope.capture.environment import collect as environment_of
+from coldscope.capture.environment import storage_kind
 from coldscope.capture.otlp import Receiver
 from coldscope.capture.probe import PROBE_DIR, read_probe_events
 from coldscope.capture.sources import Context
@@ -415,8 +416,12 @@ def run_once(config: RunConfig, *, run_id: str | None = None, cache_state: str |
         tool=Tool(version=__version__), label=config.label, config_key=config_key(config),
         cache_requested=config.cache, env_overrides=dict(config.env), origin=config.origin,
         notes=notes, page_cache=page_cache,
-        storage=Storage(page_cache="cold" if page_cache.startswith("done") else None,
-                        source="drop_page_cache" if page_cache.startswith("done") else None),
+        storage=Storage(
+            page_cache="cold" if page_cache.startswith("done") else None,
+            kind=storage_kind(environment.weights_fs.model_dump() if environment.weights_fs
+                              else None),
+            source="weights filesystem; page cache dropped" if page_cache.startswith("done")
+            else "weights filesystem"),
         model=ModelRef(path=os.path.abspath(model) if model and os.path.exists(model) else model,
                        name=os.path.basename(model.rstrip("/")) if model else None),
         engine=EngineInfo(**engine.describe(argv), version=engine.version(

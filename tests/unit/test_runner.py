@@ -168,3 +168,20 @@ def test_stale_tmp_dirs_of_dead_coldscopes_are_swept(tmp_path, monkeypatch):
     (mine / runner.OWNER_FILE).write_text(runner._owner_stamp())
     assert runner.sweep_stale_tmp() == [dead]
     assert not dead.exists() and mine.exists() and foreign.exists()
+
+
+def test_storage_kind_of_the_weights_filesystem(tmp_path):
+    from coldscope.capture.environment import storage_kind
+
+    blk = tmp_path / "block"
+    (blk / "sda" / "queue").mkdir(parents=True)
+    (blk / "sda" / "queue" / "rotational").write_text("1\n")
+    (blk / "sdb" / "queue").mkdir(parents=True)
+    (blk / "sdb" / "queue" / "rotational").write_text("0\n")
+    assert storage_kind({"fstype": "ext4", "device": "/dev/sda2"}, blk) == "hdd"
+    assert storage_kind({"fstype": "xfs", "device": "/dev/sdb"}, blk) == "ssd"
+    assert storage_kind({"fstype": "ext4", "device": "/dev/nvme0n1p1"}, blk) == "nvme"
+    assert storage_kind({"fstype": "tmpfs", "device": "tmpfs"}, blk) == "tmpfs"
+    assert storage_kind({"fstype": "nfs4", "device": "srv:/models"}, blk) == "nfs"
+    assert storage_kind({"fstype": "overlay", "device": "overlay"}, blk) is None
+    assert storage_kind(None, blk) is None

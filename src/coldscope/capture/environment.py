@@ -95,6 +95,33 @@ def filesystem_of(path: str | Path | None) -> dict | None:
         return None
 
 
+_NETWORK_FS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "ceph", "glusterfs", "lustre")
+
+
+def storage_kind(fs: dict | None, sys_block: Path = Path("/sys/block")) -> str | None:
+    """What kind of storage a filesystem (``filesystem_of``) lives on: ``tmpfs`` (memory),
+    ``nfs`` (any network filesystem), ``nvme``, ``ssd`` or ``hdd`` (from the block device's
+    ``rotational`` flag); None when it cannot be told (overlay in a container, no device)."""
+    if not fs:
+        return None
+    fstype = (fs.get("fstype") or "").lower()
+    if fstype in ("tmpfs", "ramfs"):
+        return "tmpfs"
+    if fstype in _NETWORK_FS:
+        return "nfs"
+    name = Path(fs.get("device") or "").name
+    if not name:
+        return None
+    if name.startswith("nvme"):
+        return "nvme"
+    disk = name.rstrip("0123456789")  # sda1 -> sda
+    try:
+        rotational = (sys_block / disk / "queue" / "rotational").read_text().strip()
+    except OSError:
+        return None
+    return {"1": "hdd", "0": "ssd"}.get(rotational)
+
+
 _ENGINE_VERSIONS = r"""
 import json, sys
 out = {"python": sys.version.split()[0]}
