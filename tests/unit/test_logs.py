@@ -24,7 +24,6 @@ from coldscope.capture.logs import (
     log_timeline,
     missed,
     paper_metrics,
-    parse_report,
     parse_vllm_log,
     read_vllm_log,
 )
@@ -592,7 +591,7 @@ def test_random_binary_junk_never_raises():
         junk = bytes(rng.randrange(256) for _ in range(rng.randrange(400)))
         lines = base[: rng.randrange(len(base))] + [junk, junk.decode("latin-1")]
         ev = parse_vllm_log(lines)
-        parse_report(ev)
+        log_timeline(ev), paper_metrics(ev), missed(ev)
         log_spans(ev, list(range(len(lines))))
 
 
@@ -761,12 +760,13 @@ def test_missed_reports_logs_the_paper_cannot_parse_at_all():
         assert ("actual_total_time", None) not in _missed(name)
 
 
-def test_parse_report_is_one_run_shaped_object():
-    report = parse_report(evidence("serve_warm.log"))
-    assert set(report["stages"]) == set(BUCKETS)
-    assert report["time_to_ready_from"] == "timestamps"
-    assert report["family"] == "v0.32" and report["compile_cache"] == "miss"
-    assert set(report["paper"]) == set(PAPER_METRICS)
+def test_a_log_read_alone_is_one_run():
+    from coldscope.assemble import run_from_log
+
+    run = run_from_log(raw_lines("serve_warm.log"), name="serve_warm.log")
+    assert set(run.stages) == set(BUCKETS)
+    assert run.log_info.family == "v0.32" and run.log_info.compile_cache == "miss"
+    assert set(run.paper_metrics) == set(PAPER_METRICS)
 
 
 def test_read_vllm_log_turns_a_missing_file_into_a_user_error(tmp_path):

@@ -38,7 +38,7 @@ from coldscope.stages import (
     TORCH_COMPILE,
     substep,
 )
-from coldscope.timeline import Span, Timeline, from_durations, reconcile, timeline_dict
+from coldscope.timeline import Span, Timeline, from_durations, reconcile
 
 # Record names (the vocabulary of the log, mapped once onto the shared stage names).
 WEIGHTS = substep(MODEL_LOADING, "weights")
@@ -922,28 +922,6 @@ def missed(ev: LogEvidence) -> list[dict]:
     return out
 
 
-def parse_report(ev: LogEvidence) -> dict:
-    """One JSON-ready summary of a parsed log (what ``coldscope parse`` prints)."""
-    tl = log_timeline(ev)
-    _, ttr_source = log_time_to_ready(ev)
-    out = timeline_dict(tl)
-    out.update(
-        {
-            "version": ev.version,
-            "family": ev.family,
-            "device": ev.device,
-            "enforce_eager": ev.enforce_eager,
-            "compile": ev.compile_enabled,
-            "compile_cache": ev.compile_cache,
-            "capture_sizes": ev.capture_sizes,
-            "time_to_ready_from": ttr_source,
-            "paper": paper_metrics(ev),
-            "missed": missed(ev),
-        }
-    )
-    return out
-
-
 __all__ = [
     "FAMILIES",
     "LogEvidence",
@@ -955,7 +933,6 @@ __all__ = [
     "log_timeline",
     "missed",
     "paper_metrics",
-    "parse_report",
     "parse_vllm_log",
     "read_vllm_log",
     "stage_durations",
