@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from coldscope.records import Run
 from coldscope.report.data import build_report_data
 from coldscope.report.html import render_report
 from coldscope.stages import BUCKETS
@@ -27,7 +28,8 @@ MAX_BYTES = 5_000_000
 MAX_RENDER_MS = 2000
 
 
-def perturb(record: dict, i: int, rng: random.Random) -> dict:
+def perturb(run: Run, i: int, rng: random.Random) -> Run:
+    record = run.to_json()
     r = copy.deepcopy(record)
     scale = rng.lognormvariate(0, 0.08)
     r["id"] = f"{record['id']}-{i:04d}"
@@ -53,7 +55,7 @@ def perturb(record: dict, i: int, rng: random.Random) -> dict:
     r["substeps"] = {k: v * stretch for k, v in (r.get("substeps") or {}).items()}
     if r.get("cpu"):
         r["cpu"]["t"] = [t * stretch for t in r["cpu"]["t"]]
-    return r
+    return Run.from_json(r)
 
 
 def main() -> int:
@@ -67,7 +69,7 @@ def main() -> int:
     except Exception as exc:  # noqa: BLE001 - a bench prints why it skips
         real = []
         print(f"no store: {exc}")
-    real = [r for r in real if r.get("time_to_ready_s") and r.get("intervals")]
+    real = [r for r in real if r.time_to_ready_s and r.intervals]
     if not real:
         print("skipped: no profiled runs in the store to perturb (run `make demo` first)")
         return 0

@@ -81,14 +81,14 @@ def test_runs_every_cell_stores_each_and_primes_warm_caches(tmp_path):
     assert (result.cells, result.done, result.missing, result.interrupted) == (4, 4, [], False)
     runs = campaign_runs(store, "fake")
     assert len(runs) == result.runs_stored == 5  # 4 cells + 1 priming run for the warm cache
-    roles = [(r["campaign"]["cell"], r["campaign"]["role"], r["cache"]) for r in runs]
+    roles = [(r.campaign.cell, r.campaign.role, r.cache) for r in runs]
     assert roles == [("m/default/default/cold/r1", "measure", "cold"),
                      ("m/default/default/warm/r1", "prime", "cold"),
                      ("m/default/default/warm/r1", "measure", "warm"),
                      ("m/default/default/cold/r2", "measure", "cold"),
                      ("m/default/default/warm/r2", "measure", "warm")]
-    assert all(r["label"] == "fake" and r["status"] == "ok" for r in runs)
-    assert [e[1] for e in events.launched] == [r["id"] for r in runs]
+    assert all(r.label == "fake" and r.status == "ok" for r in runs)
+    assert [e[1] for e in events.launched] == [r.id for r in runs]
     assert done_cells(store, "fake") == {c.id for c in expand(spec, tmp_path)}
     # a second start without --resume is refused; with it, nothing is left to run
     with pytest.raises(ColdscopeError, match="already has 5 run"):
@@ -103,7 +103,7 @@ def test_failed_cells_are_stored_and_resume_redoes_only_them(tmp_path):
     broken = parse_spec(fake_spec(tmp_path, mode="exit", repetitions=2))
     result = run_campaign(broken, store, base=tmp_path)
     assert result.failed_runs == 2 and len(result.missing) == 2
-    assert all("exited with code 3" in r["reason"]
+    assert all("exited with code 3" in r.reason
                for r in campaign_runs(store, "fake", status="failed"))
     # the same cells with a working engine: resume runs both, since neither succeeded
     fixed = parse_spec({**fake_spec(tmp_path, repetitions=3)})
@@ -129,8 +129,8 @@ def test_ctrl_c_stops_the_engine_stores_the_run_and_resume_finishes(tmp_path):
     result = run_campaign(spec, store, base=tmp_path, reporter=CtrlC())
     assert result.interrupted and result.done == 0
     (run,) = campaign_runs(store, "fake", status=None)
-    assert (run["status"], run["reason"]) == ("failed", "interrupted")
-    assert run["campaign"]["cell"] == "m/default/default/cold/r1"
+    assert (run.status, run.reason) == ("failed", "interrupted")
+    assert run.campaign.cell == "m/default/default/cold/r1"
     assert not run_processes()
     fast = parse_spec(fake_spec(tmp_path, repetitions=2))
     result = run_campaign(fast, store, base=tmp_path, resume=True)
@@ -172,8 +172,8 @@ def test_sigkilled_driver_loses_only_the_run_in_flight_and_resume_finishes(tmp_p
             driver.kill()
     store = Store(db)
     stored = campaign_runs(store, "fake", status=None)
-    assert [r["status"] for r in stored] == ["ok"]  # nothing half-written, the first kept
-    assert orphan not in {r["id"] for r in stored}
+    assert [r.status for r in stored] == ["ok"]  # nothing half-written, the first kept
+    assert orphan not in {r.id for r in stored}
     # the engine's launcher dies with the driver (PR_SET_PDEATHSIG), not at the next start
     _wait_for(lambda: not any(p.environ().get("COLDSCOPE_RUN_ID") == orphan
                               for p in run_processes()), timeout=10)
@@ -184,9 +184,9 @@ def test_sigkilled_driver_loses_only_the_run_in_flight_and_resume_finishes(tmp_p
                           reporter=events)
     assert any(orphan in n for n in events.notes)  # the orphaned engine was stopped
     assert (result.done_before, result.done, result.runs_stored) == (1, 3, 2)
-    per_cell = [r["campaign"]["cell"] for r in campaign_runs(store, "fake")]
+    per_cell = [r.campaign.cell for r in campaign_runs(store, "fake")]
     assert sorted(per_cell) == sorted(c.id for c in expand(parse_spec(spec_data), tmp_path))
-    assert stored[0]["id"] in {r["id"] for r in campaign_runs(store, "fake")}
+    assert stored[0].id in {r.id for r in campaign_runs(store, "fake")}
     assert not run_processes()
 
 
@@ -204,15 +204,15 @@ def test_concurrency_starts_engines_together_on_their_own_ports(tmp_path):
     result = run_campaign(spec, store, base=tmp_path)
     assert (result.done, result.concurrency) == (2, 2)
     a, b = campaign_runs(store, "fake")
-    assert {a["campaign"]["cell"], b["campaign"]["cell"]} == {
+    assert {a.campaign.cell, b.campaign.cell} == {
         "m/default/default/cold/r1@c2", "m/default/default/cold/r2@c2"}
-    assert a["campaign"]["started_with"] == [b["campaign"]["cell"]]
-    assert {a["campaign"]["slot"], b["campaign"]["slot"]} == {0, 1}
-    assert a["campaign"]["port"] != b["campaign"]["port"]
+    assert a.campaign.started_with == [b.campaign.cell]
+    assert {a.campaign.slot, b.campaign.slot} == {0, 1}
+    assert a.campaign.port != b.campaign.port
     # each engine was launched before the other became ready (1 s of fake start-up)
-    t = {r["id"]: dt.datetime.fromisoformat(r["started_at"]).timestamp() for r in (a, b)}
-    assert t[b["id"]] < t[a["id"]] + a["time_to_ready_s"]
-    assert t[a["id"]] < t[b["id"]] + b["time_to_ready_s"]
+    t = {r.id: dt.datetime.fromisoformat(r.started_at).timestamp() for r in (a, b)}
+    assert t[b.id] < t[a.id] + a.time_to_ready_s
+    assert t[a.id] < t[b.id] + b.time_to_ready_s
 
 
 def test_cli_dry_run_lists_cells(tmp_path):

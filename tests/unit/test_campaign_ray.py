@@ -49,12 +49,12 @@ def test_lost_worker_is_stored_as_failed_and_retried(local_ray, tmp_path):
                           task=crash_first_attempt(str(tmp_path / "crashed")))
     assert not interrupted
     runs = campaign_runs(store, "onray", status=None)
-    failed = [r for r in runs if r["status"] == "failed"]
-    ok = [r for r in runs if r["status"] == "ok"]
-    assert len(failed) == 1 and failed[0]["reason"].startswith("lost: "), failed[0]["reason"]
-    assert sorted(r["campaign"]["cell"] for r in ok) == sorted(c.id for c in cells)
+    failed = [r for r in runs if r.status == "failed"]
+    ok = [r for r in runs if r.status == "ok"]
+    assert len(failed) == 1 and failed[0].reason.startswith("lost: "), failed[0].reason
+    assert sorted(r.campaign.cell for r in ok) == sorted(c.id for c in cells)
     assert failed[0]["campaign"]["cell"] in {c.id for c in cells}
-    assert all(r["time_to_ready_s"] > 0 for r in ok)
+    assert all(r.time_to_ready_s > 0 for r in ok)
     assert not run_processes()
 
 
@@ -64,7 +64,7 @@ def test_run_campaign_on_ray_and_a_missing_resource(local_ray, tmp_path):
     result = run_campaign(spec, store, base=tmp_path, executor="ray")
     assert (result.executor, result.done, result.runs_stored) == ("ray", 1, 1)
     (run,) = campaign_runs(store, "ray2")
-    assert run["campaign"]["host"] and run["status"] == "ok"
+    assert run.campaign.host and run.status == "ok"
     nowhere = parse_spec({**fake_spec(tmp_path, name="ray3"),
                           "ray": {"resources": {"gpu_node": 1}}})
     with pytest.raises(ColdscopeError, match="no node of the Ray cluster offers resource "

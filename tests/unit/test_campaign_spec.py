@@ -10,6 +10,7 @@ from coldscope.campaign.spec import FlagSet, load_spec, parse_spec, shape_name
 from coldscope.campaign.summary import summarize
 from coldscope.errors import ColdscopeError
 from coldscope.models import ModelShape
+from coldscope.records import Run
 
 BASE = {
     "name": "t",
@@ -150,10 +151,12 @@ def test_eta_and_summary():
     assert eta(100.0, 4, 6) == pytest.approx(150.0)
 
     def run(cell, role, status, ttr, cache="cold"):
-        return {"status": status, "time_to_ready_s": ttr, "first_token_s": None,
-                "stages": {"bootstrap": ttr / 2 if ttr else None},
-                "campaign": {"model": "m", "engine": "e", "flags": "f", "cache": cache,
-                             "concurrency": 1, "role": role, "cell": cell}}
+        return Run.model_validate({
+            "id": cell, "started_at": "2026-01-01T00:00:00+00:00", "status": status,
+            "time_to_ready_s": ttr, "first_token_s": None,
+            "stages": {"bootstrap": ttr / 2 if ttr else None},
+            "campaign": {"model": "m", "engine": "e", "flags": "f", "cache": cache,
+                         "concurrency": 1, "role": role, "cell": cell}})
 
     rows = summarize([run("a", "measure", "ok", 10.0), run("b", "measure", "ok", 30.0),
                       run("c", "measure", "ok", 14.0), run("d", "measure", "failed", None),

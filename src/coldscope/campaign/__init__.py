@@ -17,6 +17,7 @@ from coldscope.campaign.plan import Cell, expand, missing
 from coldscope.campaign.progress import Reporter
 from coldscope.campaign.spec import CampaignSpec, load_spec, parse_spec
 from coldscope.errors import ColdscopeError
+from coldscope.records import Run
 
 __all__ = ["CampaignResult", "CampaignSpec", "campaign_runs", "done_cells", "expand",
            "load_spec", "parse_spec", "run_campaign"]
@@ -40,16 +41,17 @@ class CampaignResult(BaseModel):
     missing: list[str]
 
 
-def campaign_runs(store, name: str, status: str | None = None) -> list[dict]:
+def campaign_runs(store, name: str, status: str | None = None) -> list[Run]:
     """The stored runs of campaign ``name`` (priming runs included)."""
     return [r for r in store.runs(status=status, label=name)
-            if (r.get("campaign") or {}).get("name") == name]
+            if r.campaign is not None and r.campaign.kind == "campaign"
+            and r.campaign.name == name]
 
 
 def done_cells(store, name: str) -> set[str]:
     """Ids of the cells with a successful measured run in the store."""
-    return {r["campaign"]["cell"] for r in campaign_runs(store, name, status="ok")
-            if r["campaign"].get("role") == "measure"}
+    return {r.campaign.cell for r in campaign_runs(store, name, status="ok")
+            if r.campaign is not None and r.campaign.cell and r.campaign.role == "measure"}
 
 
 def run_campaign(spec: CampaignSpec, store, *, base: Path | None = None,
@@ -93,12 +95,12 @@ def run_campaign(spec: CampaignSpec, store, *, base: Path | None = None,
     finally:
         reporter.end()
     after = campaign_runs(store, spec.name, status=None)
-    seen = {r["id"] for r in before}
-    new = [r for r in after if r["id"] not in seen]
+    seen = {r.id for r in before}
+    new = [r for r in after if r.id not in seen]
     done_now = done_cells(store, spec.name) & ids
     return CampaignResult(
         name=spec.name, store=str(store.path), executor=executor, concurrency=conc,
         cells=len(plan), done_before=done_before, done=len(done_now),
-        runs_stored=len(new), failed_runs=sum(r["status"] == "failed" for r in new),
+        runs_stored=len(new), failed_runs=sum(r.status == "failed" for r in new),
         interrupted=interrupted, missing=[c.id for c in plan if c.id not in done_now],
     )

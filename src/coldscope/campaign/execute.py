@@ -14,6 +14,7 @@ start on the machine kills the engines of markers whose owner is dead (``reap``)
 from __future__ import annotations
 
 import datetime as dt
+import inspect
 import json
 import socket
 import threading
@@ -26,6 +27,7 @@ import psutil
 from coldscope.campaign.plan import Cell
 from coldscope.campaign.spec import CampaignSpec
 from coldscope.errors import ColdscopeError
+from coldscope.records import EngineInfo, ModelRef, Run
 from coldscope.runner import (
     RunConfig,
     RunInterrupted,
@@ -34,10 +36,17 @@ from coldscope.runner import (
     new_run_id,
     run_once,
 )
-from coldscope.stages import BUCKETS
 
 OnLaunch = Callable[[Cell, str, str, int], None]  # cell, run id, role, port
-OnRecord = Callable[[Cell, dict, dict], None]  # cell, record, evidence
+OnRecord = Callable[[Cell, Run, dict], None]  # cell, run, evidence
+OnStage = Callable[[str, str, float], None]  # run id, stage or sub-step, seconds since launch
+
+
+def _live_stages(on_stage: OnStage | None, run_id: str) -> dict:
+    """``run_once``'s live-stage hook for this run, when the runner has one (``on_stage``)."""
+    if on_stage is None or "on_stage" not in inspect.signature(run_once).parameters:
+        return {}
+    return {"on_stage": lambda stage, seconds: on_stage(run_id, stage, seconds)}
 
 PRIME = "prime"
 MEASURE = "measure"
@@ -156,55 +165,55 @@ def ensure_models(cells: list[Cell], on_make: Callable[[str, str], None] | None 
 # -- running ---------------------------------------------------------------------------------
 
 
-def failed_record(cell: Cell, reason: str, *, role: str = MEASURE, wave: list[Cell] = ()) -> dict:
-    """A failed run for a cell whose executor never returned a record (its Ray node or worker
-    was lost, or the task raised): complete per the run-record contract, times unknown."""
-    record = {
-        "id": new_run_id(), "schema_version": 1, "status": "failed", "reason": reason,
-        "cache": cell.cache, "label": cell.campaign,
-        "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
-        "time_to_ready_s": None, "first_token_s": None,
-        "stages": dict.fromkeys(BUCKETS), "substeps": {}, "sources": {}, "intervals": [],
-        "cpu": None, "environment": {}, "notes": [],
-        "engine": {"name": None, "version": None, "argv": cell.command, "model": cell.model_path,
-                   "enforce_eager": "--enforce-eager" in cell.command, "compile": None,
-                   "load_format": None},
-        "model": {"path": cell.model_path, "name": cell.model},
-    }
-    record["campaign"] = {**cell.tag(), "role": role, "slot": None, "port": None, "host": None,
-                          "started_with": [c.id for c in wave if c.id != cell.id]}
-    return record
+def failed_record(cell: Cell, reason: str, *, role: str = MEASURE,
+                  wave: list[Cell] = ()) -> Run:
+    """A failed run for a cell whose executor never returned one (its Ray node or worker was
+    lost, or the task raised); times unknown."""
+    from coldscope.engines import resolve
+
+    described = resolve(cell.command).describe(cell.command)
+    return Run(
+        id=new_run_id(), status="failed", reason=reason, cache=cell.cache,
+        cache_requested=cell.cache, label=cell.campaign, origin="campaign",
+        started_at=dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
+        engine=EngineInfo(name=None, argv=list(cell.command), model=cell.model_path,
+                          enforce_eager=described.get("enforce_eager"),
+                          load_format=described.get("load_format")),
+        model=ModelRef(path=cell.model_path, name=cell.model),
+        campaign=cell.tag(role=role, started_with=[c.id for c in wave if c.id != cell.id]),
+    )
 
 
-def _annotate(record: dict, cell: Cell, role: str, slot: int, port: int,
-              wave: list[Cell]) -> dict:
-    record["campaign"] = {
-        **cell.tag(), "role": role, "slot": slot, "port": port, "host": socket.gethostname(),
-        "started_with": [c.id for c in wave if c.id != cell.id],
-    }
-    return record
+def _annotate(run: Run, cell: Cell, role: str, slot: int, port: int,
+              wave: list[Cell]) -> Run:
+    return run.model_copy(update={"origin": "campaign", "campaign": cell.tag(
+        role=role, slot=slot, port=port, host=socket.gethostname(),
+        started_with=[c.id for c in wave if c.id != cell.id])})
 
 
 def _run(cell: Cell, config: RunConfig, state: Path, role: str, slot: int, port: int,
          wave: list[Cell], on_launch: OnLaunch | None,
-         on_line: Callable[[str], None] | None = None) -> tuple[dict, dict]:
+         on_line: Callable[[str], None] | None = None,
+         on_stage: OnStage | None = None) -> tuple[Run, dict]:
     run_id = new_run_id()
     marker = mark(state, run_id)
     if on_launch:
         on_launch(cell, run_id, role, port)
     try:
-        record, evidence = run_once(config, run_id=run_id, on_line=on_line)
+        run, evidence = run_once(config, run_id=run_id, on_line=on_line,
+                                 **_live_stages(on_stage, run_id))
     except RunInterrupted as stop:
-        _annotate(stop.record, cell, role, slot, port, wave)
+        stop.record = _annotate(stop.record, cell, role, slot, port, wave)
         raise
     finally:
         marker.unlink(missing_ok=True)
-    return _annotate(record, cell, role, slot, port, wave), evidence
+    return _annotate(run, cell, role, slot, port, wave), evidence
 
 
 def run_wave(wave: list[Cell], spec: CampaignSpec, base: Path, *,
              on_launch: OnLaunch | None = None, on_record: OnRecord | None = None,
-             on_line: Callable[[str], None] | None = None) -> list[tuple[dict, dict]]:
+             on_line: Callable[[str], None] | None = None,
+             on_stage: OnStage | None = None) -> list[tuple[Run, dict]]:
     """Run the cells of one wave, slot ``i`` on port ``spec.port + i``; every run (priming
     runs included) is passed to ``on_record`` as soon as it ends, in this thread, and returned.
 
@@ -214,36 +223,37 @@ def run_wave(wave: list[Cell], spec: CampaignSpec, base: Path, *,
     """
     state = state_dir(spec, base)
     root = cache_root(spec, base)
-    out: list[tuple[dict, dict]] = []
+    out: list[tuple[Run, dict]] = []
 
-    def emit(cell: Cell, record: dict, evidence: dict) -> None:
-        out.append((record, evidence))
+    def emit(cell: Cell, run: Run, evidence: dict) -> None:
+        out.append((run, evidence))
         if on_record:
-            on_record(cell, record, evidence)
+            on_record(cell, run, evidence)
 
     configs = [run_config(c, spec, root, spec.port + i) for i, c in enumerate(wave)]
     for i, (cell, config) in enumerate(zip(wave, configs, strict=True)):
         if needs_priming(config):
             try:
                 emit(cell, *_run(cell, config, state, PRIME, i, spec.port + i, wave, on_launch,
-                                 on_line if len(wave) == 1 else None))
+                                 on_line if len(wave) == 1 else None, on_stage))
             except RunInterrupted as stop:
                 emit(cell, stop.record, stop.evidence)
                 raise
     if len(wave) == 1:
         try:
             emit(wave[0], *_run(wave[0], configs[0], state, MEASURE, 0, spec.port, wave,
-                                on_launch, on_line))
+                                on_launch, on_line, on_stage))
         except RunInterrupted as stop:
             emit(wave[0], stop.record, stop.evidence)
             raise
         return out
-    _run_together(wave, configs, spec, state, on_launch, emit)
+    _run_together(wave, configs, spec, state, on_launch, emit, on_stage)
     return out
 
 
 def _run_together(wave: list[Cell], configs: list[RunConfig], spec: CampaignSpec, state: Path,
-                  on_launch: OnLaunch | None, emit: Callable[[Cell, dict, dict], None]) -> None:
+                  on_launch: OnLaunch | None, emit: Callable[[Cell, Run, dict], None],
+                  on_stage: OnStage | None = None) -> None:
     """Start every cell of the wave at once (one thread each) and wait for all."""
     lock = threading.Lock()
     live: set[str] = set()
@@ -256,9 +266,10 @@ def _run_together(wave: list[Cell], configs: list[RunConfig], spec: CampaignSpec
 
     start = threading.Barrier(len(wave))
 
-    def one(i: int) -> tuple[dict, dict]:
+    def one(i: int) -> tuple[Run, dict]:
         start.wait()  # launch together: the point of a contention study
-        return _run(wave[i], configs[i], state, MEASURE, i, spec.port + i, wave, launched)
+        return _run(wave[i], configs[i], state, MEASURE, i, spec.port + i, wave, launched,
+                    on_stage=on_stage)
 
     pool = ThreadPoolExecutor(max_workers=len(wave), thread_name_prefix="coldscope-slot")
     futures = {pool.submit(one, i): wave[i] for i in range(len(wave))}
@@ -276,10 +287,10 @@ def _run_together(wave: list[Cell], configs: list[RunConfig], spec: CampaignSpec
                     kill_run(None, run_id, spec.shutdown_grace)
                 continue
             for fut in done:
-                record, evidence = fut.result()
-                if interrupted and record["status"] == "failed":
-                    record["reason"] = "interrupted"
-                emit(futures[fut], record, evidence)
+                run, evidence = fut.result()
+                if interrupted and run.status == "failed":
+                    run = run.model_copy(update={"reason": "interrupted"})
+                emit(futures[fut], run, evidence)
     finally:
         pool.shutdown(wait=True)
     if interrupted:

@@ -20,6 +20,7 @@ from coldscope.campaign.execute import (
 from coldscope.campaign.plan import Cell, waves
 from coldscope.campaign.progress import Reporter
 from coldscope.campaign.spec import CampaignSpec
+from coldscope.records import Run
 
 
 def run_local(spec: CampaignSpec, cells: list[Cell], store, reporter: Reporter, *,
@@ -39,9 +40,9 @@ def run_local(spec: CampaignSpec, cells: list[Cell], store, reporter: Reporter, 
     except KeyboardInterrupt:
         return True
 
-    def on_record(cell: Cell, record: dict, evidence: dict) -> None:
-        store.add_run(record, evidence)
-        reporter.finished(cell, record)
+    def on_record(cell: Cell, run: Run, evidence: dict) -> None:
+        store.add_run(run, evidence)
+        reporter.finished(cell, run)
 
     def on_launch(cell: Cell, run_id: str, role: str, port: int) -> None:
         reporter.started(cell, run_id, role, port)
@@ -49,7 +50,7 @@ def run_local(spec: CampaignSpec, cells: list[Cell], store, reporter: Reporter, 
     for wave in waves(cells, concurrency):
         try:
             run_wave(wave, spec, base, on_launch=on_launch, on_record=on_record,
-                     on_line=on_line if concurrency == 1 else None)
+                     on_line=on_line if concurrency == 1 else None, on_stage=reporter.stage)
         except KeyboardInterrupt:
             return True
     return False

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from coldscope.campaign.spec import CampaignSpec
 from coldscope.models import ModelShape
+from coldscope.records import Membership
 
 
 class Cell(BaseModel):
@@ -41,11 +42,12 @@ class Cell(BaseModel):
         """The engine command for a slot's port."""
         return [a.replace("{port}", str(port)) for a in self.command]
 
-    def tag(self) -> dict:
-        """What a run record carries under ``"campaign"``; ``--resume`` reads ``cell``."""
-        return {"name": self.campaign, "cell": self.id, "model": self.model,
-                "engine": self.engine, "flags": self.flags, "cache": self.cache,
-                "repetition": self.repetition, "concurrency": self.concurrency}
+    def tag(self, **more) -> Membership:
+        """What a run carries as its membership (``run.campaign``); ``--resume`` reads
+        ``cell``. ``more``: the run's role, slot, port, host, ..."""
+        return Membership(kind="campaign", name=self.campaign, cell=self.id, model=self.model,
+                          engine=self.engine, flags=self.flags, cache=self.cache,
+                          repetition=self.repetition, concurrency=self.concurrency, **more)
 
 
 def cell_id(model: str, engine: str, flags: str, cache: str, repetition: int,

@@ -1,8 +1,9 @@
-"""What a campaign tells its user while it runs: a no-op base, and a rich progress bar.
+"""What a campaign tells its user while it runs: a no-op base, and a rich progress display.
 
-The executors call ``started`` when an engine is launched and ``finished`` when its run is
-stored; the ETA is the mean wall time per finished cell in this session (model making, priming
-runs and engine shutdown included) times the cells still to run.
+The executors call ``started`` when an engine is launched, ``stage`` when the engine enters a
+stage (the runner's live events, where it gives them) and ``finished`` when its run is stored;
+the ETA is the mean wall time per finished cell in this session (model making, priming runs
+and engine shutdown included) times the cells still to run.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import time
 
 from coldscope.campaign.plan import Cell
+from coldscope.records import Run
 
 
 class Reporter:
@@ -22,7 +24,11 @@ class Reporter:
 
     def started(self, cell: Cell, run_id: str, role: str, port: int) -> None: ...
 
-    def finished(self, cell: Cell, record: dict) -> None: ...
+    def stage(self, run_id: str, stage: str, seconds: float) -> None:
+        """The engine of run ``run_id`` entered ``stage`` (or a sub-step) ``seconds`` after
+        its launch."""
+
+    def finished(self, cell: Cell, run: Run) -> None: ...
 
     def end(self) -> None: ...
 
@@ -42,19 +48,28 @@ def _clock(seconds: float | None) -> str:
     return f"ETA {s // 3600:d}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
-def outcome_line(cell: Cell, record: dict) -> str:
-    role = record.get("campaign", {}).get("role")
+def outcome_line(cell: Cell, run: Run) -> str:
+    role = run.campaign.role if run.campaign is not None else None
     what = cell.id + (" (priming the warm cache)" if role == "prime" else "")
-    if record["status"] == "ok":
-        ttft = record.get("first_token_s")
+    if run.status == "ok":
+        ttft = run.first_token_s
         tail = f", first token {ttft:.1f} s" if ttft is not None else ""
-        return (f"[green]ok[/green]     {what}: ready in {record['time_to_ready_s']:.1f} s"
-                f"{tail} ({record['cache']}, run {record['id']})")
-    return f"[red]failed[/red] {what}: {record.get('reason')} (run {record['id']})"
+        return (f"[green]ok[/green]     {what}: ready in {run.time_to_ready_s:.1f} s"
+                f"{tail} ({run.cache}, run {run.id})")
+    return f"[red]failed[/red] {what}: {run.reason} (run {run.id})"
+
+
+def stage_text(stage: str | None, seconds: float | None) -> str:
+    """What a running engine is doing, for its progress row."""
+    if stage is None:
+        return "starting"
+    return f"now: {stage.replace('/', ' › ')}" + (
+        f" (since {seconds:.1f} s)" if seconds is not None else "")
 
 
 class RichReporter(Reporter):
-    """One progress bar over the cells, a line per finished run."""
+    """One bar over the cells (elapsed, ETA) and, under it, one row per engine running now:
+    its cell, the time since its launch, and the stage it is in."""
 
     def __init__(self, console) -> None:
         self.console = console
@@ -66,6 +81,7 @@ class RichReporter(Reporter):
         self.todo = 0
         self.concurrency = 1
         self.running: dict[str, str] = {}
+        self.rows: dict[str, int] = {}  # run id -> its progress row
         self.counted: set[str] = set()
 
     def begin(self, name, total, already_done, todo, concurrency) -> None:
@@ -85,9 +101,13 @@ class RichReporter(Reporter):
         self.console.print(f"campaign [bold]{name}[/bold]: {total} cell(s), {already_done} already "
                            f"in the store, {todo} to run"
                            + (f", {concurrency} at once" if concurrency > 1 else ""))
+        class Count(MofNCompleteColumn):  # "3/12" on the campaign's row, blank on a run's
+            def render(self, task):
+                return super().render(task) if task.total is not None else ""
+
         self.progress = Progress(
             SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-            MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[eta]}"),
+            Count(), TimeElapsedColumn(), TextColumn("{task.fields[eta]}"),
             console=self.console, transient=False,
         )
         self.progress.start()
@@ -102,11 +122,23 @@ class RichReporter(Reporter):
         label = ", ".join(self.running)
         self.progress.update(self.task, description=f"{label} ({role})" if len(
             self.running) == 1 else label)
+        # a row of its own: elapsed since launch (rich's clock), and the stage it is in
+        self.rows[run_id] = self.progress.add_task(
+            f"  └ {cell.id}" + (" (priming)" if role == "prime" else ""), total=None,
+            eta=stage_text(None, None))
 
-    def finished(self, cell, record) -> None:
-        self.console.print(outcome_line(cell, record))
-        if record.get("campaign", {}).get("role") == "prime" or record.get(
-                "reason") == "interrupted":
+    def stage(self, run_id, stage, seconds) -> None:
+        row = self.rows.get(run_id)
+        if row is not None:
+            self.progress.update(row, eta=stage_text(stage, seconds))
+
+    def finished(self, cell, run) -> None:
+        row = self.rows.pop(run.id, None)
+        if row is not None:
+            self.progress.remove_task(row)
+        self.console.print(outcome_line(cell, run))
+        role = run.campaign.role if run.campaign is not None else None
+        if role == "prime" or run.reason == "interrupted":
             return
         self.running.pop(cell.id, None)
         if cell.id in self.counted:  # a retried cell advances the bar once
@@ -119,5 +151,8 @@ class RichReporter(Reporter):
 
     def end(self) -> None:
         if self.progress is not None:
+            for row in self.rows.values():
+                self.progress.remove_task(row)
+            self.rows.clear()
             self.progress.update(self.task, description=self.name)
             self.progress.stop()

@@ -19,6 +19,7 @@ from coldscope.campaign.plan import Cell, waves
 from coldscope.campaign.progress import Reporter
 from coldscope.campaign.spec import CampaignSpec
 from coldscope.errors import ColdscopeError
+from coldscope.records import Run
 
 
 def _ray():
@@ -29,7 +30,7 @@ def _ray():
     return ray
 
 
-def wave_task(wave: list[Cell], spec: CampaignSpec, base: str) -> list[tuple[dict, dict]]:
+def wave_task(wave: list[Cell], spec: CampaignSpec, base: str) -> list[tuple[Run, dict]]:
     """Runs on a Ray node: stop engines orphaned by a dead task, make the models, run."""
     reap(state_dir(spec, Path(base)), spec.shutdown_grace)
     ensure_models(wave)
@@ -114,9 +115,9 @@ def _collect(ray, rex, pending: dict, submit, spec: CampaignSpec, store,
                                   f"{spec.ray.max_retries}")
                     submit(wave, attempt + 1)
             by_id = {c.id: c for c in wave}
-            for record, evidence in results:
-                store.add_run(record, evidence)
-                reporter.finished(by_id[record["campaign"]["cell"]], record)
+            for run, evidence in results:
+                store.add_run(run, evidence)
+                reporter.finished(by_id[run.campaign.cell], run)
 
 
 def _cancel(ray, refs: list, spec: CampaignSpec) -> None:
