@@ -481,7 +481,10 @@ def comparisons(groups: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     ``BASELINE_PREFERENCE``, then natural order, so older versions first); each other value is
     compared with it: ``ratio = other / baseline`` of the bucket means. A dimension with None
     (not controlled) on either side is not compared. One comparison per (dimension, baseline,
-    other), with one pair per cluster (usually one per model).
+    other), with one pair per cluster (usually one per model). A configuration whose setting is
+    mixed (a table whose rows differ in a setting, e.g. where the weights came from) is
+    compared with nothing: it would differ in more than the one dimension compared, and it is
+    never a reference (``mixed_setting_notes`` says so in the report).
     """
     out: dict[tuple[str, str, str], dict[str, Any]] = {}
     for dim in DIMENSIONS:
@@ -491,7 +494,7 @@ def comparisons(groups: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         clusters: dict[tuple, dict[str, list[Mapping[str, Any]]]] = {}
         for g in groups:
             value = g["dims"].get(dim)
-            if value is None:
+            if value is None or _mixed(g):
                 continue
             counts[value] = counts.get(value, 0) + 1
             other = tuple(g["dims"].get(d) for d in DIMENSIONS if d != dim)
@@ -512,6 +515,24 @@ def comparisons(groups: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         cmp["geomean"] = {b: _geomean(p["ratios"].get(b) for p in cmp["pairs"])
                           for b in (*BUCKETS, TOTAL)}
     return list(out.values())
+
+
+def _mixed(group: Mapping[str, Any]) -> list[str]:
+    """The dimensions in which a configuration's runs mix settings."""
+    return [d for d, v in group["dims"].items() if str(v or "").startswith("mixed")]
+
+
+def mixed_setting_notes(groups: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per dataset (or configuration) that mixes settings: shown, never compared."""
+    seen: dict[str, list[str]] = {}
+    for g in groups:
+        dims = _mixed(g)
+        if dims:
+            name = str(g["dataset"] or g["name"])
+            seen.setdefault(name, [f"{DIMENSION_TITLES.get(d, d)}: {g['dims'][d]}"
+                                   for d in dims])
+    return [f"{name} mixes settings ({'; '.join(what)}): its runs are shown but never compared "
+            "with other configurations or used as a reference" for name, what in seen.items()]
 
 
 def _pair(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
@@ -538,16 +559,27 @@ def _geomean(values: Iterable[float | None]) -> float | None:
 def predictions(groups: Sequence[Mapping[str, Any]], features: Mapping[str, Any],
                 startup_model: Any) -> dict[str, Any]:
     """Predicted against measured seconds per bucket and in total, per configuration whose model
-    has features; with the startup model's intervals and whether the measured mean is inside.
+    has features and whose setting matches the startup model's (machine, cache, mode, engine,
+    load format, storage; a paper table: the table the model was fitted or calibrated on); with
+    the intervals and whether the measured mean is inside. Rows of the models the startup model
+    was fitted (or calibrated) on, in its own setting, are labelled as such and kept out of the
+    coverage: they test nothing. Configurations of another setting are not scored; ``notes``
+    says which.
 
     ``startup_model``: a fitted ``coldscope.predictor.StartupModel``.
     """
-    rows = []
+    file = getattr(startup_model, "file_", None)
+    rows, other_setting = [], []
     for g in groups:
         dims = g["dims"]
         f = features.get(dims.get("model") or "")
         if f is None:
             continue
+        mismatch = _setting_mismatch(g, file)
+        if mismatch:
+            other_setting.append(f"{g['name']} ({mismatch})")
+            continue
+        role = _role(dims.get("model"), file)
         sizes = dims.get("capture_sizes")
         pred = startup_model.predict(f, capture_sizes=int(sizes) if sizes else None)
         cells = {}
@@ -556,16 +588,85 @@ def predictions(groups: Sequence[Mapping[str, Any]], features: Mapping[str, Any]
             cells[bucket] = _cell(sp.s, sp.interval, measured)
         cells[TOTAL] = _cell(pred.total_s, pred.interval,
                              summary(bucket_value(r, TOTAL) for r in g["runs"]))
-        rows.append({"group": g["name"], "model": dims.get("model"), "cells": cells,
+        rows.append({"group": g["name"] + (f" ({role} row)" if role else ""),
+                     "model": dims.get("model"), "role": role or "held out", "cells": cells,
                      "warnings": list(pred.warnings)})
     buckets = [b for b in (*BUCKETS, TOTAL) if any(b in r["cells"] for r in rows)]
     coverage = {}
     for b in buckets:
-        inside = [r["cells"][b]["inside"] for r in rows
-                  if b in r["cells"] and r["cells"][b]["inside"] is not None]
+        inside = [r["cells"][b]["inside"] for r in rows if r["role"] == "held out"
+                  and b in r["cells"] and r["cells"][b]["inside"] is not None]
         coverage[b] = (sum(inside) / len(inside)) if inside else None
+    notes = []
+    if other_setting:
+        notes.append(f"predicted vs measured: {len(other_setting)} configuration(s) not scored, "
+                     "their setting differs from the startup model's: "
+                     + "; ".join(other_setting[:8]) + ("; ..." if len(other_setting) > 8 else ""))
+    trained = [r["group"] for r in rows if r["role"] != "held out"]
+    if trained:
+        notes.append(f"predicted vs measured: {len(trained)} row(s) are the startup model's own "
+                     "training or calibration data (labelled, left out of the coverage)")
     return {"level": getattr(startup_model, "level", 0.9), "buckets": buckets, "rows": rows,
-            "coverage": coverage}
+            "coverage": coverage, "notes": notes}
+
+
+def _role(model: str | None, file: Any) -> str | None:
+    """``training`` / ``calibration`` when the startup model was fitted on this model's runs."""
+    if file is None or model is None:
+        return None
+    if file.calibration is not None:
+        return "calibration" if model in file.calibration.models else None
+    return "training" if model in file.trained_on.models else None
+
+
+def _setting_mismatch(group: Mapping[str, Any], file: Any) -> str | None:
+    """Why a configuration's setting is not the startup model's (None: it matches, or the
+    model does not record enough to tell)."""
+    if file is None:
+        return None
+    env = file.environment or {}
+    dims = group["dims"]
+    mixed = _mixed(group)
+    if mixed:
+        return f"mixed {', '.join(mixed)}"
+    if group.get("dataset") is not None or env.get("table"):
+        table = env.get("table")
+        mine = _paper_table_of(group.get("dataset"))
+        if table is None or mine is None:
+            return "paper table vs stored runs" if (table is None) != (mine is None) else None
+        return None if mine == table else f"paper table {mine}, model's {table}"
+    checks = {
+        "cache": env.get("cache"),
+        "engine": env.get("engine"),
+        "load_format": env.get("load_format"),
+        "mode": None if "enforce_eager" not in env and "compile" not in env else
+        ("eager" if env.get("enforce_eager") or env.get("compile") is False else "compiled"),
+    }
+    for dim, want in checks.items():
+        have = dims.get(dim)
+        if want is not None and have is not None and str(have) != str(want):
+            return f"{DIMENSION_TITLES.get(dim, dim)} {have}, model's {want}"
+    cpu = env.get("cpu_model")
+    machine = dims.get("machine")
+    if cpu and machine and not str(machine).startswith(str(cpu)):
+        return f"machine {machine}, model's {cpu}"
+    storage = file.storage.page_cache if file.storage is not None else None
+    if storage == "hot" and str(dims.get("weights") or "").startswith("page cache dropped"):
+        return "weights read cold, model's from the page cache"
+    return None
+
+
+def _paper_table_of(dataset: str | None) -> str | None:
+    """The paper table (``figure-10/gpu1``) of a report dataset name."""
+    if dataset is None:
+        return None
+    if dataset == PAPER_MAIN:
+        return "figure-rest"
+    for name, rel, _ in PAPER_DATASETS:
+        if name == dataset:
+            parts = Path(rel).parent.parts
+            return "/".join(parts[1:] if parts and parts[0] == "figures" else parts)
+    return None
 
 
 def _cell(predicted: float, interval: tuple[float, float],
@@ -669,8 +770,10 @@ def build_report_data(records: Sequence[Run], *,
             cpu["group"] = g["name"]
             cpus.append(cpu)
     rows, cmps = breakdown(groups), comparisons(groups)
+    pred = predictions(groups, features, startup_model) if startup_model else None
     return {
-        "title": title, "source": source, "notes": list(notes),
+        "title": title, "source": source,
+        "notes": [*notes, *mixed_setting_notes(groups), *(pred or {}).get("notes", [])],
         "runs": len(records), "configurations": len(groups),
         "varying": varying_dimensions([g["dims"] for g in groups]),
         "datasets": sorted({str(g["dataset"]) for g in groups if g["dataset"]}),
@@ -680,7 +783,7 @@ def build_report_data(records: Sequence[Run], *,
         "cpu": cpus,
         "scaling": scaling(groups, features),
         "comparisons": cmps,
-        "predictions": predictions(groups, features, startup_model) if startup_model else None,
+        "predictions": pred,
         "run_table": [run_row(r) for r in records],
     }
 
@@ -722,25 +825,32 @@ PAPER_DATASETS: tuple[tuple[str, str, dict[str, str]], ...] = (
     ("first run (compile cache may miss)", "figures/figure-rest/uncached/comparison_results.json",
      {"cache": "first run"}),
     ("Fig. 7: TORCH_COMPILE_DISABLE", "figures/figure-7/avg_comparison_results.json",
-     {"mode": "eager"}),
-    ("Fig. 9: capture sizes", "figures/figure-9/avg_comparison_results.json", {}),
+     {"mode": "eager", "weights": "page cache"}),
+    ("Fig. 9: capture sizes", "figures/figure-9/avg_comparison_results.json",
+     {"weights": "page cache"}),
     ("Fig. 10: L40S node", "figures/figure-10/gpu1/avg_comparison_results.json",
-     {"machine": "L40S node"}),
+     {"machine": "L40S node", "weights": "page cache"}),
     ("Fig. 11: Intel Xeon node", "figures/figure-11/cpu1/avg_comparison_results.json",
-     {"machine": "Intel Xeon node"}),
+     {"machine": "Intel Xeon node", "weights": "page cache"}),
     ("Fig. 13: weights in page cache", "figures/figure-13/case0/avg_comparison_results.json",
-     {"weights": "DRAM page cache"}),
+     {"weights": "page cache"}),
     ("Fig. 13: weights on SSD", "figures/figure-13/case1/avg_comparison_results.json",
      {"weights": "SSD, caches dropped"}),
-    ("Fig. 14: load formats", "figures/figure-14/avg_comparison_results.json", {}),
+    ("Fig. 14: load formats", "figures/figure-14/avg_comparison_results.json",
+     {"weights": "page cache"}),
     ("Fig. 15: compile cache disabled", "figures/figure-15/avg_comparison_results.json",
-     {"cache": "compile cache disabled"}),
+     {"cache": "compile cache disabled", "weights": "page cache"}),
     ("vLLM versions (opt-6.7b)", "versions/avg_comparison_results.json", {}),
 )
 
+#: Where each paper table's weights came from: the data's README measures it per table
+#: (``coldscope.predict.paper.PAPER_STORAGE``). The main table (and its first runs) read most
+#: models from the SSD but not all (0.126-1.858 s/GB): a mixed setting, never a reference.
+PAPER_MIXED_WEIGHTS = "mixed: SSD for most models, page cache for some"
+
 #: The main table's setting; each figure differs from it in the dimensions it names.
 PAPER_BASE_DIMS = {"cache": "warm", "mode": "compiled", "engine": "vllm 0.10.1.1",
-                   "machine": "H100 NVL · EPYC 9354"}
+                   "machine": "H100 NVL · EPYC 9354", "weights": PAPER_MIXED_WEIGHTS}
 
 _LOAD_FORMAT = re.compile(r"_load-format_([a-z_]+?)(?:\.txt|$)")
 _CAPTURE = re.compile(r"_cuda-graph-sizes_([\d_]+?)(?:\.txt|$)")
@@ -770,7 +880,8 @@ def paper_records(paper_dir: str | Path) -> list[PaperRun]:
         if path.is_file():
             base = {**dims}
             if rel.startswith("versions"):
-                base.update({"machine": "H100 (versions study)", "cache": None})
+                base.update({"machine": "H100 (versions study)", "cache": None,
+                             "weights": None})
             records += _paper_file(_read(path), name, base, "mean", PAPER_CAPTURE_SIZES)
     return records
 
