@@ -193,3 +193,30 @@ def test_classify() -> None:
                     "(v0.6.0) with config") == "start:engine"
     assert classify("the version of this file is 3") is None
     assert classify("ERROR:    Application startup failed. Exiting.") == "failed"
+
+
+def test_a_watched_file_that_appears_later(tmp_path: Path) -> None:
+    log = tmp_path / "later.log"
+    done: list[Startup] = []
+    w = _watcher([log], done)
+    w.poll_once()
+    assert done == [] and w.errors == 0
+    src = _upto_ready(PAPER / "v0.9.0_h100_opt-6.7b_unpatched.log")
+    log.write_text("\n".join(src) + "\n")
+    w.poll_once()
+    assert [(s.replica, s.status, s.lines) for s in done] == [("later", "ok", src)]
+
+
+def test_watcher_thread_starts_and_stops(tmp_path: Path) -> None:
+    import threading
+
+    got = threading.Event()
+    w = LogWatcher([str(tmp_path)], on_finish=lambda s: got.set(), interval=0.02,
+                   scan_interval=0.02)
+    w.start()
+    try:
+        (tmp_path / "x.log").write_text("\n".join(_upto_ready(CPU / "serve_warm.log")) + "\n")
+        assert got.wait(10)
+    finally:
+        w.stop()
+    assert w._thread is None and all(t.fd is None for t in w.tails.values())
