@@ -22,6 +22,7 @@ from coldscope.predict.paper import (
 )
 from coldscope.predict.store import observations_from_runs
 from coldscope.predictor import StartupModel, estimate_startup, t_quantile
+from coldscope.records import Run
 from coldscope.stages import BUCKETS, STAGES, UNATTRIBUTED
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
@@ -261,15 +262,17 @@ def test_load_refuses_other_files(tmp_path: Path) -> None:
         StartupModel.load(tmp_path / "y.json")
 
 
-def _run(i: int, model: str, stages: dict[str, float | None], cache: str = "cold") -> dict:
-    return {"id": f"r{i}", "status": "ok", "reason": None, "cache": cache, "label": None,
+def _run(i: int, model: str, stages: dict[str, float | None], cache: str = "cold",
+         **over) -> Run:
+    return Run.model_validate({**{
+            "id": f"r{i}", "status": "ok", "reason": None, "cache": cache, "label": None,
             "started_at": f"2026-11-29T10:{i:02d}:00Z",
             "time_to_ready_s": sum(v for v in stages.values() if v is not None),
             "first_token_s": None, "stages": {b: stages.get(b) for b in BUCKETS},
             "environment": {"cpu_model": "test cpu", "cpu_cores": 2, "vllm": "0.32.0"},
             "engine": {"name": "vllm", "version": "0.32.0", "enforce_eager": False,
                        "compile": True, "load_format": None},
-            "model": {"path": f"/models/{model}", "name": model}}
+            "model": {"path": f"/models/{model}", "name": model}}, **over})
 
 
 def test_store_runs_become_observations_with_replicates() -> None:
@@ -282,7 +285,7 @@ def test_store_runs_become_observations_with_replicates() -> None:
                       "cuda_graph_capture": None, "server_ready": 1.0, "unattributed": 0.25}
             runs.append(_run(k, name, stages))
             k += 1
-    runs.append({**_run(99, "s0", {}), "status": "failed", "time_to_ready_s": None})
+    runs.append(_run(99, "s0", {}, status="failed", time_to_ready_s=None))
     obs, env, notes = observations_from_runs(runs, features_of=lambda p: shapes[Path(p).name])
     assert len(obs) == 10 and len(notes) == 1
     assert env["cache"] == "cold" and env["cpu_model"] == "test cpu"
@@ -300,3 +303,18 @@ def test_store_refuses_mixed_cache_states() -> None:
     obs, _, _ = observations_from_runs(runs, cache="warm",
                                        features_of=lambda p: _features("b", 2, 0.1))
     assert [o.model for o in obs] == ["b"]
+
+
+def test_store_refuses_mixed_storage_and_records_the_shared_one() -> None:
+    feats = lambda p: _features(Path(p).name, 2, 0.1)  # noqa: E731
+    hot = _run(0, "a", {"bootstrap": 1.0}, storage={"page_cache": "hot", "kind": "nvme",
+                                                     "read_bandwidth_bps": 2e9})
+    cold = _run(1, "b", {"bootstrap": 1.0}, storage={"page_cache": "cold", "kind": "nvme"})
+    unknown = _run(2, "c", {"bootstrap": 1.0})  # an older run: storage not recorded
+    with pytest.raises(ColdscopeError, match="runs mix storage page cache"):
+        observations_from_runs([hot, cold], features_of=feats)
+    _, env, _ = observations_from_runs([hot, unknown], features_of=feats)
+    assert env["storage"] == {"page_cache": "hot", "kind": "nvme", "read_bandwidth_bps": 2e9,
+                              "source": "1 of 2 stored runs"}
+    _, env, _ = observations_from_runs([unknown], features_of=feats)
+    assert "storage" not in env

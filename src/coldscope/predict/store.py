@@ -1,14 +1,16 @@
-"""Training data from stored runs (the records of ``coldscope.store.Store.runs()``).
+"""Training data from stored runs (``coldscope.store.Store.runs()``, typed ``Run``).
 
 Each successful run with a time to ready becomes one observation; its model's features are read
-from ``run["model"]["path"]`` (once per path). The startup model is only meaningful for one
-setting, so runs must share the cache state (``cold``/``warm``) and the engine flags that change
-start-up (enforce-eager, compile, load format); a mix is refused with a one-line error naming
-the option that selects one.
+from ``run.model.path`` (once per path). The startup model is only meaningful for one setting,
+so runs must share the cache state (``cold``/``warm``), the engine flags that change start-up
+(enforce-eager, compile, load format) and the storage the weights came from (page cache hot or
+cold, storage kind, where runs record them); a mix is refused with a one-line error naming the
+option that selects one.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -17,69 +19,82 @@ from typing import Any
 from coldscope.errors import ColdscopeError
 from coldscope.features import ModelFeatures, model_features
 from coldscope.predict.fit import Observation
+from coldscope.records import Run
 from coldscope.stages import BUCKETS
 
 #: Engine settings that change start-up; runs with different values are not pooled.
 SETTING_KEYS = ("enforce_eager", "compile", "load_format")
-ENVIRONMENT_KEYS = ("cpu_model", "cpu_cores", "memory_bytes", "gpus", "python", "torch", "vllm",
-                    "weights_fs")
+#: Machine facts kept in the fitted model's environment when all runs share them.
+ENVIRONMENT_KEYS = ("cpu_model", "cpu_cores", "memory_bytes", "gpus", "weights_fs")
+#: Package versions kept likewise.
+PACKAGE_KEYS = ("python", "torch", "vllm")
+#: Storage facts that change model loading; runs that know different values are not pooled.
+STORAGE_KEYS = ("page_cache", "kind")
 
 
 def observations_from_runs(
-    runs: Iterable[dict[str, Any]],
+    runs: Iterable[Run],
     cache: str | None = None,
     features_of: Callable[[str], ModelFeatures] = model_features,
 ) -> tuple[list[Observation], dict[str, Any], list[str]]:
-    """(observations, environment, notes) from run records.
+    """(observations, environment, notes) from stored runs.
 
     ``cache``: keep only runs of this cache state. ``features_of``: model path -> features
     (injectable for tests). Notes say which runs were skipped and why.
     """
     notes: list[str] = []
-    kept: list[dict[str, Any]] = []
+    kept: list[Run] = []
     for run in runs:
-        rid = run.get("id", "?")
-        if run.get("status", "ok") != "ok" or run.get("time_to_ready_s") is None:
-            notes.append(f"run {rid}: skipped (not a successful run with a time to ready)")
+        if run.status != "ok" or run.time_to_ready_s is None:
+            notes.append(f"run {run.id}: skipped (not a successful run with a time to ready)")
             continue
-        if cache is not None and run.get("cache") != cache:
+        if cache is not None and run.cache != cache:
             continue
         kept.append(run)
     if not kept:
         raise ColdscopeError("empty training set: no successful runs"
                              + (f" with a {cache} cache" if cache else "") + " in the store")
-    caches = Counter(str(r.get("cache")) for r in kept)
+    caches = Counter(str(r.cache) for r in kept)
     if len(caches) > 1:
         raise ColdscopeError(
             f"runs mix cache states ({', '.join(f'{k}: {v}' for k, v in sorted(caches.items()))});"
             " pass --cache cold or --cache warm"
         )
     for key in SETTING_KEYS:
-        values = Counter(str((r.get("engine") or {}).get(key)) for r in kept)
+        values = Counter(str(getattr(r.engine, key)) for r in kept)
         if len(values) > 1:
             raise ColdscopeError(
                 f"runs mix engine setting {key} ({', '.join(sorted(values))}); fit each setting "
                 "from its own store or label"
+            )
+    for key in STORAGE_KEYS:  # None is "not recorded": it pools with anything
+        values = Counter(str(getattr(r.storage, key)) for r in kept
+                         if getattr(r.storage, key) is not None)
+        if len(values) > 1:
+            counts = ", ".join(f"{k}: {v}" for k, v in sorted(values.items()))
+            raise ColdscopeError(
+                f"runs mix storage {key.replace('_', ' ')} ({counts}); model loading differs "
+                "between them, so fit each from its own store or label"
             )
     features: dict[str, ModelFeatures] = {}
     observations = []
     for run in kept:
         path = _model_path(run)
         if path is None:
-            notes.append(f"run {run.get('id', '?')}: skipped (no model path in the record)")
+            notes.append(f"run {run.id}: skipped (no model path in the record)")
             continue
         if path not in features:
             try:
                 features[path] = features_of(path)
             except ColdscopeError as exc:
-                notes.append(f"run {run.get('id', '?')}: skipped ({exc})")
+                notes.append(f"run {run.id}: skipped ({exc})")
                 continue
-        stages = run.get("stages") or {}
-        buckets = {b: (None if stages.get(b) is None else float(stages[b])) for b in BUCKETS}
-        name = (run.get("model") or {}).get("name") or Path(path).name
+        buckets = {b: (None if run.stages.get(b) is None else float(run.stages[b]))
+                   for b in BUCKETS}
+        name = run.model.name or Path(path).name
         observations.append(Observation(f"{name} ({path})" if _dup(name, path, features)
                                         else name, features[path], buckets,
-                                        float(run["time_to_ready_s"])))
+                                        float(run.time_to_ready_s)))
     if not observations:
         raise ColdscopeError("empty training set: no stored run has a readable model directory")
     return observations, _environment(kept), notes
@@ -90,21 +105,52 @@ def _dup(name: str, path: str, features: dict[str, ModelFeatures]) -> bool:
     return sum(1 for p in features if Path(p).name == Path(path).name) > 1
 
 
-def _model_path(run: dict[str, Any]) -> str | None:
-    model = run.get("model") or {}
-    path = model.get("path") or (run.get("engine") or {}).get("model")
+def _model_path(run: Run) -> str | None:
+    path = run.model.path or run.engine.model
     return str(path) if path else None
 
 
-def _environment(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The setting the runs share: environment keys and engine flags with one value in all."""
-    env: dict[str, Any] = {"cache": runs[0].get("cache"), "runs": len(runs)}
+def _environment(runs: list[Run]) -> dict[str, Any]:
+    """The setting the runs share: machine facts, package versions, engine flags and storage
+    with one value in all (storage: the value the runs that record it agree on)."""
+    env: dict[str, Any] = {"cache": runs[0].cache, "runs": len(runs)}
+    first = runs[0].environment
     for key in ENVIRONMENT_KEYS:
-        values = {repr((r.get("environment") or {}).get(key)) for r in runs}
+        values = {repr(getattr(r.environment, key)) for r in runs}
         if len(values) == 1:
-            env[key] = (runs[0].get("environment") or {}).get(key)
-    engine = runs[0].get("engine") or {}
-    env["engine"] = f"{engine.get('name', 'vllm')} {engine.get('version', '?')}"
+            value = getattr(first, key)
+            env[key] = value.model_dump() if hasattr(value, "model_dump") else (
+                [g.model_dump() for g in value] if isinstance(value, list) else value)
+    for key in PACKAGE_KEYS:
+        values = {r.environment.package(key) for r in runs}
+        if len(values) == 1:
+            env[key] = first.package(key)
+    engine = runs[0].engine
+    env["engine"] = f"{engine.name or 'vllm'} {engine.version or '?'}"
     for key in SETTING_KEYS:
-        env[key] = engine.get(key)
+        env[key] = getattr(engine, key)
+    storage = _storage(runs)
+    if storage is not None:
+        env["storage"] = storage
     return env
+
+
+def _storage(runs: list[Run]) -> dict[str, Any] | None:
+    """The storage setting the runs were measured under (``StorageSetting`` fields), from the
+    runs that record it; None when none does."""
+    known = [r.storage for r in runs if r.storage.page_cache or r.storage.kind
+             or r.storage.read_bandwidth_bps]
+    if not known:
+        return None
+    setting: dict[str, Any] = {}
+    for key in STORAGE_KEYS:
+        values = {getattr(s, key) for s in known} - {None}
+        if values:
+            setting[key] = values.pop()
+    bandwidths = [s.read_bandwidth_bps for s in known if s.read_bandwidth_bps]
+    if bandwidths:
+        setting["read_bandwidth_bps"] = statistics.median(bandwidths)
+    sources = sorted({s.source for s in known if s.source})
+    setting["source"] = (f"{len(known)} of {len(runs)} stored runs"
+                         + (f" ({', '.join(sources)})" if sources else ""))
+    return setting
