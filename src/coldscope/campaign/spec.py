@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from coldscope.errors import ColdscopeError
+from coldscope.errors import ColdscopeError, validation_error
 from coldscope.models import ModelShape, validate_shape
 
 #: Names become parts of cell ids and directory names: keep them to a safe alphabet.
@@ -181,27 +181,6 @@ class CampaignSpec(Strict):
         return self
 
 
-def _where(loc: tuple) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "(top level)"
-
-
-def one_line(exc: ValidationError, source: str) -> str:
-    """The first validation problem as one line (plus how many more there are)."""
-    errors = exc.errors(include_url=False)
-    first = errors[0]
-    msg = first["msg"].removeprefix("Value error, ")
-    line = f"{source}: {_where(first['loc'])}: {msg}"
-    if len(errors) > 1:
-        line += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
-    return line
-
-
 def parse_spec(data: object, source: str = "campaign") -> CampaignSpec:
     """Validate already-loaded YAML/JSON data; one-line ColdscopeError on any problem."""
     if not isinstance(data, dict):
@@ -209,7 +188,7 @@ def parse_spec(data: object, source: str = "campaign") -> CampaignSpec:
     try:
         return CampaignSpec.model_validate(data)
     except ValidationError as exc:
-        raise ColdscopeError(one_line(exc, source)) from None
+        raise validation_error(exc, source) from None
 
 
 def load_spec(path: str | Path) -> CampaignSpec:
