@@ -184,3 +184,16 @@ def test_engine_from_startup_model_and_check_against_store(capsys, tmp_path, sta
     eng = r["parts"][-1]
     assert eng["source"].startswith("store: median")
     assert (eng["low"], eng["high"]) == (pytest.approx(engine - 1), pytest.approx(engine + 1))
+
+
+def test_tuned_session_sets_the_engine_figure(capsys, tmp_path):
+    tune = tmp_path / "tune.json"
+    tune.write_text(json.dumps({"session": "s1", "baseline_time_to_ready_s": 30.0,
+                                "best": {"time_to_ready_s": 12.5, "knobs": ["eager"]}}))
+    r = _plan(capsys, "--params", "7B", "--tuned", str(tune))
+    eng = r["parts"][-1]
+    assert (eng["low"], eng["high"]) == (12.5, 12.5)
+    assert eng["source"].startswith(f"tuned {tune}") and "eager" in eng["source"]
+    tune.write_text("{}")
+    assert main(["plan", "--params", "7B", "--tuned", str(tune)]) == 2
+    assert "not what `coldscope tune --json` prints" in capsys.readouterr().err

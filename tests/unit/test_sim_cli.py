@@ -175,3 +175,37 @@ def test_no_progress_bar_when_piped(tmp_path, capsys):
     assert main(["traces", "synth", "--days", "0.001", "-o", str(tmp_path / "a.csv")]) == 0
     out = capsys.readouterr()
     assert out.err == "" and out.out.startswith("wrote ")
+
+
+def test_progress_bar_on_a_terminal_only(tmp_path):
+    """On a pseudo-terminal `traces synth` draws a bar on stderr; with --json it draws none."""
+    import pty
+    import subprocess
+    import sys
+
+    def run(*extra: str) -> bytes:
+        out_master, out_slave = pty.openpty()
+        err_master, err_slave = pty.openpty()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "coldscope.cli.main", "traces", "synth", "--days", "0.5",
+             "--rate", "20/s", "-o", str(tmp_path / "t.csv"), *extra],
+            stdout=out_slave, stderr=err_slave, env={**os.environ, "COLUMNS": "100",
+                                                     "TERM": "xterm"})
+        os.close(out_slave)
+        os.close(err_slave)
+        chunks = []
+        while True:
+            try:
+                data = os.read(err_master, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            chunks.append(data)
+        assert proc.wait(timeout=120) == 0
+        os.close(out_master)
+        os.close(err_master)
+        return b"".join(chunks)
+
+    assert b"writing" in run() or b"generating" in run()
+    assert run("--json") == b""

@@ -29,6 +29,9 @@ def _layer_help() -> str:
               default=None, help="YAML with the profile keys to override.")
 @click.option("--startup-model", "startup_model", type=click.Path(exists=True, dir_okay=False),
               default=None, help="Startup model JSON (coldscope fit) for engine start-up.")
+@click.option("--tuned", "tuned", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="A `coldscope tune --json` output: its winner's measured start-up is the "
+                   "engine figure.")
 @store_option
 @click.option("--no-store", is_flag=True, help="Do not use measured runs from the store.")
 @click.option("--cache", type=click.Choice(["cold", "warm"]), default=None,
@@ -54,7 +57,8 @@ def _layer_help() -> str:
 @click.option("-o", "--output", "out_path", type=click.Path(dir_okay=False), default=None,
               help="Also write the JSON report here.")
 @json_option
-def plan_cmd(model_path, params, dtype, gpu, profile_path, startup_model, store_path, no_store,
+def plan_cmd(model_path, params, dtype, gpu, profile_path, startup_model, tuned, store_path,
+             no_store,
              cache, mitigate, min_workers, products, sla, traffic_path, trace_path, cheapest,
              tiers_path, out_path, as_json) -> None:
     """Plan a cold start from zero: where the time goes, what each mitigation removes and
@@ -67,7 +71,8 @@ def plan_cmd(model_path, params, dtype, gpu, profile_path, startup_model, store_
     try:
         request = PlanRequest(
             model=model_path, params=params, dtype=dtype, gpu=gpu, profile=profile_path,
-            startup_model=startup_model, store=store_path, no_store=no_store, cache=cache,
+            startup_model=startup_model, tuned=tuned, store=store_path, no_store=no_store,
+            cache=cache,
             mitigate=list(mitigate), min_workers=min_workers, products=products,
             sla_p99_ttft=sla, traffic=traffic_path, trace=trace_path, cheapest=cheapest,
             tiers=tiers_path)

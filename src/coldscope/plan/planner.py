@@ -152,6 +152,8 @@ class PlanRequest(BaseModel):
     gpu: str | None = None
     profile: str | None = Field(None, description="YAML with the profile keys to override")
     startup_model: str | None = None
+    tuned: str | None = Field(None, description="`coldscope tune --json` output: its winner's "
+                                                "measured start-up is the engine figure")
     store: str | None = None
     no_store: bool = False
     cache: Literal["cold", "warm"] | None = None
@@ -226,6 +228,12 @@ def plan(request: PlanRequest) -> PlanReport:
         size = bud.size_from_params(parse_count(params), dtype)
 
     prediction = engine = None
+    if request.tuned:
+        if request.startup_model:
+            raise ColdscopeError("give one of --tuned and --startup-model")
+        engine = engine_from_tune(request.tuned)
+        notes.append("the --tuned figure is a measured time to ready: it includes the tuned "
+                     "model's own weight loading, which the weight_load part also counts")
     if request.startup_model:
         if features is None:
             raise ColdscopeError("--startup-model needs --model (the predictor reads features)")
@@ -250,6 +258,19 @@ def plan(request: PlanRequest) -> PlanReport:
         cheapest=search_it, traffic=traffic, tiers=tiers, engine_check=check,
         notes=tuple(notes),
     ))
+
+
+def engine_from_tune(path: str) -> Any:
+    """The engine figure of a tune session: its winning configuration's measured start-up."""
+    from coldscope.plan.budget import EngineEstimate
+    from coldscope.tune.tuned import tuned_startup
+
+    t = tuned_startup(path)
+    knobs = ", ".join(t["knobs"]) or "defaults"
+    return EngineEstimate(
+        low=t["startup_s"], high=t["startup_s"], median=t["startup_s"],
+        source=(f"tuned {path}: winner's measured time to ready {t['startup_s']:.1f} s "
+                f"({knobs}; baseline {t['baseline_s']:.1f} s, {t['savings_s']:.1f} s saved)"))
 
 
 def stored_runs(store_path: str | None, model_path: str, cache: str | None) -> list[Any]:

@@ -20,7 +20,6 @@ from coldscope.config_file import read_mapping
 from coldscope.errors import ColdscopeError
 
 TIERS: tuple[str, ...] = ("registry", "object_store", "node_disk", "nvme", "dram", "hbm")
-WEIGHT_SOURCES: tuple[str, ...] = ("image", "object_store", "node_disk", "nvme", "dram", "hbm")
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -252,10 +251,6 @@ def validate(model: type[BaseModel], data: Any, where: str) -> Any:
         first = exc.errors()[0]
         loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
         raise ColdscopeError(f"{where}: {loc}: {first['msg']}") from None
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 _DURATION = re.compile(

@@ -282,11 +282,6 @@ def _params(policy: Any) -> dict[str, Any]:
     return {k: v for k, v in vars(policy).items() if not k.endswith("_")}
 
 
-def _num(x: float) -> float | None:
-    """JSON has no NaN or infinity: a missing number is null."""
-    return float(x) if math.isfinite(x) else None
-
-
 def summarise(raw: RawRun, trace: Trace, config: SimConfig) -> dict[str, Any]:
     """The headline numbers of a run (seconds unless named otherwise).
 
