@@ -197,3 +197,12 @@ def test_tuned_session_sets_the_engine_figure(capsys, tmp_path):
     tune.write_text("{}")
     assert main(["plan", "--params", "7B", "--tuned", str(tune)]) == 2
     assert "not what `coldscope tune --json` prints" in capsys.readouterr().err
+
+
+def test_no_infinity_in_the_json(capsys, tmp_path):
+    prof = tmp_path / "p.yaml"
+    prof.write_text("gpus:\n  H100: {memory_bytes: 80.0e+9, price_per_hour: 1e308}\n")
+    assert main(["plan", "--params", "7B", "--profile", str(prof), "--min-workers", "2",
+                 "--json"]) == 2
+    captured = capsys.readouterr()
+    assert "Infinity" not in captured.out and "out of range" in captured.err

@@ -27,7 +27,7 @@ from coldscope.plan.budget import (
 from coldscope.plan.economics import break_even_rate
 from coldscope.plan.mitigations import apply_layers
 from coldscope.plan.profile import Profile, Traffic
-from coldscope.plan.report import PlanReport
+from coldscope.plan.report import PlanReport, check_finite
 from coldscope.plan.sla import Tiers, evaluate, plan_tiers, search
 
 #: What the source labels of the default profile stand for (shown under the plan's table).
@@ -135,6 +135,7 @@ def make_plan(req: PlanInputs) -> PlanReport:
         plans = plan_tiers(req.size, profile, base, req.tiers)
         report["tiers"] = [t.as_dict() for t in plans]
         report["tiers_total_monthly_cost"] = sum(t.monthly_cost for t in plans)
+    check_finite(report, "plan")
     return PlanReport.model_validate(report)
 
 

@@ -9,12 +9,29 @@ unless named. Every interval is ``{"low", "high"}``. The keys ``total_s``, ``par
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from coldscope.errors import ColdscopeError
+
 #: 1: the untyped dict of coldscope 0.x (``version: 1``); 2: this record.
 SCHEMA_VERSION = 2
+
+
+def check_finite(data: Any, what: str, path: str = "") -> None:
+    """Refuse a result holding infinity or NaN (JSON has neither): a one-line error naming the
+    first such field, which comes from an input figure out of any sensible range."""
+    if isinstance(data, float) and not math.isfinite(data):
+        raise ColdscopeError(f"{what}: {path or 'a value'} is {data} (an input figure is out of "
+                             "range: check the profile's prices, bandwidths and rates)")
+    if isinstance(data, dict):
+        for key, value in data.items():
+            check_finite(value, what, f"{path}.{key}" if path else str(key))
+    elif isinstance(data, list | tuple):
+        for k, value in enumerate(data):
+            check_finite(value, what, f"{path}[{k}]")
 
 
 class _Record(BaseModel):

@@ -63,7 +63,7 @@ class ReplicaSpec(_Strict):
                                        description="per request")
     gpus_per_replica: int = Field(1, ge=1, le=1024)
     gpu: str | None = Field(None, description="GPU type; default: the planner's default GPU")
-    gpu_hour_price: float | None = Field(None, ge=0, allow_inf_nan=False,
+    gpu_hour_price: float | None = Field(None, ge=0, le=1e6, allow_inf_nan=False,
                                          description="per GPU-hour; default: the GPU's price")
     currency: str | None = Field(None, description="default: the planner profile's currency")
 
