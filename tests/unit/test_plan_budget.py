@@ -159,3 +159,13 @@ def test_profile_file_overrides_and_rejects_unknown_keys(tmp_path):
     f.write_text("gpu: TPU\n")
     with pytest.raises(ColdscopeError, match="TPU"):
         load_profile(f)
+
+
+def test_dtype_bytes_come_from_the_one_table():
+    from coldscope.features import DTYPE_BYTES
+    from coldscope.plan.profile import dtype_bytes
+
+    for name in ("bf16", "BF16", "bfloat16", "fp8", "int8", "int4", "F32"):
+        assert dtype_bytes(name) == DTYPE_BYTES.get(name, DTYPE_BYTES.get(name.lower()))
+    with pytest.raises(ColdscopeError, match="unknown dtype"):
+        dtype_bytes("fp7")

@@ -298,12 +298,8 @@ def parse_count(text: str | float) -> float:
 
 def dtype_bytes(dtype: str) -> float:
     """Bytes per parameter of ``dtype`` (bf16 -> 2), from the one dtype table (features)."""
-    try:
-        from coldscope.features import DTYPE_BYTES
-    except ImportError:  # TRANSITIONAL until features.DTYPE_BYTES (H3) lands
-        from coldscope.features import CONFIG_DTYPE_BYTES as DTYPE_BYTES
+    from coldscope.features import DTYPE_BYTES
 
-        dtype = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(dtype, dtype)
     for key in (dtype, dtype.lower(), dtype.upper()):
         if key in DTYPE_BYTES:
             return float(DTYPE_BYTES[key])
