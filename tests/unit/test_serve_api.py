@@ -312,3 +312,43 @@ def test_watched_startups_are_compared_with_the_prediction(tmp_path: Path,
     inside = "true" if low <= run["time_to_ready_s"] <= high else "false"
     assert (f'coldscope_startup_prediction_inside_interval_total{{inside="{inside}",'
             f'model="tiny-llama"}} 1.0') in text
+
+
+def test_a_locked_store_does_not_stop_the_watcher(tmp_path: Path) -> None:
+    import sqlite3
+    import time
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    store = tmp_path / "s.db"
+    s = Service(ServeConfig(store=str(store), watch=[str(logs)], poll_interval=0.05))
+    from coldscope.store import Store
+
+    Store(store).close()
+    lock = sqlite3.connect(store, isolation_level=None)
+    lock.execute("BEGIN EXCLUSIVE")  # a writer holding the store (a campaign, a backup)
+    s.start()
+    try:
+        (logs / "a.log").write_bytes((CPU / "serve_warm.log").read_bytes())
+        lines = (CPU / "serve_eager.log").read_text().splitlines()[:60]
+        for _ in range(100):
+            if s.watcher is not None and s.watcher.tails:
+                break
+            time.sleep(0.05)
+        time.sleep(0.5)
+        (logs / "b.log").write_text("\n".join(lines) + "\n")
+        for _ in range(100):  # the watcher still polls: b's start-up shows as running
+            if [x.replica for x in s.watcher.running()] == ["b"]:
+                break
+            time.sleep(0.05)
+        assert [x.replica for x in s.watcher.running()] == ["b"]
+        assert s.stored == 0
+        lock.execute("ROLLBACK")
+        for _ in range(200):
+            if s.stored == 1:
+                break
+            time.sleep(0.05)
+        assert s.stored == 1
+    finally:
+        lock.close()
+        s.stop()

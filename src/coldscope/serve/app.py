@@ -169,7 +169,7 @@ def create_app(service: Service) -> FastAPI:
     async def healthz() -> dict[str, Any]:
         watcher = service.watcher
         return {"ok": True, "watching": len(watcher.tails) if watcher else 0,
-                "stored": service.stored, "watch_errors": watcher.errors if watcher else 0}
+                "stored": service.stored, "watch_errors": service.errors()}
 
     app.add_middleware(Guard, token=service.config.token,
                        max_body_bytes=service.config.max_body_bytes)

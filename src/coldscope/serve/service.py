@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import queue
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -70,20 +71,45 @@ class Service:
         self.metrics = StartupMetrics(max_replicas=config.max_replicas,
                                       max_models=config.max_models,
                                       in_progress=self._in_progress,
-                                      errors=lambda: self.watcher.errors if self.watcher else 0)
+                                      errors=self.errors)
         self._stored = 0
-        self._lock = threading.Lock()
+        self._queue: queue.Queue[Startup | None] | None = None
+        self._storer: threading.Thread | None = None
+        self._errors = 0  # start-ups that could not be stored
         self._predictions: dict[str, dict[str, Any] | None] = {}
 
     # -- life ----------------------------------------------------------------------------------
 
     def start(self) -> None:
+        """Start following the logs. Finished start-ups are then stored by their own thread,
+        so a slow or locked store (a campaign writing) never stops the watcher's polling."""
         if self.watcher is not None:
+            self._queue = queue.Queue()
+            self._storer = threading.Thread(target=self._store_loop, name="coldscope-store",
+                                            daemon=True)
+            self._storer.start()
             self.watcher.start()
 
     def stop(self) -> None:
         if self.watcher is not None:
             self.watcher.stop()
+        if self._storer is not None and self._queue is not None:
+            self._queue.put(None)
+            self._storer.join(timeout=60)
+            self._storer, self._queue = None, None
+
+    def _store_loop(self) -> None:
+        assert self._queue is not None
+        while (s := self._queue.get()) is not None:
+            try:
+                self._store(s)
+            except Exception:
+                self._errors += 1
+                log.exception("storing the start-up of %s (%s) failed", s.replica, s.path)
+
+    def errors(self) -> int:
+        """Errors logged and survived: the watcher's, and start-ups that could not be stored."""
+        return (self.watcher.errors if self.watcher else 0) + self._errors
 
     @property
     def stored(self) -> int:
@@ -102,6 +128,12 @@ class Service:
         log.info("start-up of %s began (%s)", s.replica, s.path)
 
     def _on_finish(self, s: Startup) -> None:
+        if self._queue is not None:
+            self._queue.put(s)  # a finished Startup is never changed again
+        else:
+            self._store(s)  # not started (tests driving poll_once): store at once
+
+    def _store(self, s: Startup) -> None:
         from coldscope.store import Store
 
         try:
