@@ -209,3 +209,13 @@ def test_progress_bar_on_a_terminal_only(tmp_path):
 
     assert b"writing" in run() or b"generating" in run()
     assert run("--json") == b""
+
+
+def test_startup_from_a_plan_report(tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    assert main(["plan", "--params", "7B", "--mitigate", "gpu_snapshot", "-o", str(plan)]) == 0
+    capsys.readouterr()
+    total = json.loads(plan.read_text())["total_s"]
+    out = _json(capsys, "simulate", "--trace", str(AZURE_CODE), "--startup-plan", str(plan))
+    assert out["startup"]["kind"] == "uniform"
+    assert out["startup"]["interval"] == total

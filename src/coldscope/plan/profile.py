@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from coldscope.config_file import read_mapping
-from coldscope.errors import ColdscopeError
+from coldscope.errors import ColdscopeError, validation_error
 
 TIERS: tuple[str, ...] = ("registry", "object_store", "node_disk", "nvme", "dram", "hbm")
 
@@ -248,9 +248,7 @@ def validate(model: type[BaseModel], data: Any, where: str) -> Any:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise ColdscopeError(f"{where}: {loc}: {first['msg']}") from None
+        raise validation_error(exc, where) from None
 
 
 _DURATION = re.compile(

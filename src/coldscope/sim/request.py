@@ -8,7 +8,6 @@ option is a one-line ``ColdscopeError`` and a bug stays a bug (a traceback), not
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -76,13 +75,9 @@ def cold_start(choice: StartupChoice) -> Any:
     if choice.model:
         raise ColdscopeError("--model is used with --startup-model")
     if choice.plan:
-        try:
-            data = json.loads(Path(choice.plan).read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ColdscopeError(f"cannot read plan {choice.plan}: {exc}") from None
-        if not isinstance(data, dict):
-            raise ColdscopeError(f"{choice.plan} is not a plan (coldscope plan --json)")
-        return st.from_plan(data, choice.plan)
+        from coldscope.config_file import read_mapping
+
+        return st.from_plan(read_mapping(choice.plan, "plan"), choice.plan)
     if choice.from_store:
         from coldscope.store import Store, default_store_path
 
