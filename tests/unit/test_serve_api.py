@@ -82,10 +82,14 @@ def test_symlink_out_of_the_model_root_is_refused(tmp_path: Path, startup_model:
     root = tmp_path / "models"
     root.mkdir()
     (root / "escape").symlink_to(CONFIGS / "llama-2-7b-hf")
+    (root / "loop").symlink_to(root / "loop")
     s = Service(ServeConfig(store=str(tmp_path / "s.db"), startup_model=str(startup_model),
                             model_roots=[str(root)]))
-    r = TestClient(create_app(s)).post("/v1/predict", json={"model": "escape"})
+    client = TestClient(create_app(s))
+    r = client.post("/v1/predict", json={"model": "escape"})
     assert r.status_code == 400 and "outside every --model-root" in r.json()["error"]
+    r = client.post("/v1/predict", json={"model": "loop"})
+    assert r.status_code == 400 and r.json()["error"].startswith("model path 'loop'")
 
 
 def test_runs_equal_the_cli_and_metrics_count_them(service: Service) -> None:

@@ -1,8 +1,10 @@
 """What ``coldscope serve`` does, apart from HTTP: watch logs, store runs, keep metrics, and
 answer predict / plan / runs / scale-hint questions with the same functions as the CLI.
 
-One ``Service`` per process. The watcher thread is the only writer of the store; request
-handlers open their own read connection per request (SQLite connections are per thread).
+One ``Service`` per process, three kinds of threads: the watcher's polling thread finds
+start-ups; one storing thread builds each finished one's run, writes it (the only writer of the
+store) and updates the metrics; request handlers open their own read connection per request
+(SQLite connections belong to one thread).
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ class ServeConfig:
 
 
 class Service:
+    """The state behind the HTTP app: loaded startup model, metrics, watcher, store path.
+    ``start()``/``stop()`` run the threads (the app's lifespan calls them)."""
+
     def __init__(self, config: ServeConfig):
         from coldscope.store import default_store_path
 
@@ -174,6 +179,8 @@ class Service:
                 break
             except ColdscopeError:
                 continue
+        if len(self._predictions) >= 1024:  # model paths come from logs: keep the memo bounded
+            self._predictions.clear()
         self._predictions[path] = prediction
         return prediction
 
@@ -188,8 +195,12 @@ class Service:
             raise ColdscopeError("model path is empty, too long or has a NUL byte")
         given = Path(path)
         candidates = [given] if given.is_absolute() else [r / given for r in self.model_roots]
-        inside = [c.resolve() for c in candidates
-                  if any(c.resolve().is_relative_to(r) for r in self.model_roots)]
+        try:
+            resolved_all = [c.resolve() for c in candidates]
+        except (OSError, RuntimeError) as exc:  # a symbolic-link loop, a path too long
+            raise ColdscopeError(f"model path {path!r} cannot be resolved: {exc}") from None
+        inside = [c for c in resolved_all
+                  if any(c.is_relative_to(r) for r in self.model_roots)]
         if not inside:
             raise ColdscopeError(f"model path {path!r} is outside every --model-root")
         for resolved in inside:
