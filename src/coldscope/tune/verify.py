@@ -3,8 +3,9 @@ baseline's, or the difference is shown) and a short fixed serving load whose thr
 a trade-off like eager mode a number.
 
 The load is the same for every trial: ``REQUESTS`` completions of ``MAX_TOKENS`` tokens each
-(``ignore_eos`` so that every request really generates them), ``CONCURRENCY`` at a time, greedy.
-Throughput is output tokens per second of wall time over the whole load.
+(``ignore_eos`` so that every request really generates them), ``CONCURRENCY`` at a time, greedy,
+after one short unmeasured round, ``ROUNDS`` times. Throughput is output tokens per second of
+wall time over one round, the best round's.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ GREEDY_TOKENS = 16
 REQUESTS = 32
 CONCURRENCY = 4
 MAX_TOKENS = 32
+ROUNDS = 3
 LOAD_PROMPTS = tuple(f"Request {i}: describe the start-up of a server in detail."
                      for i in range(8))
 
@@ -71,12 +73,21 @@ def serving_load(base: str, model: str, *, requests: int = REQUESTS,
             "tokens_per_s": round(tokens / seconds, 3) if seconds > 0 else None}
 
 
-def verify(base: str, model: str) -> dict:
-    """Both checks; the runner stores this dict on the run as ``verification``."""
+def verify(base: str, model: str, *, rounds: int = ROUNDS) -> dict:
+    """Both checks; the runner stores this dict on the run as ``verification``.
+
+    The load runs once unmeasured (first requests after start-up pay one-off costs), then
+    ``rounds`` times; the throughput is the best round's. On a shared machine, other work only
+    ever slows a round down, so the best of a few is the steadiest estimate of what the
+    configuration can do (measured here: single 32-request rounds of one configuration varied
+    by up to 25 %)."""
     text = greedy(base, model)
-    load = serving_load(base, model)
-    return {"greedy_prompt": GREEDY_PROMPT, "greedy": text, "load": load,
-            "throughput": load["tokens_per_s"]}
+    serving_load(base, model, requests=CONCURRENCY * 2)
+    loads = [serving_load(base, model) for _ in range(rounds)]
+    best = max(loads, key=lambda x: x["tokens_per_s"] or 0.0)
+    return {"greedy_prompt": GREEDY_PROMPT, "greedy": text, "load": best,
+            "rounds_tokens_per_s": [x["tokens_per_s"] for x in loads],
+            "throughput": best["tokens_per_s"]}
 
 
 def first_difference(a: str | None, b: str | None) -> str | None:
