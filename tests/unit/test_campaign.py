@@ -240,3 +240,45 @@ def test_cache_roots_too_long_for_vllm_sockets_are_flagged():
     long_root = Path("/work/main/.coldscope/campaigns/real-one/caches")
     assert f"{len(seen)} characters" in cache_root_warning(long_root)
     assert cache_root_warning(Path("/work/main/.coldscope/caches")) is None
+
+
+def test_a_second_driver_of_the_same_campaign_and_store_is_refused(tmp_path):
+    """Two drivers at once would both find every cell missing and measure it twice: the second
+    gets a one-line error while the first holds the lock, and runs once the first is done.
+    Another store (or another campaign) is not held up."""
+    from coldscope.campaign.execute import campaign_lock
+
+    store = Store(tmp_path / "s.db")
+    spec = parse_spec(fake_spec(tmp_path, repetitions=1))
+    with campaign_lock(spec, store.path):
+        with pytest.raises(ColdscopeError, match=r"'fake' is already running on .*s\.db "
+                                                 rf"\(pid {os.getpid()} on "):
+            run_campaign(spec, store, base=tmp_path)
+        assert campaign_runs(store, "fake", status=None) == []  # nothing measured
+        other = Store(tmp_path / "other.db")
+        assert run_campaign(spec, other, base=tmp_path).done == 1
+    assert run_campaign(spec, store, base=tmp_path).done == 1  # released
+
+
+def test_two_campaign_commands_at_once_measure_each_cell_once(tmp_path):
+    """Through the CLI, from two different working directories: exactly one driver runs."""
+    import yaml
+
+    spec_file = tmp_path / "c.yaml"
+    spec_file.write_text(yaml.safe_dump(fake_spec(tmp_path, delay=1.0, repetitions=1)))
+    store = tmp_path / "s.db"
+    Store(store).close()  # (creating one store from two processes at once is another matter)
+    cli = str(Path(sys.executable).parent / "coldscope")
+    procs = []
+    for d in ("one", "two"):
+        (tmp_path / d).mkdir()
+        procs.append(subprocess.Popen([cli, "campaign", str(spec_file), "--store", str(store),
+                                       "--json"], cwd=tmp_path / d, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=120) for p in procs]
+    codes = sorted(p.returncode for p in procs)
+    assert codes == [0, 2], outs
+    refused = next(err for (_, err), p in zip(outs, procs, strict=True) if p.returncode == 2)
+    assert "already running" in refused and "Traceback" not in refused
+    assert len(refused.strip().splitlines()) == 1
+    assert len(campaign_runs(Store(store), "fake", status=None)) == 1

@@ -63,9 +63,23 @@ def run_campaign(spec: CampaignSpec, store, *, base: Path | None = None,
 
     ``base``: the directory relative paths in the spec are resolved against (default: the
     current directory). Without ``resume``, a campaign that already has runs in the store is
-    refused, so two different matrices never mix under one name by accident.
+    refused, so two different matrices never mix under one name by accident. While it runs it
+    holds the campaign's lock on this store (``execute.campaign_lock``): a second driver of the
+    same campaign on the same store is refused instead of measuring every cell twice.
     """
     base = Path.cwd() if base is None else Path(base)
+    from coldscope.campaign.execute import campaign_lock
+
+    with campaign_lock(spec, store.path):
+        return _run_campaign(spec, store, base=base, executor=executor, address=address,
+                             resume=resume, concurrency=concurrency, reporter=reporter,
+                             on_line=on_line, cells=cells)
+
+
+def _run_campaign(spec: CampaignSpec, store, *, base: Path,
+                  executor: Literal["local", "ray"], address: str | None, resume: bool,
+                  concurrency: int | None, reporter: Reporter | None, on_line,
+                  cells: list[Cell] | None) -> CampaignResult:
     reporter = reporter or Reporter()
     conc = concurrency or spec.concurrency
     plan = cells if cells is not None else expand(spec, base, conc)

@@ -16,10 +16,12 @@ from __future__ import annotations
 import datetime as dt
 import inspect
 import json
+import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -93,6 +95,43 @@ def run_config(cell: Cell, spec: CampaignSpec, root: Path, port: int) -> RunConf
 
 def needs_priming(config: RunConfig) -> bool:
     return config.cache == "warm" and not cache_dirs(config, "probe").warm_filled
+
+
+# -- one driver per campaign and store ---------------------------------------------------------
+
+
+@contextmanager
+def campaign_lock(spec: CampaignSpec, store_path: Path) -> Iterator[Path]:
+    """Hold the lock of campaign ``spec.name`` on the store at ``store_path`` while it runs.
+
+    Two drivers of one campaign on one store would both see the same cells missing and measure
+    each twice (and their engines would fight for ports and cores). The lock is an exclusive
+    ``flock`` on a file beside the store, named after the campaign (beside the store, not in
+    the state directory under the working directory, so drivers started from two directories
+    still exclude each other), and the same campaign may still run against another store. The
+    kernel drops the lock when the driver exits, however it dies, so a killed driver never
+    leaves a stale lock. A second driver gets a one-line error naming the holder.
+    """
+    import fcntl
+    import hashlib
+
+    store_path = Path(store_path).resolve()
+    key = hashlib.sha256(spec.name.encode()).hexdigest()[:12]
+    path = store_path.parent / f".{store_path.name}.campaign-{key}.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
+            raise ColdscopeError(
+                f"campaign {spec.name!r} is already running on {store_path} ({holder}); "
+                "wait for it to finish, or stop it, then run again with --resume") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
+        yield path
+    finally:
+        os.close(fd)  # releases the lock
 
 
 # -- in-flight markers -----------------------------------------------------------------------
