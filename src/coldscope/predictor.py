@@ -43,6 +43,7 @@ from coldscope.predict.formulas import (
 )
 from coldscope.predict.modelfile import (
     SCHEMA_VERSION,
+    PredictionReport,
     StartupModelFile,
     StorageSetting,
     parse_model_file,
@@ -198,6 +199,7 @@ def estimate_startup(startup_model_path: str | Path,
 
 
 __all__ = ["BUCKETS", "CANDIDATE_FORMULAS", "FEATURES", "INTERCEPT", "PAPER_FORMULAS",
-           "SCHEMA_VERSION", "Interval", "Observation", "Prediction", "StagePrediction",
+           "SCHEMA_VERSION", "Interval", "Observation", "Prediction", "PredictionReport",
+           "StagePrediction",
            "StartupModel", "StartupModelFile", "StorageSetting", "estimate_startup",
            "features_of", "formula_text", "predict_json", "t_quantile", "term_value"]

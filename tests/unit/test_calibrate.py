@@ -229,6 +229,11 @@ def test_predict_json_is_what_the_cli_prints(base: StartupModel, tmp_path: Path,
     assert printed == json.loads(json.dumps(predict_json(path, features,
                                                          storage_bandwidth=2e9)))
     assert set(printed["interval"]) == {"low", "high"}
+    import jsonschema
+
+    from coldscope.predictor import PredictionReport
+
+    jsonschema.validate(printed, PredictionReport.model_json_schema())
     assert main(["predict", str(features), "--startup-model", str(path),
                  "--storage-bandwidth", "fast"]) == 2
 
@@ -240,3 +245,27 @@ def test_the_fitting_side_does_not_import_the_predictor_facade() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_plan_and_simulate_accept_a_calibrated_model(base: StartupModel, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from coldscope.cli.main import main
+
+    cal = StartupModel.from_file(calibrate(base.file_, _machine(0.2, 0.24, 7.0, MODELS),
+                                           environment={}, source="t", base_source="b",
+                                           models=["m3", "m8"]))
+    path = tmp_path / "cal.json"
+    cal.save(path)
+    features = tmp_path / "x.json"
+    features.write_text(_features("x", 30, 8.0).model_dump_json())
+    expected = cal.predict(_features("x", 30, 8.0)).total_s
+    assert main(["plan", "--model", str(features), "--startup-model", str(path), "--no-store",
+                 "--json"]) == 0
+    out = capsys.readouterr().out
+    assert str(path) in out and f"{expected - 0.2 * 8:.1f}" in out  # engine = total - loading
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,context_tokens,generated_tokens\n"
+                     + "".join(f"{i},100,10\n" for i in range(30)))
+    assert main(["simulate", "--trace", str(trace), "--startup-model", str(path),
+                 "--model", str(features), "--json"]) == 0
+    assert str(path) in capsys.readouterr().out

@@ -165,6 +165,26 @@ class Calibration(_Record):
     warnings: list[str]
 
 
+class StagePredictionOut(_Record):
+    s: float = Field(ge=0, description="predicted seconds")
+    interval: Interval
+
+
+class PredictionReport(_Record):
+    """What ``coldscope predict --json`` prints and ``serve``'s POST /v1/predict returns."""
+
+    model: str
+    total_s: float = Field(ge=0)
+    interval: Interval
+    level: float = Field(gt=0, lt=1)
+    stages: dict[str, StagePredictionOut]
+    storage: dict[str, Any] | None = Field(
+        None, description="the storage setting model_loading was predicted for")
+    calibrated_on: list[str] | None = Field(
+        None, description="the calibration models, for a calibrated startup model")
+    warnings: list[str]
+
+
 class StartupModelFile(_Record):
     """The startup model JSON file (``coldscope fit`` / ``coldscope calibrate`` write it)."""
 
