@@ -220,3 +220,21 @@ def test_watcher_thread_starts_and_stops(tmp_path: Path) -> None:
     finally:
         w.stop()
     assert w._thread is None and all(t.fd is None for t in w.tails.values())
+
+
+def test_runaway_logs_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import coldscope.serve.watcher as watcher
+
+    monkeypatch.setattr(watcher, "MAX_STARTUP_LINES", 500)
+    monkeypatch.setattr(watcher, "MAX_UNCONFIRMED_LINES", 50)
+    src = _upto_ready(CPU / "serve_cold.log")
+    log = tmp_path / "chatty.log"
+    log.write_text("\n".join(["no engine here"] * 120 + src[:30] + ["debug noise"] * 600) + "\n")
+    done: list[Startup] = []
+    w = _watcher([log], done)
+    w.poll_once()
+    assert len(done) == 1 and done[0].status == "failed"
+    assert done[0].reason.startswith("no ready line in 500 lines")
+    # the text before the engine's first line was kept 50 lines at most (120 = 50 + 50 + 20)
+    assert len(done[0].lines) == 500 and done[0].lines[20:50] == src[:30]
+    assert done[0].lines[:20] == ["no engine here"] * 20

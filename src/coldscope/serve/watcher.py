@@ -55,8 +55,12 @@ _READY_NAMES = frozenset({APP_STARTUP_COMPLETE, HARNESS_END})
 
 #: Longest line kept (bytes); longer ones are cut, so one runaway line cannot exhaust memory.
 MAX_LINE_BYTES = 64 * 1024
-#: Most lines one start-up may hold before it is failed as runaway.
+#: Most lines and bytes one start-up may hold before it is failed as runaway (a real vLLM
+#: start-up prints a few hundred lines, a few thousand with DEBUG logging).
 MAX_STARTUP_LINES = 200_000
+MAX_STARTUP_BYTES = 32 * 1024 * 1024
+#: Text before any engine line is kept this long at most (a file that is not an engine log).
+MAX_UNCONFIRMED_LINES = 10_000
 #: Most bytes read from one file per poll (the rest is read on the next poll).
 MAX_READ_BYTES = 4 * 1024 * 1024
 
@@ -102,6 +106,7 @@ class Startup:
     kinds: set[str] = field(default_factory=set)
     status: str = "running"
     reason: str | None = None
+    size: int = 0
     finished_at: float | None = None
 
     @property
@@ -145,6 +150,7 @@ class _Stream:
                          now)
             cur = self._begin(now)
         cur.lines.append(line)
+        cur.size += len(line)
         cur.last_line_at = now
         if kind is not None and kind.startswith("start:"):
             cur.kinds.add(kind)
@@ -158,11 +164,12 @@ class _Stream:
             self._finish(cur, "ok", None, now)
         elif kind == "failed" and cur.confirmed:
             self._finish(cur, "failed", f"the log says so: {line.strip()[:300]}", now)
-        elif len(cur.lines) >= MAX_STARTUP_LINES:
-            if cur.confirmed:
-                self._finish(cur, "failed", f"no ready line in {MAX_STARTUP_LINES} lines", now)
-            else:
+        elif not cur.confirmed:
+            if len(cur.lines) >= MAX_UNCONFIRMED_LINES:
                 self.current = None  # not an engine log (yet): forget the text, keep following
+        elif len(cur.lines) >= MAX_STARTUP_LINES or cur.size >= MAX_STARTUP_BYTES:
+            self._finish(cur, "failed", f"no ready line in {len(cur.lines)} lines "
+                                        f"({cur.size} bytes)", now)
 
     def check_timeout(self, now: float) -> None:
         cur = self.current
