@@ -62,7 +62,9 @@ class Bandwidths(_Strict):
         return self
 
 
-class Engine(_Strict):
+class EngineSettings(_Strict):
+    """The engine's start-up figures in the profile (the adapters are coldscope.engines)."""
+
     startup_s: Range
     compile_cache: Literal["warm", "cold"]
     cold_compile_penalty_s: Range
@@ -187,7 +189,7 @@ class Profile(_Strict):
     provisioning_s: Range
     image: Image
     bandwidth_bytes_per_s: Bandwidths
-    engine: Engine
+    engine: EngineSettings
     warm_ttft_s: Range
     gpu: str
     gpus: dict[str, Gpu]
