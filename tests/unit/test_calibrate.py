@@ -269,3 +269,23 @@ def test_plan_and_simulate_accept_a_calibrated_model(base: StartupModel, tmp_pat
     assert main(["simulate", "--trace", str(trace), "--startup-model", str(path),
                  "--model", str(features), "--json"]) == 0
     assert str(path) in capsys.readouterr().out
+
+
+def test_a_stage_the_new_machine_does_not_have(base: StartupModel) -> None:
+    """A CPU machine has no CUDA-graph capture: its runs leave the stage unknown; the
+    calibrated model predicts 0 s for it and the total stays right (the remainder has it)."""
+    gpu = [Observation(o.model, o.features, {**o.buckets, "cuda_graph_capture": 1.0},
+                       o.total_s + 1.0) for o in _machine(2.0, 0.3, 5.0, MODELS)]
+    with_capture = StartupModel(formulas={"model_loading": ("weight_gb",),
+                                          "torch_compile": ("layers",)}).fit(gpu, {}, {})
+    assert "cuda_graph_capture" in with_capture.file_.buckets
+    cpu = _machine(0.2, 0.24, 7.0, MODELS)  # cuda_graph_capture None
+    cal = calibrate(with_capture.file_, cpu, environment={}, source="t", base_source="b",
+                    models=["m3", "m8"])
+    assert cal.calibration.stages["cuda_graph_capture"].value == 0.0
+    assert any("cuda_graph_capture: no calibration run measured it" in w
+               for w in cal.calibration.warnings)
+    for o in cpu:
+        p = core.predict(cal, o.features)
+        assert p.stages["cuda_graph_capture"].s == 0.0
+        assert p.total_s == pytest.approx(o.total_s, abs=1e-6)

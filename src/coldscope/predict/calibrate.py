@@ -157,10 +157,13 @@ def calibrate(base: StartupModelFile, observations: Sequence[Observation], *,
         pairs = [(r.model, base_means[r.model][b], r.buckets.get(b)) for r in rows]
         known = [(m, p, y) for m, p, y in pairs if y is not None]
         if not known:
-            stages[b] = StageTransfer(kind="ratio", value=1.0, per_model={}, spread=0.0,
+            # its time, if the stage happens there at all, is in the runs' unattributed
+            # remainder, whose offset carries it: predicting it too would count it twice
+            stages[b] = StageTransfer(kind="ratio", value=0.0, per_model={}, spread=0.0,
                                       identified=False, note="not measured by any run")
-            warnings.append(f"{b}: no calibration run measured it, so it keeps the base "
-                            "machine's prediction")
+            warnings.append(f"{b}: no calibration run measured it (not applicable on this "
+                            "machine, or not seen); predicted as 0 s, its time if any is in "
+                            "unattributed")
             continue
         total_p = sum(max(p, 0.0) for _, p, _ in known)
         if b in driven and total_p > 0:
