@@ -155,8 +155,8 @@ def predict(file: StartupModelFile, features: ModelFeatures, capture_sizes: int 
     else:
         intervals = _ols_intervals(file, a)
     # half-widths below / above each mean (the interval methods centre differently)
-    lo_hw = {b: max(means[b] - intervals[b][0], 0.0) for b in [*order]}
-    hi_hw = {b: max(intervals[b][1] - means[b], 0.0) for b in [*order]}
+    lo_hw = {b: max(means[b] - intervals[b][0], 0.0) for b in order}
+    hi_hw = {b: max(intervals[b][1] - means[b], 0.0) for b in order}
     total_mean = sum(means.values())
     t_lo = max(total_mean - intervals["total"][0], 0.0)
     t_hi = max(intervals["total"][1] - total_mean, 0.0)
