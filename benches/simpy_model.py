@@ -2,7 +2,7 @@
 
 One process per request, a ``simpy.Store`` of free slots (FIFO getters: the global queue), one
 process per replica start and one autoscaler process that asks the same policy object as the
-fast engine every tick. Same semantics as ``coldscope.sim.engine`` (see its docstring): removed
+fast engine every tick. Same semantics as ``coldscope.sim.core`` (see its docstring): removed
 replicas take no new request and finish their own; starting replicas are cancelled first
 (newest first), then ready ones that free up first. Start-up times are drawn from the same
 distribution with the same seed, in the same order, so on the same trace both models should

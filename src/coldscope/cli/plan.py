@@ -68,10 +68,15 @@ def plan_cmd(model_path, params, dtype, gpu, profile_path, startup_model, tuned,
     from coldscope.errors import validation_error
     from coldscope.plan.planner import PlanRequest, plan
 
+    tuned_figures = None
+    if tuned:
+        from coldscope.tune.tuned import tuned_startup
+
+        tuned_figures = {**tuned_startup(tuned), "source": tuned}
     try:
         request = PlanRequest(
             model=model_path, params=params, dtype=dtype, gpu=gpu, profile=profile_path,
-            startup_model=startup_model, tuned=tuned, store=store_path, no_store=no_store,
+            startup_model=startup_model, tuned=tuned_figures, store=store_path, no_store=no_store,
             cache=cache,
             mitigate=list(mitigate), min_workers=min_workers, products=products,
             sla_p99_ttft=sla, traffic=traffic_path, trace=trace_path, cheapest=cheapest,

@@ -142,6 +142,19 @@ def make_plan(req: PlanInputs) -> PlanReport:
 # --- from a request (CLI options, a service's JSON body) to the inputs ---
 
 
+class TunedStartup(BaseModel):
+    """What a tune session found (``coldscope.tune.tuned.tuned_startup`` reads it from the
+    ``tune --json`` file; the planner sits below tune and takes the figures, not the file)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    startup_s: float = Field(gt=0, allow_inf_nan=False)
+    baseline_s: float = Field(gt=0, allow_inf_nan=False)
+    savings_s: float = Field(allow_inf_nan=False)
+    knobs: list[str] = Field(default_factory=list)
+    source: str = "tune session"
+
+
 class PlanRequest(BaseModel):
     """What ``coldscope plan`` was asked, as data: file paths, names and numbers as given."""
 
@@ -153,8 +166,8 @@ class PlanRequest(BaseModel):
     gpu: str | None = None
     profile: str | None = Field(None, description="YAML with the profile keys to override")
     startup_model: str | None = None
-    tuned: str | None = Field(None, description="`coldscope tune --json` output: its winner's "
-                                                "measured start-up is the engine figure")
+    tuned: TunedStartup | None = Field(None, description="a tune session's winner: its "
+                                                        "measured start-up is the engine figure")
     store: str | None = None
     no_store: bool = False
     cache: Literal["cold", "warm"] | None = None
@@ -261,17 +274,15 @@ def plan(request: PlanRequest) -> PlanReport:
     ))
 
 
-def engine_from_tune(path: str) -> Any:
+def engine_from_tune(t: TunedStartup) -> Any:
     """The engine figure of a tune session: its winning configuration's measured start-up."""
     from coldscope.plan.budget import EngineEstimate
-    from coldscope.tune.tuned import tuned_startup
 
-    t = tuned_startup(path)
-    knobs = ", ".join(t["knobs"]) or "defaults"
+    knobs = ", ".join(t.knobs) or "defaults"
     return EngineEstimate(
-        low=t["startup_s"], high=t["startup_s"], median=t["startup_s"],
-        source=(f"tuned {path}: winner's measured time to ready {t['startup_s']:.1f} s "
-                f"({knobs}; baseline {t['baseline_s']:.1f} s, {t['savings_s']:.1f} s saved)"))
+        low=t.startup_s, high=t.startup_s, median=t.startup_s,
+        source=(f"tuned {t.source}: winner's measured time to ready {t.startup_s:.1f} s "
+                f"({knobs}; baseline {t.baseline_s:.1f} s, {t.savings_s:.1f} s saved)"))
 
 
 def stored_runs(store_path: str | None, model_path: str, cache: str | None) -> list[Any]:
