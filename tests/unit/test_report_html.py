@@ -14,7 +14,7 @@ from coldscope.cli.main import main
 from coldscope.report import data as d
 from coldscope.report.html import nice_ticks, render_report
 from coldscope.store import Store
-from tests.unit.test_report_data import record
+from tests.unit.test_report_data import PAPER, record
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
 
@@ -120,3 +120,21 @@ def test_report_progress_phases_and_when_it_shows(tmp_path, two_runs):
     assert shown(as_json=True, large=2) == ""  # --json
     assert shown(as_json=False, large=2, tty=False) == ""  # piped
     assert shown(as_json=False) == ""  # 3 runs: a small store
+
+
+@pytest.mark.skipif(not PAPER.is_dir(), reason="../shared/data/paper not present")
+def test_every_axis_caption_and_numeric_header_has_a_unit(two_runs):
+    """Axis captions say their unit; numeric table headers end in one (s, %, ×) or count."""
+    from coldscope.predict.paper import paper_features
+
+    pages = [page(two_runs), page(d.paper_records(PAPER), features=paper_features(PAPER))]
+    units = ("(s)", "(%)", "(GB)", "(MiB)", "(log scale)", "seconds")
+    for html in pages:
+        for markup in re.findall(r"<svg .*?</svg>", html, flags=re.S):
+            for cap in ET.fromstring(markup).iter(SVG_NS + "text"):
+                if "caption" in (cap.get("class") or "").split():
+                    assert any(u in cap.text for u in units), cap.text
+        for head in re.findall(r'<th scope="col" class="num[^"]*">([^<]*)</th>', html):
+            head = head.replace("&amp;", "&")
+            assert head.endswith((" s", "%", "ratio", "runs", "samples", "Pearson r",
+                                  "inside")) or "(s per" in head or head == "n", head

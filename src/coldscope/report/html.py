@@ -539,8 +539,9 @@ def timeline_section(data: Mapping[str, Any]) -> str:
         for r in sorted(csv_rows, key=lambda r: r["start_s"]):
             if r["process"] == "stages (reconciled)":
                 continue
-            rows.append([esc(r["name"]), esc(r["process"]), fmt_s(r["start_s"], ""),
-                         fmt_s(r["end_s"], ""), fmt_s(r["seconds"], ""), esc(r["source"])])
+            rows.append([esc(r["name"]), esc(r["process"]), esc(r["source"]),
+                         fmt_s(r["start_s"], ""), fmt_s(r["end_s"], ""),
+                         fmt_s(r["seconds"], "")])
         gaps = sum(g["seconds"] for g in tl["gaps"])
         note = ("The paper publishes stage durations, not per-process intervals: the stages "
                 "are laid end to end in their usual order." if tl["sequential"] else
@@ -548,8 +549,8 @@ def timeline_section(data: Mapping[str, Any]) -> str:
                 f"each process reported (stage bars, sub-steps under them); hatched: "
                 f"{fmt_s(gaps)} in {len(tl['gaps'])} gaps no evidence explains. Hover a bar "
                 f"for its duration and evidence source.")
-        tbl = table(["interval", "process", "start s", "end s", "seconds", "source"], rows,
-                    caption="evidence intervals, seconds since launch", numeric_from=2) \
+        tbl = table(["interval", "process", "source", "start s", "end s", "duration s"], rows,
+                    caption="evidence intervals, seconds since launch", numeric_from=3) \
             if rows else ""
         title = f"Timeline — {tl['group']} (run {tl['run']}"
         title += f", median of {tl['n']})" if tl.get("n", 1) > 1 else ")"
