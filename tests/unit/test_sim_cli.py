@@ -219,3 +219,14 @@ def test_startup_from_a_plan_report(tmp_path, capsys):
     out = _json(capsys, "simulate", "--trace", str(AZURE_CODE), "--startup-plan", str(plan))
     assert out["startup"]["kind"] == "uniform"
     assert out["startup"]["interval"] == total
+
+
+def test_replica_spec_file_and_its_old_option_name(tmp_path, capsys):
+    spec = tmp_path / "r.yaml"
+    spec.write_text("concurrency: 4\ngpus_per_replica: 2\n")
+    new = _json(capsys, "simulate", "--trace", str(AZURE_CODE), "--startup-s", "30",
+                "--replica", str(spec))
+    old = _json(capsys, "simulate", "--trace", str(AZURE_CODE), "--startup-s", "30",
+                "--profile", str(spec))
+    assert new == old and new["replica"]["concurrency"] == 4
+    assert new["gpu_hours"] == new["replica_seconds"] * 2 / 3600
