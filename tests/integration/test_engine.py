@@ -136,6 +136,20 @@ def test_real_engine_cold_then_warm(tmp_path):
     assert warm["stages"]["torch_compile"] < cold["stages"]["torch_compile"]
     assert not run_processes()
 
+    # the stored raw evidence (probe events included) rebuilds the same timelines
+    from coldscope.store import Store
+
+    with Store(store, create=False) as stored:
+        for r in runs:
+            assert stored.evidence(r["id"])["probe"], "probe events stored"
+            rebuilt = stored.timeline(r["id"])
+            for bucket in BUCKETS:
+                if r["stages"][bucket] is None:
+                    assert rebuilt.stages[bucket] is None, bucket
+                else:
+                    assert rebuilt.stages[bucket] == pytest.approx(r["stages"][bucket],
+                                                                   abs=1e-9), bucket
+
     # the stored runs, shown and exported by the CLI
     cli = str(Path(sys.executable).parent / "coldscope")
     shown = json.loads(subprocess.run([cli, "show", runs[1]["id"], "--json", "--store",
