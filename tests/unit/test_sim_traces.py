@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from coldscope import traces
 from coldscope.errors import ColdscopeError
@@ -133,3 +135,28 @@ def test_parse_rate():
     assert parse_rate("3") == 3
     with pytest.raises(ColdscopeError):
         parse_rate("fast")
+
+
+_ROWS = st.lists(st.tuples(st.one_of(st.floats(allow_nan=True), st.text(max_size=8)),
+                           st.one_of(st.integers(-10, 10**12), st.text(max_size=5)),
+                           st.one_of(st.integers(-10, 10**12), st.floats())), max_size=20)
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.one_of(st.binary(max_size=400), _ROWS.map(
+    lambda rows: ("arrival_s,context_tokens,generated_tokens\n" + "\n".join(
+        f"{a},{c},{g}" for a, c, g in rows)).encode("utf-8", "surrogatepass"))))
+def test_any_bytes_read_as_a_trace_or_a_one_line_error(tmp_path, data):
+    """Whatever the file holds: a checked trace, or a ColdscopeError with a one-line message."""
+    p = tmp_path / "t.csv"
+    p.write_bytes(data)
+    for repair in (False, True):
+        try:
+            trace = read_trace(p, repair=repair)
+        except ColdscopeError as exc:
+            assert "\n" not in str(exc)
+            continue
+        assert len(trace) > 0 and np.all(np.diff(trace.arrival) >= 0)
+        assert trace.context_tokens.dtype == np.int32
+        assert np.all((trace.context_tokens >= 0) & (trace.context_tokens <= traces.MAX_TOKENS))
