@@ -116,7 +116,8 @@ def test_fit_from_an_empty_store_is_a_clear_error(tmp_path: Path,
 
 
 def _store_of_shapes(tmp_path: Path, db: str, layer_counts: tuple[int, ...],
-                     compile_per_layer: float = 5.0, bootstrap: float = 30.0) -> Path:
+                     compile_per_layer: float = 5.0, bootstrap: float = 30.0,
+                     storage: dict | None = None) -> Path:
     """A real store with one run per config-only llama shape (compile = 20 + k x layers)."""
     from coldscope.store import Store
 
@@ -137,7 +138,8 @@ def _store_of_shapes(tmp_path: Path, db: str, layer_counts: tuple[int, ...],
                        "cache": "cold", "time_to_ready_s": sum(v for v in stages.values() if v),
                        "stages": stages, "environment": {"cpu_model": "x"},
                        "engine": {"name": "vllm", "version": "0.32.0", "compile": True},
-                       "model": {"path": str(d), "name": d.name}})
+                       "model": {"path": str(d), "name": d.name},
+                       "storage": storage or {}})
     store.close()
     return tmp_path / db
 
@@ -145,10 +147,13 @@ def _store_of_shapes(tmp_path: Path, db: str, layer_counts: tuple[int, ...],
 def test_calibrate_from_store_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Fit on one machine's store, calibrate with two runs from another machine's store."""
     base = tmp_path / "base.json"
-    assert main(["fit", "--store", str(_store_of_shapes(tmp_path, "a.db", (2, 4, 6, 8))),
+    cold = {"page_cache": "cold", "kind": "nvme"}
+    assert main(["fit", "--store", str(_store_of_shapes(tmp_path, "a.db", (2, 4, 6, 8),
+                                                        storage=cold)),
                  "--formulas", "auto", "--out", str(base)]) == 0
+    assert json.loads(base.read_text())["storage"]["page_cache"] == "cold"  # runs' setting
     other = _store_of_shapes(tmp_path, "b.db", (2, 4, 6, 8), compile_per_layer=2.5,
-                             bootstrap=33.0)
+                             bootstrap=33.0, storage={"page_cache": "hot", "kind": "tmpfs"})
     new = tmp_path / "new.json"
     capsys.readouterr()
     assert main(["calibrate", str(base), "--store", str(other), "--models", "shape0,shape3",
@@ -157,6 +162,7 @@ def test_calibrate_from_store_runs(tmp_path: Path, capsys: pytest.CaptureFixture
     assert s["stages"]["torch_compile"]["kind"] == "ratio"
     assert s["stages"]["torch_compile"]["value"] == pytest.approx(0.5)
     assert s["stages"]["bootstrap"]["value"] == pytest.approx(3.0)
+    assert s["storage"]["page_cache"] == "hot" and s["storage"]["kind"] == "tmpfs"
     for i, layers in ((1, 4), (2, 6)):
         assert main(["predict", str(tmp_path / f"shape{i}"), "--startup-model", str(new),
                      "--json"]) == 0
