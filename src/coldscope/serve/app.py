@@ -17,9 +17,13 @@ from typing import Annotated, Any
 from fastapi import Body, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
 
 from coldscope import __version__
 from coldscope.errors import ColdscopeError
+from coldscope.plan.hint import ScaleHint
+from coldscope.plan.report import PlanReport
+from coldscope.records import Run
 from coldscope.serve.service import Service
 
 
@@ -121,7 +125,7 @@ def create_app(service: Service) -> FastAPI:
         # async: a prediction is well under a millisecond of CPU; a thread hop would cost more
         return JSONResponse(service.predict(body))
 
-    @app.post("/v1/plan", summary="coldscope plan --json")
+    @app.post("/v1/plan", summary="coldscope plan --json", responses=_doc(PlanReport))
     def plan(body: Annotated[dict[str, Any], Body(
             description="plan options by their CLI names (model, params, dtype, gpu, mitigate, "
                         "min_workers, products, sla_p99_ttft, cheapest, ...); file options "
@@ -129,13 +133,13 @@ def create_app(service: Service) -> FastAPI:
                         "--model-root")]) -> JSONResponse:
         return JSONResponse(service.plan(body))
 
-    @app.get("/v1/runs", summary="coldscope runs --json")
+    @app.get("/v1/runs", summary="coldscope runs --json", responses=_doc(RunList))
     def runs(status: str = Query("all", pattern="^(ok|failed|all)$"),
              cache: str | None = Query(None, pattern="^(cold|warm)$"),
              label: str | None = Query(None, max_length=200)) -> JSONResponse:
         return JSONResponse(service.runs(None if status == "all" else status, cache, label))
 
-    @app.get("/v1/runs/{run_id}", summary="coldscope show RUN_ID --json")
+    @app.get("/v1/runs/{run_id}", summary="coldscope show RUN_ID --json", responses=_doc(Run))
     def run(run_id: str) -> JSONResponse:
         if len(run_id) > 200:
             raise ColdscopeError("run id too long")
@@ -145,7 +149,8 @@ def create_app(service: Service) -> FastAPI:
     def startups() -> JSONResponse:
         return JSONResponse({"startups": service.in_progress()})
 
-    @app.get("/v1/scale-hint", summary="warm replicas needed now, by the planner's SLA search")
+    @app.get("/v1/scale-hint", summary="warm replicas needed now, by the planner's SLA search",
+             responses=_doc(ScaleHint))
     def scale_hint(model: str = Query(..., max_length=4096),
                    rate: float = Query(..., ge=0, description="request rate now, req/s"),
                    sla_p99_ttft: str = Query(..., max_length=32,
@@ -174,6 +179,18 @@ def create_app(service: Service) -> FastAPI:
     app.add_middleware(Guard, token=service.config.token,
                        max_body_bytes=service.config.max_body_bytes)
     return app
+
+
+class RunList(BaseModel):
+    """What ``coldscope runs --json`` prints."""
+
+    runs: list[Run]
+
+
+def _doc(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:
+    """The answer's schema for the OpenAPI document only: handlers return the CLI's JSON as
+    is (no second validation on the way out)."""
+    return {200: {"model": model}, 400: {"description": "bad input: {\"error\": \"one line\"}"}}
 
 
 def _status_of(exc: ColdscopeError) -> int:
