@@ -6,7 +6,6 @@ import io
 
 from rich.console import Console
 
-from coldscope.campaign import execute
 from coldscope.campaign.plan import Cell
 from coldscope.campaign.progress import RichReporter, stage_text
 from coldscope.records import Run
@@ -44,20 +43,56 @@ def test_stage_text():
     assert stage_text("bootstrap", 1.0) == "now: bootstrap (since 1.0 s)"
 
 
-def test_live_stage_hook_reaches_the_runner_when_it_has_one(monkeypatch):
-    seen = []
+ENGINE = """
+import http.server, sys, time
+port = int(sys.argv[sys.argv.index("--port") + 1])
+for line in ("INFO Initializing a V1 LLM engine (v0.32.0) with config: ...",
+             "INFO Starting to load model /m...",
+             "INFO Starting vLLM API server on http://127.0.0.1:%d" % port):
+    print(line, flush=True)
+    time.sleep(0.3)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
 
-    def run_once(config, *, run_id=None, on_line=None, on_stage=None):
-        on_stage("model_loading", 3.5)
-        return "run", {}
 
-    monkeypatch.setattr(execute, "run_once", run_once)
-    kw = execute._live_stages(lambda rid, stage, t: seen.append((rid, stage, t)), "r9")
-    assert execute.run_once(None, run_id="r9", **kw) == ("run", {})
-    assert seen == [("r9", "model_loading", 3.5)]
+def test_campaign_reports_the_stage_each_running_engine_is_in(tmp_path):
+    """A real local campaign on an engine that prints vLLM's stage lines: the reporter hears
+    each stage once, in order, for the run it launched, with growing times since launch."""
+    import sys
 
-    def old_run_once(config, *, run_id=None, on_line=None):
-        return "run", {}
+    from coldscope.campaign import parse_spec, run_campaign
+    from coldscope.campaign.progress import Reporter
+    from coldscope.store import Store
+    from tests.unit.test_campaign import free_port
 
-    monkeypatch.setattr(execute, "run_once", old_run_once)
-    assert execute._live_stages(lambda *a: None, "r9") == {}  # no hook: nothing passed
+    engine = tmp_path / "engine.py"
+    engine.write_text(ENGINE)
+
+    class Heard(Reporter):
+        def __init__(self):
+            self.launched, self.stages = [], []
+
+        def started(self, cell, run_id, role, port):
+            self.launched.append(run_id)
+
+        def stage(self, run_id, stage, seconds):
+            self.stages.append((run_id, stage, seconds))
+
+    spec = parse_spec({
+        "name": "live", "models": [{"path": str(tmp_path), "name": "m"}],
+        "command": [sys.executable, str(engine), "--model", "{model}", "--port", "{port}"],
+        "cache": ["cold"], "repetitions": 1, "port": free_port(), "spans": False,
+        "probe": False, "first_request": False, "shutdown_grace": 2, "timeout": 20})
+    heard = Heard()
+    result = run_campaign(spec, Store(tmp_path / "s.db"), base=tmp_path, reporter=heard)
+    assert result.done == 1
+    (run_id,) = heard.launched
+    assert [(r, s) for r, s, _ in heard.stages] == [
+        (run_id, "bootstrap"), (run_id, "model_loading"), (run_id, "server_ready")]
+    times = [t for *_, t in heard.stages]
+    assert times == sorted(times) and times[-1] - times[0] >= 0.5

@@ -14,7 +14,6 @@ start on the machine kills the engines of markers whose owner is dead (``reap``)
 from __future__ import annotations
 
 import datetime as dt
-import inspect
 import json
 import os
 import socket
@@ -44,11 +43,11 @@ OnRecord = Callable[[Cell, Run, dict], None]  # cell, run, evidence
 OnStage = Callable[[str, str, float], None]  # run id, stage or sub-step, seconds since launch
 
 
-def _live_stages(on_stage: OnStage | None, run_id: str) -> dict:
-    """``run_once``'s live-stage hook for this run, when the runner has one (``on_stage``)."""
-    if on_stage is None or "on_stage" not in inspect.signature(run_once).parameters:
-        return {}
-    return {"on_stage": lambda stage, seconds: on_stage(run_id, stage, seconds)}
+def _live_stages(on_stage: OnStage | None, run_id: str) -> Callable[[str, float], None] | None:
+    """``run_once``'s live-stage hook for this run: reports the run id with each stage."""
+    if on_stage is None:
+        return None
+    return lambda stage, seconds: on_stage(run_id, stage, seconds)
 
 PRIME = "prime"
 MEASURE = "measure"
@@ -240,7 +239,7 @@ def _run(cell: Cell, config: RunConfig, state: Path, role: str, slot: int, port:
         on_launch(cell, run_id, role, port)
     try:
         run, evidence = run_once(config, run_id=run_id, on_line=on_line,
-                                 **_live_stages(on_stage, run_id))
+                                 on_stage=_live_stages(on_stage, run_id))
     except RunInterrupted as stop:
         stop.record = _annotate(stop.record, cell, role, slot, port, wave)
         raise
