@@ -145,6 +145,11 @@ def test_token_guards_everything(tmp_path: Path) -> None:
     spec = client.get("/openapi.json", headers={"Authorization": "Bearer s3cret"}).json()
     assert {"/v1/predict", "/v1/plan", "/v1/runs", "/v1/runs/{run_id}", "/v1/scale-hint",
             "/metrics"} <= set(spec["paths"])
+    for path, method, schema in [("/v1/scale-hint", "get", "ScaleHint"),
+                                 ("/v1/plan", "post", "PlanReport"),
+                                 ("/v1/runs/{run_id}", "get", "Run")]:
+        content = spec["paths"][path][method]["responses"]["200"]["content"]
+        assert content["application/json"]["schema"]["$ref"].endswith("/" + schema)
 
 
 def test_bodies_are_bounded(service: Service) -> None:
