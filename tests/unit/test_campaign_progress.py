@@ -27,7 +27,7 @@ def test_running_engine_row_shows_elapsed_and_stage():
     rep.progress.refresh()
     live = buf.getvalue()
     assert "└ m/default/default/cold/r1" in live
-    assert "now: torch_compile › warmup (since 12.3 s)" in live
+    assert "now: torch_compile › warmup (entered at 12.3 s)" in live
     assert "0:00:0" in live  # rich's elapsed clock on the run's row
     run = Run.model_validate({"id": "run-1", "status": "ok", "started_at": "2026-01-01T00:00:00",
                               "time_to_ready_s": 20.0, "cache": "cold",
@@ -40,7 +40,7 @@ def test_running_engine_row_shows_elapsed_and_stage():
 
 def test_stage_text():
     assert stage_text(None, None) == "starting"
-    assert stage_text("bootstrap", 1.0) == "now: bootstrap (since 1.0 s)"
+    assert stage_text("bootstrap", 1.0) == "now: bootstrap (entered at 1.0 s)"
 
 
 ENGINE = """

@@ -64,7 +64,7 @@ def stage_text(stage: str | None, seconds: float | None) -> str:
     if stage is None:
         return "starting"
     return f"now: {stage.replace('/', ' › ')}" + (
-        f" (since {seconds:.1f} s)" if seconds is not None else "")
+        f" (entered at {seconds:.1f} s)" if seconds is not None else "")
 
 
 class RichReporter(Reporter):
