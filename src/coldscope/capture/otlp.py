@@ -1,9 +1,9 @@
-"""A local OTLP/HTTP trace receiver, and the mapping of vLLM's start-up spans onto stages.
+"""A local OTLP/HTTP trace receiver (what span names mean is the engine adapter's business).
 
-vLLM (0.11+) emits OpenTelemetry spans for its own start-up ("Load weights", "Warmup (CPU)",
-"Capture model", ...) when ``--otlp-traces-endpoint`` is set. The runner starts a ``Receiver``
-on a free loopback port, points the engine at it with ``http/protobuf``, and reads the spans
-after the run: exact start and end times, per process, with no log parsing.
+vLLM (0.11+), for example, emits OpenTelemetry spans for its own start-up ("Load weights",
+"Warmup (CPU)", "Capture model", ...) when ``--otlp-traces-endpoint`` is set. The runner starts
+a ``Receiver`` on a free loopback port, has the engine adapter point the engine at it, and
+reads the spans after the run: exact start and end times, per process, with no log parsing.
 Decoding uses the OpenTelemetry project's own protobuf definitions (``opentelemetry-proto``).
 """
 
@@ -63,6 +63,15 @@ def _any_value(v):
     return getattr(v, kind)
 
 
+def _engine_attr(resource: dict, name: str):
+    """A resource attribute an engine sets under its own namespace (``<engine>.<name>``, e.g.
+    vLLM's ``vllm.process_kind``), whatever the engine."""
+    for key, value in resource.items():
+        if key.endswith("." + name) and value not in (None, ""):
+            return value
+    return None
+
+
 def decode_export_request(body: bytes) -> list[OtelSpan]:
     """Decode an OTLP ``ExportTraceServiceRequest`` (protobuf) into spans."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -74,10 +83,8 @@ def decode_export_request(body: bytes) -> list[OtelSpan]:
     out: list[OtelSpan] = []
     for rs in req.resource_spans:
         res = {kv.key: _any_value(kv.value) for kv in rs.resource.attributes}
-        kind = res.get("vllm.process_kind")
-        if kind is None and res.get("vllm.instrumenting_module_name"):
-            kind = res["vllm.instrumenting_module_name"]
-        pid = res.get("vllm.process_id") or res.get("process.pid")
+        kind = _engine_attr(res, "process_kind") or _engine_attr(res, "instrumenting_module_name")
+        pid = _engine_attr(res, "process_id") or res.get("process.pid")
         for ss in rs.scope_spans:
             for sp in ss.spans:
                 out.append(
