@@ -71,3 +71,28 @@ def test_rates_are_bounded():
         ScaleHintRequest(rate_rps=-1, sla_p99_ttft="2s", params="7B")
     with pytest.raises(ValidationError):
         ScaleHintRequest(rate_rps=float("inf"), sla_p99_ttft="2s", params="7B")
+
+
+@pytest.mark.parametrize("rate", [0.001, 0.02, 0.05, 0.5, 5.0])
+@pytest.mark.parametrize("cold", [1.0, 30.0, 300.0])
+@pytest.mark.parametrize("sla", [2.0, 60.0])
+def test_warm_floor_is_the_smallest_pool_the_planner_accepts(rate, cold, sla):
+    """warm_floor (what the simulator's policy calls) agrees with sla.evaluate on a flat day."""
+    from coldscope.plan import budget as bud
+    from coldscope.plan.hint import warm_floor
+    from coldscope.plan.mitigations import Stack
+    from coldscope.plan.profile import Traffic
+    from coldscope.plan.sla import evaluate
+
+    profile = load_profile()
+    budget = bud.Budget((bud.Part("startup", cold, cold, "test"),))
+    base = bud.baseline_conditions(profile, bud.engine_from_default(profile))
+    stack = Stack(budget, budget, (), base, 1.0)
+    size = bud.ModelSize(params=0.0, weight_bytes=0.0, dtype="?")
+    traffic = Traffic(**{**profile.traffic.model_dump(), "rates_rps": [rate] * 24,
+                         "mean_rps": rate})
+    floor = warm_floor(rate, cold, sla, profile.warm_ttft_s.high, profile.economics.keep_alive_s,
+                       traffic.burstiness)
+    assert evaluate(size, profile, stack, floor, sla, traffic).meets
+    if floor == 1:
+        assert not evaluate(size, profile, stack, 0, sla, traffic).meets

@@ -105,3 +105,26 @@ def test_predictive_scales_ahead_of_yesterdays_ramp():
 def test_reactive_refuses_a_bad_target():
     with pytest.raises(ValueError):
         Reactive(target=-1).start(_ctx())
+
+
+def test_predictive_with_an_sla_keeps_the_planners_warm_floor():
+    """Quiet traffic, 30 s start-ups, 2 s SLA: scaling to zero would delay most requests, so
+    with sla_ttft_s the policy holds one replica (plan.hint.warm_floor); without, it drops to 0.
+    With a start-up that fits in the SLA, no floor."""
+    def last_answer(policy, startup):
+        policy.start(_ctx(startup=startup))
+        obs = TickObservation()
+        answer = None
+        for k in range(600):  # 20 min of ticks, one request every 20 s, never in flight at a tick
+            obs.time, obs.concurrency, obs.in_flight, obs.queued = 2.0 * k, 0, 0, 0
+            obs.arrivals = 1 if k % 10 == 0 else 0
+            obs.ready, obs.starting = 1, 0
+            answer = policy.desired(obs)
+        return answer
+
+    from coldscope.plan.hint import warm_floor
+
+    assert warm_floor(0.05, 30.0, 2.0, 0.5, 90.0) == 1
+    assert last_answer(Predictive(), 30.0) == 0
+    assert last_answer(Predictive(sla_ttft_s=2.0), 30.0) == 1
+    assert last_answer(Predictive(sla_ttft_s=2.0), 1.0) == 0

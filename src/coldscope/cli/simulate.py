@@ -20,10 +20,8 @@ def _fmt_s(x: float | None) -> str:
 
 def policy_text(name: str, params: dict[str, Any]) -> str:
     """The policy by its CLI name, plus only the parameters that differ from its defaults."""
-    from coldscope.sim.policies import parameters
-
     cls = POLICIES.get(name)
-    defaults = {k: p.default for k, p in parameters(cls).items()} if cls else {}
+    defaults = {k: v for k, v in vars(cls()).items()} if cls else {}
     changed = [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
                for k, v in params.items() if k not in defaults or defaults[k] != v]
     return name + (f" ({', '.join(changed)})" if changed else "")

@@ -69,6 +69,26 @@ class ScaleHint(BaseModel):
     replica_rps: float
 
 
+def warm_floor(rate_rps: float, cold_s: float, sla_s: float, warm_ttft_s: float,
+               keep_alive_s: float, burstiness: float = 1.0) -> int:
+    """1 when scaling to zero would break a P99 TTFT SLA at this rate, else 0.
+
+    The planner's rule (``sla.evaluate`` on a flat day): a cold request takes ``cold_s`` +
+    ``warm_ttft_s``; if that fits in ``sla_s`` no floor is needed; otherwise the share of
+    requests that meet a cold start after scale-to-zero (``economics.ScaleToZero``, keep-alive
+    ``keep_alive_s``, gap SCV ``burstiness``) must stay within 1 %. At rate 0 the next request
+    is a cold start, so a rate of 0 is judged as a vanishing one. Pure and cheap: the
+    simulator's predictive policy calls it every tick.
+    """
+    from coldscope.plan.economics import ScaleToZero
+    from coldscope.plan.sla import P99_SHARE
+
+    if cold_s + warm_ttft_s <= sla_s:
+        return 0
+    share = ScaleToZero(max(rate_rps, 1e-9), cold_s, keep_alive_s, burstiness).delayed_share
+    return 1 if share > P99_SHARE else 0
+
+
 def scale_hint(request: ScaleHintRequest) -> ScaleHint:
     """See the module doc. Bad input is a one-line ``ColdscopeError``."""
     from coldscope.plan import budget as bud
@@ -112,13 +132,10 @@ def scale_hint(request: ScaleHintRequest) -> ScaleHint:
     traffic = validate(Traffic, data, "scale hint")
     mu = traffic.replica_rps * stack.throughput_factor
     capacity = math.ceil(request.rate_rps / mu - 1e-9) if request.rate_rps > 0 else 0
-    # With a flat rate a floor above 1 never helps (see the module doc): try 0, then 1.
-    ev = evaluate(size, profile, stack, 0, sla, traffic)
-    floor = 0
-    if not ev.meets:
-        one = evaluate(size, profile, stack, 1, sla, traffic)
-        if one.meets or one.p99_ttft_s < ev.p99_ttft_s:
-            ev, floor = one, 1
+    floor = warm_floor(request.rate_rps, stack.budget.high, sla, profile.warm_ttft_s.high,
+                       profile.economics.keep_alive_s, traffic.burstiness)
+    # The verdict and its reason, from the planner's own evaluation of that floor.
+    ev = evaluate(size, profile, stack, floor, sla, traffic)
     return ScaleHint(
         warm_replicas=max(capacity, floor), capacity_replicas=capacity, warm_floor=floor,
         startup_s=Interval(low=stack.budget.low, high=stack.budget.high), startup_source=source,

@@ -179,11 +179,18 @@ class Predictive(Reactive):
     replicas are ready when the demand arrives; it scales to zero only if the forecast is zero.
     Its scale-down delay defaults to 60 s, since a noisy forecast otherwise starts and cancels
     replicas tick after tick.
+
+    With ``sla_ttft_s`` set it also keeps the planner's warm floor
+    (``coldscope.plan.hint.warm_floor``, the rule behind ``serve``'s scale hint): one replica
+    stays up whenever scaling to zero at the stable-window arrival rate would make more than
+    1 % of requests wait for a start-up (``H``) plus ``warm_ttft_s`` beyond the SLA. The
+    keep-alive it judges with is this policy's own (stable window + scale-to-zero grace).
     """
 
     def __init__(self, startup_quantile: Annotated[float, Field(gt=0, lt=1)] = 0.9,
                  alpha: Share = 0.2, beta: Share = 0.05, season_s: Positive = 86400.0,
-                 season_window_s: Seconds = 600.0, **reactive: Any) -> None:
+                 season_window_s: Seconds = 600.0, sla_ttft_s: Positive | None = None,
+                 warm_ttft_s: Seconds = 0.5, **reactive: Any) -> None:
         reactive.setdefault("scale_down_delay_s", 60.0)
         super().__init__(**reactive)
         self.startup_quantile = startup_quantile
@@ -191,6 +198,8 @@ class Predictive(Reactive):
         self.beta = beta
         self.season_s = season_s
         self.season_window_s = season_window_s
+        self.sla_ttft_s = sla_ttft_s
+        self.warm_ttft_s = warm_ttft_s
 
     def start(self, context: Context) -> int:
         warm = super().start(context)
@@ -225,7 +234,13 @@ class Predictive(Reactive):
         if mean_rate > 0 and in_flight > 0:
             self.time_in_system_ = in_flight / mean_rate
         ahead = math.ceil(forecast * self.time_in_system_ / self.target_ - 1e-9)
-        return min(max(want, self._delay(obs.time, ahead), self.min_workers), self.max_)
+        floor = 0
+        if self.sla_ttft_s is not None:
+            from coldscope.plan.hint import warm_floor
+
+            floor = warm_floor(mean_rate, self.horizon_, self.sla_ttft_s, self.warm_ttft_s,
+                               self.idle_after_)
+        return min(max(want, self._delay(obs.time, ahead), floor, self.min_workers), self.max_)
 
 
 #: CLI names of the built-in policies (the CLI's --policy choices come from here).
