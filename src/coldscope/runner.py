@@ -392,6 +392,7 @@ def run_once(config: RunConfig, *, run_id: str | None = None, cache_state: str |
         receiver = Receiver()
         otlp = engine.otlp(argv, receiver.endpoint)
         if otlp is None:
+            receiver.stop()  # never started: just close its socket
             receiver = None
         else:
             receiver.start()

