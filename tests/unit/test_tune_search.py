@@ -187,3 +187,19 @@ def test_catalogue_never_offers_a_knob_the_engine_lacks():
     # on a GPU the start-up plan is offered when the variable exists
     caps2 = {**_static_caps(), "device": "cuda"}
     assert {k.name: k for k in catalogue(caps2)}["startup_plan"].available
+
+
+def test_greedy_difference_is_shown():
+    class Differs(FakeTunable):
+        def __call__(self, req):
+            m = super().__call__(req)
+            if "enforce_eager" in req.knobs:
+                m.greedy = "the same wordz"
+            return m
+
+    out = Search(cpu_knobs(), Differs(), budget=20).run()
+    eager = next(r for r in out.rows if r.change == "enforce_eager" and r.role == "trial")
+    assert eager.greedy_match is False
+    assert "character 13" in eager.greedy_diff
+    base = out.rows[0]
+    assert base.greedy_match is True and base.greedy_diff is None

@@ -94,7 +94,8 @@ def tune_tables(spec, outcome: Outcome, doc: dict) -> list:
             f"{r.time_to_ready_s:.1f}" if r.time_to_ready_s is not None else "failed",
             ", ".join(f"{k} {v:+.1f}" for k, v in deltas),
             _pct(r.throughput_ratio),
-            "" if r.greedy_match is None else ("same" if r.greedy_match else "differs"),
+            "" if r.greedy_match is None else ("same" if r.greedy_match
+                                               else f"differs: {r.greedy_diff}"),
             {True: "yes", False: "no", None: ""}[r.kept],
             r.reason or "",
         )

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from coldscope.errors import ColdscopeError
 from coldscope.tune.knob import Knob
+from coldscope.tune.verify import first_difference
 
 #: Relative run-to-run spread assumed until two start-ups of one configuration measure it.
 PRIOR_SPREAD = 0.10
@@ -89,6 +90,7 @@ class TrialRow(BaseModel):
     stage_delta: dict[str, float] = Field(default_factory=dict)
     throughput_ratio: float | None = None
     greedy_match: bool | None = None
+    greedy_diff: str | None = None
     kept: bool | None = None
     reason: str | None = None
 
@@ -215,6 +217,7 @@ class Search:
             time_to_ready_s=m.time_to_ready_s, stage_delta=delta, throughput_ratio=ratio,
             greedy_match=(m.greedy == self.base_greedy) if m.ok and m.greedy is not None
             and self.base_greedy is not None else None,
+            greedy_diff=first_difference(self.base_greedy, m.greedy) if m.ok else None,
             reason=m.reason if not m.ok else None,
         ))
         return m
@@ -280,6 +283,7 @@ class Search:
         self.base_throughput = m.throughput
         self.base_greedy = m.greedy
         self.rows[-1].throughput_ratio = 1.0 if m.throughput else None
+        self.rows[-1].greedy_match = True if m.greedy is not None else None
         try:
             for _ in range(self.baseline_repeats - 1):
                 m = self._measure_config(base, "baseline", None, base)
