@@ -69,6 +69,39 @@ def show(name: str, doc: dict, target: float) -> bool:
     return ok
 
 
+def bundle_check(session: str, args) -> None:
+    """Pack the session's winner into a bundle, then alternate start-ups of the winner seeded
+    from the bundle into a fresh cache root with warm start-ups (caches its previous start-up
+    left), ``args.pairs`` pairs: the bundle must be as fast as warm, within the noise."""
+    from coldscope.runner import RunConfig, cache_dirs, run_once
+    from coldscope.tune import session as ts
+    from coldscope.tune.bundle import pack_session, seed_cache_root
+    from coldscope.tune.report import best_command
+
+    store = Path(args.out) / "store.db"
+    directory = ts.find_session(store, session)
+    spec = ts.load(directory)
+    bundle = Path(args.out) / f"{spec.id}.tar.gz"
+    manifest = pack_session(directory, bundle)
+    print(f"bundle {bundle}: {manifest['files']} files, {manifest['size_bytes'] / 1e6:.1f} MB, "
+          f"config {manifest['config']['cache_key']}")
+    argv, env = best_command(spec, spec.outcome["best_knobs"])
+    results: dict[str, list[float]] = {"bundle": [], "warm": []}
+    for i in range(args.pairs):
+        root = Path(args.out) / "bundle-check" / f"pair{i}"
+        config = RunConfig(command=argv, env=env, cache="warm", cache_root=root,
+                           label="bench-tune:bundle-check")
+        seed_cache_root(bundle, cache_dirs(config, "x").root, argv=argv,
+                        engine_python=sys.executable)
+        for kind in ("bundle", "warm"):  # the second start-up reuses what the first left
+            run, _ = run_once(config)
+            t = run.time_to_ready_s if hasattr(run, "time_to_ready_s") else run["time_to_ready_s"]
+            results[kind].append(t)
+            print(f"  pair {i + 1} {kind:6s}: {t:.1f} s to ready")
+    for kind, ts_ in results.items():
+        print(f"{kind}: {', '.join(f'{t:.1f}' for t in ts_)} s")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--budget", type=int, default=12)
@@ -76,8 +109,14 @@ def main() -> int:
     ap.add_argument("--port", type=int, default=8790)
     ap.add_argument("--out", default=".coldscope/bench-tune")
     ap.add_argument("--only", choices=["free", "constrained"], default=None)
+    ap.add_argument("--bundle-check", metavar="SESSION", default=None,
+                    help="only pack SESSION's winner and compare bundle-seeded with warm starts")
+    ap.add_argument("--pairs", type=int, default=2)
     args = ap.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
+    if args.bundle_check:
+        bundle_check(args.bundle_check, args)
+        return 0
     results = []
     if args.only in (None, "free"):
         results.append(show("tune", run_session("tune-free", [], args), 2.5))
