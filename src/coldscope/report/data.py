@@ -681,7 +681,7 @@ def _cell(predicted: float, interval: tuple[float, float],
 # -- 0. key findings --------------------------------------------------------------------------
 
 #: How many of each kind of key finding the top of the page shows.
-KEY_STAGES, KEY_FINDINGS = 3, 5
+KEY_STAGES, KEY_FINDINGS = 3, 3
 
 
 def key_findings(rows: Sequence[Mapping[str, Any]], cmps: Sequence[Mapping[str, Any]],

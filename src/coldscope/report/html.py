@@ -946,14 +946,16 @@ def key_findings_section(data: Mapping[str, Any]) -> str:
     if findings:
         lis = []
         for f in findings:
-            stake = (f"{fmt_s(f['seconds_at_stake'])} at stake (median)"
-                     if f["seconds_at_stake"] is not None else "not timed")
-            lis.append(f'<li data-finding="{esc(f["id"])}"><b>{esc(f["id"])}</b>'
+            stake = ("not timed" if f["seconds_at_stake"] is None else
+                     f"{fmt_s(f['seconds_at_stake'])} at stake"
+                     + (" (median)" if f["runs"] > 1 else ""))
+            lis.append(f'<li data-finding="{esc(f["id"])}"><details><summary>'
+                       f'<b>{esc(f["id"])}</b>'
                        + (f' <small>{esc(label(f["stage"]))}</small>' if f.get("stage") else "")
-                       + f' — {f["runs"]} of {kf["runs"]} run(s), {stake}.'
-                       f'<br><span class="ev">{esc(f["evidence"] or "")}</span>'
+                       + f' — {stake}, {f["runs"]} of {kf["runs"]} run(s)</summary>'
+                       f'<span class="ev">{esc(f["evidence"] or "")}</span>'
                        + (f' <span class="adv">→ {esc(f["advice"])}</span>'
-                          if f.get("advice") else "") + "</li>")
+                          if f.get("advice") else "") + "</details></li>")
         more = kf["findings_total"] - len(findings)
         found = "<ul>" + "".join(lis) + "</ul>" + (
             f"<p><small>and {more} more finding(s)</small></p>" if more > 0 else "")
