@@ -369,71 +369,79 @@ def run_once(config: RunConfig, *, run_id: str | None = None, cache_state: str |
     if config.cache == "warm" and not dirs.warm_filled:
         notes.append("warm cache was empty: this run fills it and counts as cold")
 
-    cache_env = dirs.env(engine)
-    env = dict(os.environ)
-    # `python` in the command means coldscope's own interpreter, as in an activated venv.
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    for key, value in engine.env_defaults().items():
-        env.setdefault(key, value)
-    env.update(cache_env)
-    env.update(config.env)
-    env[RUN_ID_ENV] = run_id
-    if config.probe:
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (_compiled_probe_dir(), env.get("PYTHONPATH", "")) if p
-        )
-        env["COLDSCOPE_PROBE_DIR"] = str(probe_dir)
-        hooks = ";".join(f"{m}:{q}={n}" for m, q, n in engine.probe_hooks())
-        env["COLDSCOPE_PROBE_HOOKS"] = ";".join(
-            h for h in (hooks, env.get("COLDSCOPE_PROBE_HOOKS", "")) if h)
-
     receiver = None
-    if config.spans:
-        receiver = Receiver()
-        otlp = engine.otlp(argv, receiver.endpoint)
-        if otlp is None:
-            receiver.stop()  # never started: just close its socket
-            receiver = None
-        else:
-            receiver.start()
-            argv += otlp[0]
-            for key, value in otlp[1].items():
-                if key == "OTEL_BSP_SCHEDULE_DELAY":  # the user's own setting wins
-                    env.setdefault(key, value)
-                else:
-                    env[key] = value
+    try:  # anything failing before the launch still removes what was made for the run
+        cache_env = dirs.env(engine)
+        env = dict(os.environ)
+        # `python` in the command means coldscope's own interpreter, as in an activated venv.
+        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+        for key, value in engine.env_defaults().items():
+            env.setdefault(key, value)
+        env.update(cache_env)
+        env.update(config.env)
+        env[RUN_ID_ENV] = run_id
+        if config.probe:
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (_compiled_probe_dir(), env.get("PYTHONPATH", "")) if p
+            )
+            env["COLDSCOPE_PROBE_DIR"] = str(probe_dir)
+            hooks = ";".join(f"{m}:{q}={n}" for m, q, n in engine.probe_hooks())
+            env["COLDSCOPE_PROBE_HOOKS"] = ";".join(
+                h for h in (hooks, env.get("COLDSCOPE_PROBE_HOOKS", "")) if h)
 
-    page_cache = drop_page_cache(model) if config.drop_page_cache else "not requested"
-    engine_python = shutil.which(argv[0], path=env["PATH"])
-    environment = Environment.model_validate(environment_of(
-        engine_python=engine_python if engine_python and "python" in engine_python else None,
-        weights_path=model if model and os.path.exists(model) else None,
-        env={**config.env, **cache_env},
-        packages=engine.packages, env_prefixes=engine.env_prefixes,
-    ))
-    run = Run(
-        id=run_id, status="running", cache=cache,  # type: ignore[arg-type]
-        started_at=dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
-        tool=Tool(version=__version__), label=config.label, config_key=config_key(config),
-        cache_requested=config.cache, env_overrides=dict(config.env), origin=config.origin,
-        notes=notes, page_cache=page_cache,
-        storage=Storage(
-            page_cache="cold" if page_cache.startswith("done") else None,
-            kind=storage_kind(environment.weights_fs.model_dump() if environment.weights_fs
-                              else None),
-            source="weights filesystem; page cache dropped" if page_cache.startswith("done")
-            else "weights filesystem"),
-        model=ModelRef(path=os.path.abspath(model) if model and os.path.exists(model) else model,
-                       name=os.path.basename(model.rstrip("/")) if model else None),
-        engine=EngineInfo(**engine.describe(argv), version=engine.version(
-            {k: environment.package(k) for k in engine.packages}, None)),
-        environment=environment,
-        health_url=health_url, log_path=str(run_dir / "engine.log"),
-        launch=Launch(owner_pid=os.getpid(), owner_started=_SELF_STARTED,
-                      host=socket.gethostname(), tmp_dir=str(dirs.tmp),
-                      cache_dir=str(dirs.root) if config.cache == "cold"
-                      and not config.keep_cold_caches else None),
-    )
+        if config.spans:
+            receiver = Receiver()
+            otlp = engine.otlp(argv, receiver.endpoint)
+            if otlp is None:
+                receiver.stop()  # never started: just close its socket
+                receiver = None
+            else:
+                receiver.start()
+                argv += otlp[0]
+                for key, value in otlp[1].items():
+                    if key == "OTEL_BSP_SCHEDULE_DELAY":  # the user's own setting wins
+                        env.setdefault(key, value)
+                    else:
+                        env[key] = value
+
+        page_cache = drop_page_cache(model) if config.drop_page_cache else "not requested"
+        engine_python = shutil.which(argv[0], path=env["PATH"])
+        environment = Environment.model_validate(environment_of(
+            engine_python=engine_python if engine_python and "python" in engine_python else None,
+            weights_path=model if model and os.path.exists(model) else None,
+            env={**config.env, **cache_env},
+            packages=engine.packages, env_prefixes=engine.env_prefixes,
+        ))
+        run = Run(
+            id=run_id, status="running", cache=cache,  # type: ignore[arg-type]
+            started_at=dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
+            tool=Tool(version=__version__), label=config.label, config_key=config_key(config),
+            cache_requested=config.cache, env_overrides=dict(config.env), origin=config.origin,
+            notes=notes, page_cache=page_cache,
+            storage=Storage(
+                page_cache="cold" if page_cache.startswith("done") else None,
+                kind=storage_kind(environment.weights_fs.model_dump() if environment.weights_fs
+                                  else None),
+                source="weights filesystem; page cache dropped" if page_cache.startswith("done")
+                else "weights filesystem"),
+            model=ModelRef(
+                path=os.path.abspath(model) if model and os.path.exists(model) else model,
+                name=os.path.basename(model.rstrip("/")) if model else None),
+            engine=EngineInfo(**engine.describe(argv), version=engine.version(
+                {k: environment.package(k) for k in engine.packages}, None)),
+            environment=environment,
+            health_url=health_url, log_path=str(run_dir / "engine.log"),
+            launch=Launch(owner_pid=os.getpid(), owner_started=_SELF_STARTED,
+                          host=socket.gethostname(), tmp_dir=str(dirs.tmp),
+                          cache_dir=str(dirs.root) if config.cache == "cold"
+                          and not config.keep_cold_caches else None),
+        )
+    except BaseException:
+        if receiver is not None:
+            receiver.stop()
+        _cleanup(config, dirs, ok=False)
+        raise
+
     launch: dict[str, Any] = {"mono": 0.0, "wall": 0.0, "root_pid": None}
     lines: list[tuple[float, str]] = []
     otel: list[dict] = []

@@ -185,3 +185,24 @@ def test_storage_kind_of_the_weights_filesystem(tmp_path):
     assert storage_kind({"fstype": "nfs4", "device": "srv:/models"}, blk) == "nfs"
     assert storage_kind({"fstype": "overlay", "device": "overlay"}, blk) is None
     assert storage_kind(None, blk) is None
+
+
+def test_a_failure_before_launch_leaves_no_cache_or_tmp_dir(tmp_path, monkeypatch):
+    from coldscope import runner
+
+    made = []
+    real = runner.CacheDirs.env
+
+    def env(self, engine):
+        out = real(self, engine)
+        made.extend([self.root, self.tmp])
+        return out
+
+    def broken(**kw):
+        raise RuntimeError("environment probe crashed")
+
+    monkeypatch.setattr(runner.CacheDirs, "env", env)
+    monkeypatch.setattr(runner, "environment_of", broken)
+    with pytest.raises(RuntimeError, match="crashed"):
+        run_once(config(tmp_path, "ok", free_port()))
+    assert made and not any(p.exists() for p in made)
