@@ -67,9 +67,11 @@ class Process:
         return max(s.end for t in self.tracks for s in t)
 
 
-def _merge(intervals: Iterable[tuple[float, float, str]],
+def merge_evidence(intervals: Iterable[tuple[float, float, str]],
            ) -> list[tuple[float, float, str, set[str]]]:
-    """Per name: the best source's intervals, overlapping ones merged into their union."""
+    """The intervals of one name in one process, made nestable: the best source's only
+    (``timeline.SOURCES`` order), overlapping ones merged into their union; with the other
+    sources that saw it. (The report's Gantt draws the same.)"""
     items = list(intervals)
     best = min((src for *_, src in items), key=lambda s: SOURCES.index(s)
                if s in SOURCES else len(SOURCES))
@@ -94,7 +96,7 @@ def processes(run: Run) -> list[Process]:
     out = []
     for (role, pid), names in by_proc.items():
         slices = [Slice(name, s, e, src, also)
-                  for name, items in names.items() for s, e, src, also in _merge(items)]
+                  for name, items in names.items() for s, e, src, also in merge_evidence(items)]
         slices.sort(key=lambda s: (s.start, -s.end, s.depth))
         proc = Process(role, pid)
         stacks: list[list[Slice]] = []

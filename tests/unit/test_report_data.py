@@ -124,9 +124,9 @@ def test_timeline_packs_overlaps_and_finds_gaps():
     tl = d.timeline(record("a"))
     assert [ln["process"] for ln in tl["lanes"]] == ["api_server", "engine_core", "worker"]
     worker = tl["lanes"][2]
-    # two overlapping model_loading spans cannot share a row; the sub-step gets its own
-    assert [[b["name"] for b in row] for row in worker["rows"]] == [
-        ["model_loading"], ["model_loading"], ["model_loading/weights"]]
+    # two overlapping model_loading spans are one bar (their union), the sub-step below it
+    assert [[(b["name"], b["start"], b["end"]) for b in row] for row in worker["rows"]] == [
+        [("model_loading", 10.5, 12.5)], [("model_loading/weights", 11.0, 12.0)]]
     assert [(g["start"], g["end"]) for g in tl["gaps"]] == [(10.0, 10.5)]
     assert sum(s["seconds"] for s in tl["segments"]) == pytest.approx(tl["time_to_ready"])
 

@@ -250,18 +250,23 @@ def representative(runs: Sequence[Run]) -> Run:
 def timeline(run: Run) -> dict[str, Any]:
     """One run as a per-process Gantt: lanes of evidence intervals (stages on the first row,
     sub-steps below; overlapping bars of one row are packed onto extra rows), the reconciled
-    stage segments, the gaps no evidence explains, and the ready / first-token marks."""
+    stage segments, the gaps no evidence explains, and the ready / first-token marks. A stage
+    or sub-step seen several times in one process (two sources, or nested in itself) is drawn
+    once, as the trace export does (``trace_export.merge_evidence``)."""
+    from coldscope.trace_export import merge_evidence
+
     intervals = run.intervals
+    by_name: dict[tuple[str, Any, str], list[tuple[float, float, str]]] = {}
+    for iv in intervals:  # per process and name: one source, overlaps merged (no stage twice)
+        by_name.setdefault((iv.process or "engine", iv.pid, iv.name), []).append(
+            (iv.start, iv.end, iv.source or ""))
     lanes: dict[tuple[str, Any], dict[str, Any]] = {}
-    for iv in intervals:
-        process = iv.process or "engine"
-        lane = lanes.setdefault((process, iv.pid), {"process": process, "pid": iv.pid,
-                                                     "bars": []})
-        lane["bars"].append({
-            "name": iv.name, "stage": stage_of(iv.name), "depth": 1 if "/" in iv.name else 0,
-            "start": iv.start, "end": iv.end, "seconds": iv.end - iv.start,
-            "source": iv.source or "",
-        })
+    for (process, pid, name), items in by_name.items():
+        lane = lanes.setdefault((process, pid), {"process": process, "pid": pid, "bars": []})
+        for start, end, source, _ in merge_evidence(items):
+            lane["bars"].append({
+                "name": name, "stage": stage_of(name), "depth": 1 if "/" in name else 0,
+                "start": start, "end": end, "seconds": end - start, "source": source})
     ordered = sorted(lanes.values(), key=lambda ln: (
         ROLE_ORDER.index(ln["process"]) if ln["process"] in ROLE_ORDER else len(ROLE_ORDER),
         min(b["start"] for b in ln["bars"])))
