@@ -156,50 +156,53 @@ class Store:
         return version
 
     def _prepare(self) -> None:
-        """Create the tables of a new store, or migrate an old one; then switch to WAL."""
-        if self.schema is None:
+        """Create the tables of a new store, or migrate an old one; then switch to WAL. The
+        state is read again under the write lock, so two processes opening the same new (or
+        old) store at once create (or migrate) it once."""
+        if self.schema != SCHEMA_VERSION:
+            self._conn.execute("PRAGMA foreign_keys=OFF")  # a migration must not cascade
             with self._tx() as cur:
-                for stmt in _SCHEMA.split(";"):
-                    if stmt.strip():
-                        cur.execute(stmt)
-                cur.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?)",
-                            (str(SCHEMA_VERSION),))
-            self.schema = SCHEMA_VERSION
-        elif self.schema == 1:
-            self._migrate_v1()
+                self.schema = self._check()
+                if self.schema is None:
+                    for stmt in _SCHEMA.split(";"):
+                        if stmt.strip():
+                            cur.execute(stmt)
+                    cur.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?)",
+                                (str(SCHEMA_VERSION),))
+                elif self.schema == 1:
+                    self._migrate_v1(cur)
+                self.schema = SCHEMA_VERSION
         self._conn.execute("PRAGMA journal_mode=WAL")
 
-    def _migrate_v1(self) -> None:
-        """Schema 1 -> 2 in one transaction: the runs table gets an ``origin`` column and the
-        statuses ``running``/``lost``; each record is rewritten as a schema 2 ``Run``. A record
-        that cannot be read is kept as it was (and skipped, with a message, when read)."""
-        self._conn.execute("PRAGMA foreign_keys=OFF")  # dropping the old table must not cascade
-        with self._tx() as cur:
-            cur.execute(_RUNS_TABLE.format(name="runs_v2"))
-            rows = cur.execute(
-                "SELECT id, started_at, status, reason, cache, label, config_key, model_path,"
-                " engine_version, time_to_ready_s, first_token_s, record FROM runs ORDER BY rowid"
-            ).fetchall()
-            for row in rows:
-                record, version, origin = row[-1], 1, "profile"
-                try:
-                    run = Run.from_legacy(json.loads(record))
-                    record, version, origin = json.dumps(run.to_json()), SCHEMA_VERSION, run.origin
-                except (ValueError, TypeError, ValidationError) as exc:
-                    _warn(f"run {row[0]} in {self.path} could not be migrated ({_short(exc)}); "
-                          "kept as it was")
-                cur.execute(
-                    "INSERT INTO runs_v2 (id, schema_version, origin, started_at, status, reason,"
-                    " cache, label, config_key, model_path, engine_version, time_to_ready_s,"
-                    " first_token_s, record) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (row[0], version, origin, *row[1:-1], record),
-                )
-            cur.execute("DROP TABLE runs")
-            cur.execute("ALTER TABLE runs_v2 RENAME TO runs")
-            cur.execute("CREATE INDEX runs_config ON runs(config_key)")
-            cur.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
-                        (str(SCHEMA_VERSION),))
-        self.schema = SCHEMA_VERSION
+    def _migrate_v1(self, cur: sqlite3.Cursor) -> None:
+        """Schema 1 -> 2, inside the caller's transaction: the runs table gets an ``origin``
+        column and the statuses ``running``/``lost``; each record is rewritten as a schema 2
+        ``Run``. A record that cannot be read is kept as it was (and skipped, with a message,
+        when read)."""
+        cur.execute(_RUNS_TABLE.format(name="runs_v2"))
+        rows = cur.execute(
+            "SELECT id, started_at, status, reason, cache, label, config_key, model_path,"
+            " engine_version, time_to_ready_s, first_token_s, record FROM runs ORDER BY rowid"
+        ).fetchall()
+        for row in rows:
+            record, version, origin = row[-1], 1, "profile"
+            try:
+                run = Run.from_legacy(json.loads(record))
+                record, version, origin = json.dumps(run.to_json()), SCHEMA_VERSION, run.origin
+            except (ValueError, TypeError, ValidationError) as exc:
+                _warn(f"run {row[0]} in {self.path} could not be migrated ({_short(exc)}); "
+                      "kept as it was")
+            cur.execute(
+                "INSERT INTO runs_v2 (id, schema_version, origin, started_at, status, reason,"
+                " cache, label, config_key, model_path, engine_version, time_to_ready_s,"
+                " first_token_s, record) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (row[0], version, origin, *row[1:-1], record),
+            )
+        cur.execute("DROP TABLE runs")
+        cur.execute("ALTER TABLE runs_v2 RENAME TO runs")
+        cur.execute("CREATE INDEX runs_config ON runs(config_key)")
+        cur.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
+                    (str(SCHEMA_VERSION),))
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Cursor]:

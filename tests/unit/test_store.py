@@ -214,3 +214,29 @@ def test_run_id_prefix_is_literal_not_a_like_pattern(tmp_path):
     with pytest.raises(ColdscopeError, match="no run"):
         s.run("a_")
     assert s.run("ab").id == "ab-01"
+
+
+def _open_and_add(path: str, run_id: str, barrier) -> None:
+    barrier.wait()
+    s = Store(path)
+    s.add_run(record(run_id))
+
+
+@pytest.mark.parametrize("start", ["new", "v1"])
+def test_stores_opened_by_several_processes_at_once_are_made_once(tmp_path, start):
+    path = tmp_path / "s.db"
+    if start == "v1":
+        shutil.copy(V1, path)
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(4)
+    procs = [ctx.Process(target=_open_and_add, args=(str(path), f"r-0{i}", barrier))
+             for i in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    s = Store(path)
+    assert sorted(r.id for r in s.runs(status="ok") if r.id.startswith("r-0")) == [
+        "r-00", "r-01", "r-02", "r-03"]
+    assert s.count() == 4 + (2 if start == "v1" else 0)

@@ -1,7 +1,8 @@
 """``coldscope schema KIND``: the JSON Schema of a JSON output, from its pydantic model.
 
 The models are the single source: ``show``/``profile --json`` print ``Run``, ``plan --json``
-``PlanReport``, ``simulate --json`` ``SimResult``, and ``fit`` writes ``StartupModelFile``.
+``PlanReport``, ``simulate --json`` ``SimResult``, ``predict --json`` ``PredictionReport``, and
+``fit`` writes ``StartupModelFile``.
 The schema describes the JSON as written (pydantic's serialization mode).
 """
 
@@ -20,6 +21,7 @@ SCHEMAS: dict[str, tuple[str, str]] = {
     "plan": ("coldscope.plan:PlanReport", "plan --json"),
     "simulate": ("coldscope.sim:SimResult", "simulate --json"),
     "startup-model": ("coldscope.predictor:StartupModelFile", "the startup-model file of fit"),
+    "predict": ("coldscope.predictor:PredictionReport", "predict --json"),
 }
 
 
@@ -40,5 +42,5 @@ def schema_of(kind: str) -> dict:
 @click.command()
 @click.argument("kind", type=click.Choice(sorted(SCHEMAS)))
 def schema(kind):
-    """Print the JSON Schema of a JSON output: run, plan, simulate or startup-model."""
+    """Print the JSON Schema of a JSON output: run, plan, predict, simulate, startup-model."""
     print_json(schema_of(kind))
