@@ -5,18 +5,15 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from coldscope.cli.common import console, json_option, parse_env, print_json, store_option
 from coldscope.errors import ColdscopeError
 
-
-def contract(record) -> dict:
-    """A run as the JSON contract promises it (``Run.to_json``: the contract's keys first)."""
+if TYPE_CHECKING:
     from coldscope.records import Run
-
-    return (record if isinstance(record, Run) else Run.from_json(record)).to_json()
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -78,25 +75,27 @@ def profile(repeat, cache, timeout, health_url, ready_pattern, no_request, no_pr
     out = console()
     echo = None if (quiet or as_json) else (lambda line: click.echo(f"  │ {line}", err=True))
 
-    def on_run(record: dict) -> None:
-        if otlp_export and record["status"] == "ok":
+    def on_run(record: Run) -> None:
+        if otlp_export and record.status == "ok":
             from coldscope.trace_export import send_otlp
 
-            send_otlp(record, otlp_export)
+            sent = send_otlp(record, otlp_export)
+            if not as_json:
+                click.echo(sent.message(otlp_export), err=True)
         if not as_json:
             _print_run(out, record)
 
     records = run_profile(config, store, on_run=on_run, on_line=echo)
     if as_json:
-        print_json({"runs": [contract(r) for r in records]})
-    if not any(r["status"] == "ok" for r in records):
+        print_json({"runs": [r.to_json() for r in records]})
+    if not any(r.status == "ok" for r in records):
         raise ColdscopeError(f"all {len(records)} run(s) failed; see `coldscope runs`")
 
 
-def _print_run(out, record: dict) -> None:
+def _print_run(out, record: Run) -> None:
     from coldscope.render import failed_detail, timeline_table
 
-    if record["status"] == "ok":
+    if record.status == "ok":
         out.print(timeline_table(record))
     else:
         out.print(failed_detail(record))
@@ -117,7 +116,7 @@ def runs(status, cache, label, store_path, as_json):
     records = Store(store_path, create=False).runs(
         status=None if status == "all" else status, cache=cache, label=label)
     if as_json:
-        print_json({"runs": [contract(r) for r in records]})
+        print_json({"runs": [r.to_json() for r in records]})
     else:
         out = console()
         out.print(runs_table(records, width=out.width))
@@ -135,7 +134,7 @@ def show(run_id, with_env, store_path, as_json):
 
     record = Store(store_path, create=False).run(run_id)
     if as_json:
-        print_json(contract(record))
+        print_json(record.to_json())
     else:
         from coldscope.render import environment_table, processes_table
 
@@ -288,19 +287,19 @@ def demo(model_dir, port, store_path, as_json):
                   "(caches of the cold run); about 2-4 minutes on 2 cores.")
     store = Store(store_path)
 
-    def on_run(record: dict) -> None:
+    def on_run(record: Run) -> None:
         if not as_json:
             _print_run(out, record)
 
     records = run_profile(config, store, on_run=on_run)
     if as_json:
-        print_json({"runs": [contract(r) for r in records]})
+        print_json({"runs": [r.to_json() for r in records]})
         return
-    ok = [r for r in records if r["status"] == "ok"]
+    ok = [r for r in records if r.status == "ok"]
     if len(ok) == 2:
         out.print(compare_table(ok))
     out.print(f"stored {len(records)} runs in {store.path}; try `coldscope runs`, "
-              f"`coldscope show {records[-1]['id']}`, `coldscope trace {records[-1]['id']} "
+              f"`coldscope show {records[-1].id}`, `coldscope trace {records[-1].id} "
               "-o run.json`")
     if len(ok) < len(records):
         raise ColdscopeError("a demo run failed; see `coldscope runs`")
