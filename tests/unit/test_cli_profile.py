@@ -166,3 +166,15 @@ def test_sigkilled_profile_run_is_recovered_as_lost_by_the_next_profile(tmp_path
     lost = Store(db, create=False).run(running.id)
     assert lost.status == "lost" and "leftover engine process" in lost.reason
     assert [r.status for r in Store(db, create=False).runs(status=None)] == ["lost", "ok"]
+
+
+def test_profile_says_when_it_binds_the_engine_to_loopback(tmp_path):
+    vllm = tmp_path / "bin" / "vllm"  # `vllm serve ...` without --host, run by the fake engine
+    vllm.parent.mkdir()
+    vllm.symlink_to(sys.executable)
+    out = cli("profile", "--quiet", "--no-spans", "--json", "--store", str(tmp_path / "s.db"),
+              "--cache-root", str(tmp_path / "c"), "--", str(vllm), FAKE, "serve", "--port",
+              str(free_port()))
+    assert "bound to 127.0.0.1" in out.stderr
+    [run] = json.loads(out.stdout)["runs"]
+    assert run["engine"]["argv"][-2:] == ["--host", "127.0.0.1"]

@@ -71,6 +71,13 @@ def profile(repeat, cache, timeout, health_url, ready_pattern, no_request, no_pr
         path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
         seed_cache_root(Path(bundle), cache_dirs(config, "x").root, argv=config.command,
                         engine_python=shutil.which(config.command[0], path=path))
+    from coldscope.engines import resolve
+
+    engine = resolve(config.command)
+    if engine.host(config.command) is None and \
+            engine.with_host(config.command, "127.0.0.1") is not None:
+        click.echo("note: no --host given: the engine is bound to 127.0.0.1 (not reachable "
+                   "from the network); pass --host to choose", err=True)
     store = Store(store_path)
     out = console()
     echo = None if (quiet or as_json) else (lambda line: click.echo(f"  │ {line}", err=True))
