@@ -123,7 +123,7 @@ def environment_table(run: Run) -> Group:
     row("memory", f"{env.memory_bytes / 2**30:.1f} GiB" if env.memory_bytes else None)
     row("GPUs", ", ".join(g.name or "gpu" for g in env.gpus) or "none")
     row("host", " · ".join(x for x in (env.hostname, env.os) if x))
-    cache = run.cache or "?"
+    cache: str = run.cache or "?"
     if run.cache_requested and run.cache_requested != run.cache:
         cache += f" (asked for {run.cache_requested})"
     row("cache", cache)

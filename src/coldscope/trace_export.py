@@ -233,7 +233,12 @@ def otlp_request(run: Run) -> bytes:
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
     )
-    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.common.v1.common_pb2 import (
+        AnyValue,
+        InstrumentationScope,
+        KeyValue,
+    )
+    from opentelemetry.proto.resource.v1.resource_pb2 import Resource
     from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
     origin = _origin(run)
@@ -283,8 +288,8 @@ def otlp_request(run: Run) -> bytes:
                 if id(sl) not in nested:
                     emit(sl, pspan, proc)
     req = ExportTraceServiceRequest(resource_spans=[ResourceSpans(
-        resource={"attributes": [kv(k, v) for k, v in resource_attributes(run).items()]},
-        scope_spans=[ScopeSpans(scope={"name": "coldscope"}, spans=spans)],
+        resource=Resource(attributes=[kv(k, v) for k, v in resource_attributes(run).items()]),
+        scope_spans=[ScopeSpans(scope=InstrumentationScope(name="coldscope"), spans=spans)],
     )])
     return req.SerializeToString()
 

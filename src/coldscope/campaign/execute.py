@@ -18,7 +18,7 @@ import json
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from pathlib import Path
@@ -204,7 +204,7 @@ def ensure_models(cells: list[Cell], on_make: Callable[[str, str], None] | None 
 
 
 def failed_record(cell: Cell, reason: str, *, role: str = MEASURE,
-                  wave: list[Cell] = ()) -> Run:
+                  wave: Sequence[Cell] = ()) -> Run:
     """A failed run for a cell whose executor never returned one (its Ray node or worker was
     lost, or the task raised); times unknown."""
     from coldscope.engines import resolve

@@ -9,6 +9,7 @@ and engine shutdown included) times the cells still to run.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from coldscope.campaign.plan import Cell
 from coldscope.records import Run
@@ -73,8 +74,8 @@ class RichReporter(Reporter):
 
     def __init__(self, console) -> None:
         self.console = console
-        self.progress = None
-        self.task = None
+        self.progress: Any = None
+        self.task: Any = None
         self.name = ""
         self.t0 = 0.0
         self.finished_cells = 0

@@ -52,6 +52,7 @@ class ModelEntry(Strict):
             return self.name
         if self.path is not None:
             return Path(self.path.rstrip("/")).name
+        assert self.shape is not None  # the validator requires a path or a shape
         return shape_name(self.shape)
 
 
@@ -117,6 +118,10 @@ class RaySettings(Strict):
     max_retries: int = Field(2, ge=0, description="re-runs of a cell whose node or worker was lost")
 
 
+CacheKind = Literal["cold", "warm"]
+_COLD: CacheKind = "cold"
+
+
 class CampaignSpec(Strict):
     """A campaign: every combination of the lists below, ``repetitions`` times."""
 
@@ -129,7 +134,7 @@ class CampaignSpec(Strict):
     engines: list[EngineEntry] = Field(
         default_factory=lambda: [EngineEntry(name="default")], min_length=1)
     flags: list[FlagSet] = Field(default_factory=lambda: [FlagSet(name="default")], min_length=1)
-    cache: list[Literal["cold", "warm"]] = Field(default_factory=lambda: ["cold"], min_length=1)
+    cache: list[CacheKind] = Field(default_factory=lambda: [_COLD], min_length=1)
     repetitions: int = Field(1, ge=1)
     concurrency: int = Field(1, ge=1, description="engines started at once (contention study)")
     port: int = Field(8000, ge=1, le=65535, description="first port; slot i uses port + i")

@@ -33,7 +33,7 @@ def summarize(runs: list[Run]) -> list[dict]:
                                            if r.time_to_ready_s is not None]),
                "first_token_s": _median([r.first_token_s for r in ok
                                          if r.first_token_s is not None])}
-        row["stages"] = {s: _median([r.stages[s] for r in ok if r.stages.get(s) is not None])
+        row["stages"] = {s: _median([v for r in ok if (v := r.stages.get(s)) is not None])
                          for s in STAGES}
         rows.append(row)
     return rows

@@ -89,12 +89,11 @@ def observations_from_runs(
             except ColdscopeError as exc:
                 notes.append(f"run {run.id}: skipped ({exc})")
                 continue
-        buckets = {b: (None if run.stages.get(b) is None else float(run.stages[b]))
-                   for b in BUCKETS}
+        buckets = {b: (None if (v := run.stages.get(b)) is None else float(v)) for b in BUCKETS}
         name = run.model.name or Path(path).name
         observations.append(Observation(f"{name} ({path})" if _dup(name, path, features)
                                         else name, features[path], buckets,
-                                        float(run.time_to_ready_s)))
+                                        float(run.time_to_ready_s or 0.0)))
     if not observations:
         raise ColdscopeError("empty training set: no stored run has a readable model directory")
     return observations, _environment(kept), notes
@@ -122,8 +121,7 @@ def _environment(runs: list[Run]) -> dict[str, Any]:
             env[key] = value.model_dump() if hasattr(value, "model_dump") else (
                 [g.model_dump() for g in value] if isinstance(value, list) else value)
     for key in PACKAGE_KEYS:
-        values = {r.environment.package(key) for r in runs}
-        if len(values) == 1:
+        if len({r.environment.package(key) for r in runs}) == 1:
             env[key] = first.package(key)
     engine = runs[0].engine
     env["engine"] = f"{engine.name or 'vllm'} {engine.version or '?'}"

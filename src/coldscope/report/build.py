@@ -25,7 +25,7 @@ def store_features(runs: Sequence[Run], progress: Progress | None = None,
 
     features: dict[str, Any] = {}
     notes: list[str] = []
-    paths = {}
+    paths: dict[str, str] = {}
     for r in runs:
         name = dimensions(r)["model"]
         if r.model.path and name is not None:
