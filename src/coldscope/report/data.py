@@ -175,7 +175,7 @@ def bucket_value(run: Run, bucket: str) -> float | None:
     return run.stages.get(bucket)
 
 
-def linear_fit(xs: Sequence[float], ys: Sequence[float]) -> dict[str, float] | None:
+def linear_fit(xs: Sequence[float], ys: Sequence[float]) -> dict[str, Any] | None:
     """Least-squares line ``y = intercept + slope x`` and Pearson's r (the standard library's
     ``statistics``); None with fewer than two distinct x or three points (r would say nothing),
     r is None when y is constant."""
@@ -329,14 +329,14 @@ def cpu_usage(run: Run) -> dict[str, Any] | None:
     t, per_core = run.cpu.t, run.cpu.per_core
     cores = max(len(row) for row in per_core)
     interval = float(run.cpu.interval_s or (t[1] - t[0] if len(t) > 1 else 1.0))
-    segments = [{"bucket": s.bucket, "start": s.start, "end": s.end} for s in run.segments]
+    segments = run.segments
     by_bucket: dict[str, list[list[float]]] = {}
     for ts, row in zip(t, per_core, strict=False):
         # A sample at ts covers (ts - interval, ts]: attribute it to the bucket at its midpoint.
         mid = ts - interval / 2
         for seg in segments:
-            if seg["start"] <= mid < seg["end"]:
-                by_bucket.setdefault(seg["bucket"], []).append([float(x) for x in row])
+            if seg.start <= mid < seg.end:
+                by_bucket.setdefault(seg.bucket, []).append([float(x) for x in row])
                 break
     per_bucket = {}
     for bucket in BUCKETS:
@@ -419,7 +419,7 @@ def scaling(groups: Sequence[Mapping[str, Any]],
                                          "fit_x": [], "fit_y": []})
             kind = getattr(f, "kind", "dense")
             s["points"].append({"model": dims.get("model"), "x": x, "kind": kind,
-                                "group": g["name"], **summary(ys)})
+                                "group": g["name"], **(summary(ys) or {})})
             if kind == "dense":
                 s["fit_x"].extend([x] * len(ys))
                 s["fit_y"].extend(ys)
@@ -761,7 +761,8 @@ def build_report_data(records: Sequence[Run], *,
         raise ColdscopeError("no successful runs to report on (see `coldscope runs`)")
     features = features or {}
     groups = group_runs(records)
-    timelines, cpus = [], []
+    timelines: list[dict[str, Any]] = []
+    cpus: list[dict[str, Any]] = []
     for g in groups:
         if len(timelines) >= MAX_TIMELINES:
             break
@@ -883,7 +884,7 @@ def paper_records(paper_dir: str | Path) -> list[PaperRun]:
     for name, rel, dims in PAPER_DATASETS:
         path = root / rel
         if path.is_file():
-            base = {**dims}
+            base: dict[str, str | None] = {**dims}
             if rel.startswith("versions"):
                 base.update({"machine": "H100 (versions study)", "cache": None,
                              "weights": None})
