@@ -253,3 +253,18 @@ def test_predictions_score_only_the_models_setting_and_label_training_rows():
     assert out["coverage"][d.TOTAL] is None  # nothing held out to score
     assert any("not scored" in n for n in out["notes"])
     assert any("own training or calibration data" in n for n in out["notes"])
+
+
+def test_versions_sort_as_versions():
+    """0.9 before 0.10, a release candidate before its release, a post-release after it —
+    in comparisons' order and in the breakdown's rows, whatever order the runs came in."""
+    order = ["vllm 0.9.2", "vllm 0.10.0rc1", "vllm 0.10.0", "vllm 0.10.0.post1", "vllm 0.11.0"]
+    assert sorted(reversed(order), key=d._natural) == order
+    assert sorted(["56", "8", "16"], key=d._natural) == ["8", "16", "56"]
+    shuffled = [order[i] for i in (4, 1, 3, 0, 2)]
+    runs = [record(f"r{i}", engine={"name": "vllm", "version": v.split()[1]})
+            for i, v in enumerate(shuffled)]
+    rows = d.breakdown(d.group_runs(runs))
+    assert [r["dims"]["engine"] for r in rows] == order
+    cmp = next(c for c in d.comparisons(d.group_runs(runs)) if c["dimension"] == "engine")
+    assert cmp["baseline"] == "vllm 0.9.2"  # ties go to the oldest version
