@@ -318,3 +318,6 @@ def test_store_refuses_mixed_storage_and_records_the_shared_one() -> None:
                               "source": "1 of 2 stored runs"}
     _, env, _ = observations_from_runs([unknown], features_of=feats)
     assert "storage" not in env
+    obs, env, _ = observations_from_runs([hot, cold, unknown], features_of=feats,
+                                         page_cache="cold")
+    assert [o.model for o in obs] == ["b"] and env["storage"]["page_cache"] == "cold"

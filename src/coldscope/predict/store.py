@@ -36,10 +36,12 @@ def observations_from_runs(
     runs: Iterable[Run],
     cache: str | None = None,
     features_of: Callable[[str], ModelFeatures] = model_features,
+    page_cache: str | None = None,
 ) -> tuple[list[Observation], dict[str, Any], list[str]]:
     """(observations, environment, notes) from stored runs.
 
-    ``cache``: keep only runs of this cache state. ``features_of``: model path -> features
+    ``cache``: keep only runs of this cache state; ``page_cache`` ("hot" or "cold"): only runs
+    that recorded the weights' page cache so. ``features_of``: model path -> features
     (injectable for tests). Notes say which runs were skipped and why.
     """
     notes: list[str] = []
@@ -50,10 +52,14 @@ def observations_from_runs(
             continue
         if cache is not None and run.cache != cache:
             continue
+        if page_cache is not None and run.storage.page_cache != page_cache:
+            continue
         kept.append(run)
     if not kept:
         raise ColdscopeError("empty training set: no successful runs"
-                             + (f" with a {cache} cache" if cache else "") + " in the store")
+                             + (f" with a {cache} cache" if cache else "")
+                             + (f" with the page cache {page_cache}" if page_cache else "")
+                             + " in the store")
     caches = Counter(str(r.cache) for r in kept)
     if len(caches) > 1:
         raise ColdscopeError(
