@@ -17,6 +17,7 @@ schema 1 store to schema 2 in one transaction.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -107,6 +108,22 @@ class Store:
             raise ColdscopeError(f"no store at {self.path} (run `coldscope profile` first)")
         if self.path.exists() and self.path.is_dir():
             raise ColdscopeError(f"{self.path} is a directory, not a coldscope store")
+        sidecars = [Path(f"{self.path}{suffix}") for suffix in ("-wal", "-shm")]
+        had = [p.exists() for p in sidecars]
+        try:
+            self._open()
+        except ColdscopeError:
+            # Refused: leave the file as it was found, without the empty WAL sidecars that
+            # SQLite makes when it merely reads a WAL-mode database.
+            with contextlib.suppress(Exception):
+                self._conn.close()
+            wal, shm = sidecars
+            if not any(had) and wal.exists() and wal.stat().st_size == 0:
+                for side in sidecars:
+                    side.unlink(missing_ok=True)
+            raise
+
+    def _open(self) -> None:
         try:
             if self.readonly:
                 uri = f"{self.path.resolve().as_uri()}?mode=ro"

@@ -181,9 +181,11 @@ def test_newer_schema_is_refused_not_altered(tmp_path):
     conn.commit()
     conn.close()
     before = _digest(path)
-    with pytest.raises(ColdscopeError, match="newer coldscope"):
-        Store(path)
+    for create in (True, False):
+        with pytest.raises(ColdscopeError, match="newer coldscope"):
+            Store(path, create=create)
     assert _digest(path) == before
+    assert not list(tmp_path.glob("s.db-*"))  # no WAL sidecars left beside it either
     assert "substeps" not in {r[0] for r in sqlite3.connect(path).execute(
         "SELECT name FROM sqlite_master")}
 
