@@ -90,8 +90,11 @@ def tune(budget, max_loss, timeout, env_pairs, bundle_file, resume, session, eng
                    f"{'+'.join(req.knobs) or 'default'}"
                    f"{' (seeded caches)' if req.seeded else ''}: {t} [{what}]", err=True)
 
+    from coldscope.runner import _signals_interrupt
+
     try:
-        outcome = ts.run_search(spec, directory, executor, progress)
+        with _signals_interrupt():  # SIGTERM/SIGHUP stop the tune like Ctrl-C
+            outcome = ts.run_search(spec, directory, executor, progress)
     except KeyboardInterrupt:
         click.echo(f"interrupted; finish with `coldscope tune --resume --session {spec.id}`",
                    err=True)
