@@ -621,9 +621,21 @@ def fit_text(fit: Mapping[str, Any] | None, unit: str) -> str:
     return f"{r} · slope {fit['slope']:.3g} s/{unit} · n = {fit['n']}"
 
 
-def scaling_legend(panel: Mapping[str, Any]) -> str:
-    """Per series: its colour, name and fit; then what the marks mean."""
-    items = [key(f"{s['name']}: {fit_text(s['fit'], panel['unit'])}",
+def shared_series(panels: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The series names by colour of the panel with the most series: said once, above the
+    panels; a panel whose series differ from them names its own."""
+    widest = max(panels, key=lambda p: len(p["series"]), default=None)
+    return [s["name"] for s in widest["series"]] if widest else []
+
+
+def _same_series(panel: Mapping[str, Any], names: Sequence[str]) -> bool:
+    return all(k < len(names) and s["name"] == names[k] for k, s in enumerate(panel["series"]))
+
+
+def scaling_legend(panel: Mapping[str, Any], named: bool = True) -> str:
+    """Per series: its colour, name (unless ``named`` is False: said once for all panels) and
+    fit; then what the marks mean."""
+    items = [key((f"{s['name']}: " if named else "") + fit_text(s["fit"], panel["unit"]),
                  f"background:{SERIES_COLORS[k % len(SERIES_COLORS)]}", "dot")
              for k, s in enumerate(panel["series"])]
     if any(p["kind"] != "dense" for s in panel["series"] for p in s["points"]):
@@ -657,9 +669,11 @@ def scaling_section(data: Mapping[str, Any]) -> str:
                      f"(model features are read from each run's model directory); these runs "
                      f"have {len(models)}{': ' + ', '.join(models) if models else ''}.")
     charts, csv_rows, trows = [], [], []
+    names = shared_series(panels)
     for p in panels:
         charts.append(f'<div class="panel" data-stage="{esc(p["stage"])}">'
-                      f'<h4>{esc(label(p["stage"]))}</h4>{scaling_legend(p)}'
+                      f'<h4>{esc(label(p["stage"]))}</h4>'
+                      f'{scaling_legend(p, named=not _same_series(p, names))}'
                       f'{scaling_chart(p)}</div>')
         for k, s in enumerate(p["series"]):
             fit = s["fit"]
@@ -691,8 +705,11 @@ def scaling_section(data: Mapping[str, Any]) -> str:
     return figure("scaling", "Each stage against what it should scale with",
                   f'<div class="grid">{"".join(charts)}</div>', tbl,
                   csv_link("scaling.csv", csv_rows), note=note,
-                  keys=legend((), [key("configuration (mean)", "background:#4e79a7", "dot"),
-                                   key("min–max of its runs", "background:#1f2430", "thin")]))
+                  keys=legend((), [
+                      *(key(n, f"background:{SERIES_COLORS[k % len(SERIES_COLORS)]}", "dot")
+                        for k, n in enumerate(names)),
+                      key("configuration (mean)", "background:#888", "dot"),
+                      key("min–max of its runs", "background:#1f2430", "thin")]))
 
 
 # -- 4. comparisons ----------------------------------------------------------------------------
