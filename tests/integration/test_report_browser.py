@@ -139,8 +139,9 @@ def test_every_chart_has_a_legend(browser, store_page):
 
 def test_no_two_labels_of_a_chart_overlap(browser, tmp_path):
     """Every text element of every chart (ticks, captions, labels, values, marker names),
-    laid out by the browser: no two intersect. Checked on the store's report (ready and first
-    token 0.1 s apart) and on the paper's (many series and panels)."""
+    laid out by the browser: no two intersect, none sits on a mark, none is clipped. Checked
+    on the store's report (ready and first token 0.1 s apart) and on the paper's (many series
+    and panels)."""
     pages = [write(tmp_path, [record("a"), record("b", scale=1.1),
                               record("w", cache="warm", scale=0.6)], "labels.html")]
     if PAPER.is_dir():
@@ -167,6 +168,11 @@ OVERLAPS = """(() => {
       .map(t => ({t: t.textContent, b: t.getBBox()}));
     for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++)
       if (hit(boxes[i].b, boxes[j].b)) out.push(`chart ${k}: "${boxes[i].t}" / "${boxes[j].t}"`);
+    // inside the chart (nothing clipped at its edges)
+    const vb = svg.viewBox.baseVal;
+    for (const o of boxes)
+      if (o.b.x < -0.5 || o.b.y < -0.5 || o.b.x + o.b.width > vb.width + 0.5 ||
+          o.b.y + o.b.height > vb.height + 0.5) out.push(`chart ${k}: "${o.t}" clipped`);
     // nor on a data mark or a fitted line
     const marks = [...svg.querySelectorAll('.mark, line.fit, line.marker')].map(m => m.getBBox());
     for (const o of boxes) for (const m of marks)

@@ -481,7 +481,7 @@ def _text_width(text: str, size: float) -> float:
 def _color_scale(svg: Svg, x0: float, y: float, steps: int = 10) -> None:
     """The CPU heatmap's colour scale: ``steps`` swatches from idle to saturated, labelled."""
     w = 18
-    svg.text(x0 - 8, y + 9, "CPU busy (%)", anchor="end", cls="tick")
+    svg.text(x0 + steps * w + 16, y + 9, "CPU busy (%)", cls="tick")
     for i in range(steps):
         lo, hi = 100 * i / steps, 100 * (i + 1) / steps
         svg.rect(x0 + i * w, y, w, 10, _heat((lo + hi) / 2), f"{lo:.0f}–{hi:.0f} % busy",
