@@ -33,7 +33,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -350,6 +350,69 @@ def run_once(config: RunConfig, *, run_id: str | None = None, cache_state: str |
     """
     run_id = run_id or new_run_id()
     pattern = _ready_pattern(config.ready_pattern)
+    prep = _prepare(config, run_id, cache_state)
+    seen = _launch(config, prep, pattern, on_line=on_line, on_stage=on_stage,
+                   after_ready=after_ready, on_start=on_start)
+    evidence: dict[str, Any] = {
+        "log": [[round(t, 4), text] for t, text in seen.lines],
+        "otel": seen.otel,
+        "launch": seen.launch,
+    }
+    if config.probe:
+        evidence["probe"] = read_probe_events(prep.probe_dir)
+    ok = seen.status == "ok"
+    run = prep.run.model_copy(update={
+        "status": seen.status, "reason": seen.reason, "verification": seen.verification,
+        "cpu": CpuSamples(**seen.cpu) if seen.cpu else None,
+        "log_tail": "\n".join(text for _, text in seen.lines[-40:]),
+        "time_to_ready_s": seen.ready_at if ok else None,
+        "first_token_s": seen.first_token_at if ok else None,
+    })
+    ctx = Context(engine=prep.engine, launch_mono=seen.launch["mono"],
+                  launch_wall=seen.launch["wall"], root_pid=seen.launch["root_pid"],
+                  ready_at=seen.ready_at, compile_enabled=prep.engine.compile_enabled(prep.argv),
+                  has_gpu=bool(run.environment.gpus))
+    run = finish(run, evidence, ctx)
+    if seen.interrupted:
+        raise RunInterrupted(run, evidence)
+    return run, evidence
+
+
+@dataclass
+class _Prepared:
+    """Everything made for one run before its engine starts."""
+
+    engine: Engine
+    argv: list[str]
+    env: dict[str, str]
+    health_url: str
+    dirs: CacheDirs
+    run_dir: Path
+    probe_dir: Path
+    receiver: Receiver | None
+    run: Run
+
+
+@dataclass
+class _Observed:
+    """What one launch saw (raw evidence) and how it ended."""
+
+    launch: dict[str, Any] = field(
+        default_factory=lambda: {"mono": 0.0, "wall": 0.0, "root_pid": None})
+    lines: list[tuple[float, str]] = field(default_factory=list)
+    otel: list[dict] = field(default_factory=list)
+    cpu: dict | None = None
+    status: str = "failed"
+    reason: str | None = None
+    verification: dict | None = None
+    ready_at: float | None = None
+    first_token_at: float | None = None
+    interrupted: bool = False
+
+
+def _prepare(config: RunConfig, run_id: str, cache_state: str | None) -> _Prepared:
+    """The engine's command line (its adapter's reading of it), caches, environment, span
+    receiver and the ``running`` record. What was made is removed again if anything fails."""
     argv = list(config.command)
     engine = resolve(argv)
     notes: list[str] = []
@@ -441,18 +504,20 @@ def run_once(config: RunConfig, *, run_id: str | None = None, cache_state: str |
             receiver.stop()
         _cleanup(config, dirs, ok=False)
         raise
+    return _Prepared(engine=engine, argv=argv, env=env, health_url=health_url, dirs=dirs,
+                     run_dir=run_dir, probe_dir=probe_dir, receiver=receiver, run=run)
 
-    launch: dict[str, Any] = {"mono": 0.0, "wall": 0.0, "root_pid": None}
-    lines: list[tuple[float, str]] = []
-    otel: list[dict] = []
-    cpu: dict | None = None
-    status, reason, verification = "failed", None, None
-    ready_at = first_token_at = None
-    interrupted = False
+
+def _launch(config: RunConfig, prep: _Prepared, pattern: re.Pattern[str] | None, *,
+            on_line: Callable[[str], None] | None, on_stage: Callable[[str, float], None] | None,
+            after_ready: Callable[[str, str], dict] | None,
+            on_start: Callable[[Run], None] | None) -> _Observed:
+    """Start the engine, wait until it is ready, time the first token, run ``after_ready``;
+    always stop the whole process tree and collect the raw evidence, whatever happens."""
+    seen = _Observed()
     proc = None
     reader = sampler = None
     pattern_hit = threading.Event()
-
     current_stage: list[str | None] = [None]
 
     def _on_line(text: str) -> None:
@@ -461,96 +526,75 @@ def run_once(config: RunConfig, *, run_id: str | None = None, cache_state: str |
         if on_line:
             on_line(text)
         if on_stage is not None:
-            stage = engine.live_stage(text)
+            stage = prep.engine.live_stage(text)
             if stage is not None and stage != current_stage[0]:
                 current_stage[0] = stage
-                on_stage(stage, time.monotonic() - launch["mono"])
+                on_stage(stage, time.monotonic() - seen.launch["mono"])
 
     try:
         if on_start is not None:
-            on_start(run)
-        if pattern is None and port_in_use(health_url):
-            raise _RunFailed(f"port already in use: {health_url}")
-        launch["wall"] = time.time()
-        launch["mono"] = launch_mono = time.monotonic()
+            on_start(prep.run)
+        if pattern is None and port_in_use(prep.health_url):
+            raise _RunFailed(f"port already in use: {prep.health_url}")
+        seen.launch["wall"] = time.time()
+        seen.launch["mono"] = launch_mono = time.monotonic()
         try:
             proc = subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=env, start_new_session=True, cwd=os.getcwd(),
+                prep.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, env=prep.env, start_new_session=True, cwd=os.getcwd(),
                 preexec_fn=_die_with_parent,
             )
         except OSError as exc:
             raise _RunFailed(f"cannot start the engine: {exc}") from None
-        launch["root_pid"] = proc.pid
+        seen.launch["root_pid"] = proc.pid
         sampler = _CpuSampler(config.cpu_interval, launch_mono)
         sampler.start()
-        reader = _LineReader(proc.stdout, run_dir / "engine.log", launch_mono, _on_line)
+        reader = _LineReader(proc.stdout, prep.run_dir / "engine.log", launch_mono, _on_line)
         reader.start()
         while True:
             now = time.monotonic() - launch_mono
             if pattern is not None:
                 if pattern_hit.is_set():
-                    ready_at = time.monotonic() - launch_mono
+                    seen.ready_at = time.monotonic() - launch_mono
                     break
-            elif _get_ok(health_url, timeout=1.0):
-                ready_at = time.monotonic() - launch_mono
+            elif _get_ok(prep.health_url, timeout=1.0):
+                seen.ready_at = time.monotonic() - launch_mono
                 break
             if proc.poll() is not None:
                 raise _RunFailed(f"engine exited with code {proc.returncode} before ready")
             if now > config.timeout:
                 raise _RunFailed(f"not ready after {config.timeout:g} s (timeout)")
             time.sleep(0.05)
-        base = urllib.parse.urlunsplit(urllib.parse.urlsplit(health_url)._replace(path=""))
-        served = engine.served_model(argv) or "default"
+        base = urllib.parse.urlunsplit(urllib.parse.urlsplit(prep.health_url)._replace(path=""))
+        served = prep.engine.served_model(prep.argv) or "default"
         if config.first_request:
             ttft, _text = first_token(base, served, config.prompt, config.max_tokens,
                                       config.request_timeout)
-            first_token_at = ready_at + ttft
+            seen.first_token_at = seen.ready_at + ttft
         if after_ready is not None:  # e.g. tune's verification, while the engine is still up
-            verification = after_ready(base, served)
-        if receiver is not None:
+            seen.verification = after_ready(base, served)
+        if prep.receiver is not None:
             time.sleep(0.6)  # > OTEL_BSP_SCHEDULE_DELAY: let the last batch of spans arrive
-        status = "ok"
+        seen.status = "ok"
     except _RunFailed as exc:
-        reason = str(exc)
+        seen.reason = str(exc)
     except ColdscopeError as exc:
-        reason = str(exc)
+        seen.reason = str(exc)
     except KeyboardInterrupt:
-        reason = "interrupted"
-        interrupted = True
+        seen.reason = "interrupted"
+        seen.interrupted = True
     finally:
-        kill_run(proc, run_id, config.shutdown_grace)
+        kill_run(proc, prep.run.id, config.shutdown_grace)
         if reader is not None:
             reader.join(timeout=10)
-            lines = reader.lines
+            seen.lines = reader.lines
         if sampler is not None:
-            cpu = sampler.stop()
-        if receiver is not None:
-            receiver.stop()
-            otel = [s.to_dict() for s in receiver.spans()]
-        _cleanup(config, dirs, ok=status == "ok")
-    evidence: dict[str, Any] = {
-        "log": [[round(t, 4), text] for t, text in lines],
-        "otel": otel,
-        "launch": launch,
-    }
-    if config.probe:
-        evidence["probe"] = read_probe_events(probe_dir)
-    run = run.model_copy(update={
-        "status": status, "reason": reason, "verification": verification,
-        "cpu": CpuSamples(**cpu) if cpu else None,
-        "log_tail": "\n".join(text for _, text in lines[-40:]),
-        "time_to_ready_s": ready_at if status == "ok" else None,
-        "first_token_s": first_token_at if status == "ok" else None,
-    })
-    ctx = Context(engine=engine, launch_mono=launch["mono"], launch_wall=launch["wall"],
-                  root_pid=launch["root_pid"], ready_at=ready_at,
-                  compile_enabled=engine.compile_enabled(argv),
-                  has_gpu=bool(run.environment.gpus))
-    run = finish(run, evidence, ctx)
-    if interrupted:
-        raise RunInterrupted(run, evidence)
-    return run, evidence
+            seen.cpu = sampler.stop()
+        if prep.receiver is not None:
+            prep.receiver.stop()
+            seen.otel = [s.to_dict() for s in prep.receiver.spans()]
+        _cleanup(config, prep.dirs, ok=seen.status == "ok")
+    return seen
 
 
 def _ready_pattern(text: str | None) -> re.Pattern[str] | None:
