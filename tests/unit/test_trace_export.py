@@ -12,6 +12,7 @@ instant events) are checked here directly.
 from __future__ import annotations
 
 import json
+import subprocess
 from collections import defaultdict
 
 import pytest
@@ -197,3 +198,16 @@ def test_send_otlp_confirms_what_the_collector_took(tmp_path, capsys):
     assert f"sent 16 spans to {rx.endpoint} (HTTP 200)" in out
     with pytest.raises(ColdscopeError, match="cannot send spans"):
         send_otlp(run, "http://127.0.0.1:9/v1/traces", timeout=2)
+
+
+def test_profile_otlp_export_confirms_each_run(tmp_path):
+    """`profile --otlp-export URL` says, per run, how many spans the collector took."""
+    from coldscope.capture.otlp import Receiver
+    from tests.unit.test_cli_profile import fake_profile
+
+    with Receiver() as rx:
+        out = subprocess.run(fake_profile(tmp_path, "--quiet", "--otlp-export", rx.endpoint),
+                             capture_output=True, text=True, timeout=120)
+        n = len(rx.spans())
+    assert out.returncode == 0, out.stderr
+    assert n > 0 and f"sent {n} spans to {rx.endpoint} (HTTP 200)" in out.stderr
