@@ -78,17 +78,6 @@ class Span:
             "source": self.source,
         }
 
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Span:
-        return cls(
-            name=d["name"],
-            start=float(d["start"]),
-            end=float(d["end"]),
-            source=d["source"],
-            process=d.get("process") or "engine",
-            pid=d.get("pid"),
-        )
-
 
 @dataclass(frozen=True)
 class Timeline:

@@ -8,7 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from coldscope.capture.probe import PROBE_DIR, probe_spans, read_probe_dir
+from coldscope.capture.probe import (
+    PROBE_DIR,
+    probe_spans,
+    processes_from_events,
+    read_probe_events,
+)
+
+
+def read_probe_dir(directory):
+    return processes_from_events(read_probe_events(directory))
 
 ENGINE = '''
 import multiprocessing as mp, time

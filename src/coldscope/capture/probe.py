@@ -110,11 +110,6 @@ def processes_from_events(events: list[dict]) -> list[ProbedProcess]:
     return sorted(processes.values(), key=lambda p: p.loaded)
 
 
-def read_probe_dir(directory: Path) -> list[ProbedProcess]:
-    """Parse every probe file in ``directory``; torn or foreign lines are skipped."""
-    return processes_from_events(read_probe_events(directory))
-
-
 def probe_spans(
     processes: list[ProbedProcess],
     *,
