@@ -361,3 +361,16 @@ def test_a_locked_store_does_not_stop_the_watcher(tmp_path: Path) -> None:
     finally:
         lock.close()
         s.stop()
+
+
+def test_requests_are_timed_by_route_with_bounded_labels(service: Service) -> None:
+    client = TestClient(create_app(service))
+    for path in ("/v1/runs/abc", "/v1/runs/def", "/nowhere", "/healthz"):
+        client.get(path)
+    client.post("/v1/predict", json={"model": "llama-2-7b-hf"})
+    text = client.get("/metrics").text
+    counts = {line.split('route="')[1].split('"')[0]: float(line.split()[-1])
+              for line in text.splitlines()
+              if line.startswith("coldscope_http_request_seconds_count")}
+    assert counts == {"/v1/runs/{run_id}": 2.0, "other": 1.0, "/healthz": 1.0,
+                      "/v1/predict": 1.0}

@@ -10,7 +10,8 @@ with ``{"error": "<one line>"}``, the CLI's one-line message.
 from __future__ import annotations
 
 import hmac
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
@@ -31,15 +32,25 @@ class Guard:
     """Pure ASGI middleware: bearer token and request-body bound (cheaper per request than
     Starlette's BaseHTTPMiddleware, which matters at hundreds of requests per second)."""
 
-    def __init__(self, app: Any, token: str | None, max_body_bytes: int):
+    def __init__(self, app: Any, token: str | None, max_body_bytes: int,
+                 observe: Callable[[str, float], None] | None = None):
         self.app = app
         self.expected = f"Bearer {token}".encode() if token else None
         self.max_body = max_body_bytes
+        self.observe = observe
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        started = time.perf_counter()
+        try:
+            await self._handle(scope, receive, send)
+        finally:
+            if self.observe is not None:
+                self.observe(route_of(scope["path"]), time.perf_counter() - started)
+
+    async def _handle(self, scope: dict, receive: Any, send: Any) -> None:
         headers = dict(scope["headers"])
         if self.expected is not None and not hmac.compare_digest(
                 headers.get(b"authorization", b""), self.expected):
@@ -77,6 +88,17 @@ class Guard:
                 await _reply(send, 413, {"error": f"request body over {self.max_body} bytes"})
 
         await self.app(scope, bounded_receive, bounded_send)
+
+
+#: Routes timed by name; any other path is timed as "other" (a bounded label set).
+ROUTES = frozenset({"/v1/predict", "/v1/plan", "/v1/runs", "/v1/startups", "/v1/scale-hint",
+                    "/metrics", "/healthz", "/openapi.json", "/docs"})
+
+
+def route_of(path: str) -> str:
+    if path in ROUTES:
+        return path
+    return "/v1/runs/{run_id}" if path.startswith("/v1/runs/") else "other"
 
 
 async def _reply(send: Any, status: int, body: dict, extra: list | None = None) -> None:
@@ -177,7 +199,8 @@ def create_app(service: Service) -> FastAPI:
                 "stored": service.stored, "watch_errors": service.errors()}
 
     app.add_middleware(Guard, token=service.config.token,
-                       max_body_bytes=service.config.max_body_bytes)
+                       max_body_bytes=service.config.max_body_bytes,
+                       observe=service.metrics.observe_request)
     return app
 
 

@@ -26,6 +26,8 @@ from coldscope.stages import BUCKETS
 STAGE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200)
 #: Time to ready: seconds (tiny CPU models) to half an hour (large models from cold storage).
 STARTUP_BUCKETS = (1, 2.5, 5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 900, 1800)
+#: Serve's own answers: sub-millisecond (predict) to a second (a plan search).
+HTTP_BUCKETS = (0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5)
 OTHER = "other"
 UNKNOWN = "unknown"
 
@@ -130,6 +132,11 @@ class StartupMetrics:
             "coldscope_startup_prediction_inside_interval",
             "Observed start-ups inside (true) or outside (false) the prediction interval",
             ["model", "inside"], registry=r)
+        self.http_seconds = Histogram(
+            "coldscope_http_request_seconds",
+            "Seconds serve took to answer, by route (from the request's arrival in the app to "
+            "its last byte handed to the server; the network and the client not included)",
+            ["route"], buckets=HTTP_BUCKETS, registry=r)
         if in_progress is not None:
             r.register(_InProgress(in_progress, self.replica, errors or (lambda: 0)))
 
@@ -162,6 +169,9 @@ class StartupMetrics:
                 if low is not None and high is not None:
                     inside = "true" if low <= ttr <= high else "false"
                     self.prediction_inside.labels(model, inside).inc()
+
+    def observe_request(self, route: str, seconds: float) -> None:
+        self.http_seconds.labels(route).observe(seconds)
 
     def set_prediction(self, model_name: str, total_s: float) -> None:
         self.predicted.labels(self.model(model_name)).set(total_s)
