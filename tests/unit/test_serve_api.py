@@ -374,3 +374,29 @@ def test_requests_are_timed_by_route_with_bounded_labels(service: Service) -> No
               if line.startswith("coldscope_http_request_seconds_count")}
     assert counts == {"/v1/runs/{run_id}": 2.0, "other": 1.0, "/healthz": 1.0,
                       "/v1/predict": 1.0}
+
+
+def test_hostile_bodies_are_4xx_never_500(service: Service) -> None:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    client = TestClient(create_app(service), raise_server_exceptions=False)
+    scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
+                        st.text(max_size=40))
+    values = st.recursive(scalars, lambda c: st.lists(c, max_size=4) |
+                          st.dictionaries(st.text(max_size=12), c, max_size=4), max_leaves=12)
+    keys = st.sampled_from(["model", "features", "capture_sizes", "page_cache",
+                            "storage_bandwidth", "params", "num_layers", "name", "mitigate",
+                            "sla_p99_ttft", "min_workers", "gpu", "profile"])
+    bodies = st.dictionaries(keys, values, max_size=5) | values
+
+    @settings(max_examples=60, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(body=bodies, path=st.sampled_from(["/v1/predict", "/v1/plan"]))
+    def check(body: object, path: str) -> None:
+        r = client.post(path, json=body)
+        assert r.status_code in (200, 400, 404, 409, 413, 422), (path, body, r.text)
+        if r.status_code != 200:
+            assert "\n" not in r.json()["error"]
+
+    check()

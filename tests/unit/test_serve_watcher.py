@@ -238,3 +238,30 @@ def test_runaway_logs_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     # the text before the engine's first line was kept 50 lines at most (120 = 50 + 50 + 20)
     assert len(done[0].lines) == 500 and done[0].lines[20:50] == src[:30]
     assert done[0].lines[:20] == ["no engine here"] * 20
+
+
+def test_hostile_bytes_never_break_the_watcher(tmp_path_factory: pytest.TempPathFactory) -> None:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    real = _lines(CPU / "serve_cold.log")[:120] + ["INFO:     Application startup complete."]
+    piece = st.one_of(st.binary(max_size=300), st.sampled_from(real).map(str.encode),
+                      st.just(b"\n"), st.just(b"\r\n"), st.just(b"\x00\xff\xfe"))
+
+    @settings(max_examples=40, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(chunks=st.lists(st.lists(piece, max_size=30), min_size=1, max_size=6))
+    def check(chunks: list[list[bytes]]) -> None:
+        d = tmp_path_factory.mktemp("fuzz")
+        done: list[Startup] = []
+        w = _watcher([d], done, timeout=1e9)
+        log = d / "fuzz.log"
+        for chunk in chunks:  # appended poll by poll, cut anywhere
+            with log.open("ab") as f:
+                f.write(b"".join(chunk))
+            w.poll_once()
+        assert w.errors == 0
+        assert all(s.status in ("ok", "failed") and s.confirmed for s in done)
+        assert all(s.status == "running" for s in w.running())
+
+    check()
