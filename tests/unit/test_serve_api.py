@@ -381,8 +381,8 @@ def test_hostile_bodies_are_4xx_never_500(service: Service) -> None:
     from hypothesis import strategies as st
 
     client = TestClient(create_app(service), raise_server_exceptions=False)
-    scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
-                        st.text(max_size=40))
+    scalars = st.one_of(st.none(), st.booleans(), st.integers(),
+                        st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=40))
     values = st.recursive(scalars, lambda c: st.lists(c, max_size=4) |
                           st.dictionaries(st.text(max_size=12), c, max_size=4), max_leaves=12)
     keys = st.sampled_from(["model", "features", "capture_sizes", "page_cache",
@@ -400,3 +400,14 @@ def test_hostile_bodies_are_4xx_never_500(service: Service) -> None:
             assert "\n" not in r.json()["error"]
 
     check()
+
+
+def test_store_missing_or_broken(tmp_path: Path) -> None:
+    s = Service(ServeConfig(store=str(tmp_path / "none.db")))
+    client = TestClient(create_app(s))
+    r = client.get("/v1/runs")
+    assert r.status_code == 404 and r.json()["error"].startswith("no store at")
+    (tmp_path / "bad.db").write_bytes(b"not a database at all" * 100)
+    client = TestClient(create_app(Service(ServeConfig(store=str(tmp_path / "bad.db")))))
+    r = client.get("/v1/runs/x")
+    assert r.status_code == 503 and "not a coldscope store" in r.json()["error"]

@@ -25,7 +25,7 @@ from coldscope.errors import ColdscopeError
 from coldscope.plan.hint import ScaleHint
 from coldscope.plan.report import PlanReport
 from coldscope.records import Run
-from coldscope.serve.service import Service
+from coldscope.serve.service import NotConfigured, NotFound, Service, Unavailable
 
 
 class Guard:
@@ -217,9 +217,10 @@ def _doc(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:
 
 
 def _status_of(exc: ColdscopeError) -> int:
-    text = str(exc)
-    if text.startswith("no run ") or text.startswith("no store at"):
+    if isinstance(exc, NotFound):
         return 404
-    if text.startswith("no startup model loaded") or "not accepted" in text:
+    if isinstance(exc, NotConfigured):
         return 409
+    if isinstance(exc, Unavailable):
+        return 503
     return 400

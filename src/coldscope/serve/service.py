@@ -31,6 +31,18 @@ log = logging.getLogger("coldscope.serve")
 MAX_PATH_CHARS = 4096
 
 
+class NotFound(ColdscopeError):
+    """No such run, or no store yet (HTTP 404)."""
+
+
+class NotConfigured(ColdscopeError):
+    """The question needs an option serve was not started with (HTTP 409)."""
+
+
+class Unavailable(ColdscopeError):
+    """The store cannot be read (HTTP 503)."""
+
+
 @dataclass
 class ServeConfig:
     """Everything ``coldscope serve`` was told (the CLI builds it, tests too)."""
@@ -190,7 +202,7 @@ class Service:
         """``path`` (absolute, or relative to a --model-root) if it lies inside a --model-root
         once symlinks are resolved; a one-line error otherwise."""
         if not self.model_roots:
-            raise ColdscopeError("model paths are not accepted: start serve with --model-root")
+            raise NotConfigured("model paths are not accepted: start serve with --model-root")
         if not path or len(path) > MAX_PATH_CHARS or "\x00" in path:
             raise ColdscopeError("model path is empty, too long or has a NUL byte")
         given = Path(path)
@@ -214,7 +226,7 @@ class Service:
         ``capture_sizes``, ``storage_bandwidth`` (bytes/s) and ``page_cache`` (hot | cold) as
         the CLI's."""
         if self.startup_model is None:
-            raise ColdscopeError("no startup model loaded: start serve with --startup-model")
+            raise NotConfigured("no startup model loaded: start serve with --startup-model")
         body = dict(body)
         options = {k: body.pop(k) for k in _PREDICT_OPTIONS if k in body}
         capture_sizes = options.get("capture_sizes")
@@ -311,18 +323,29 @@ class Service:
     def runs(self, status: str | None = None, cache: str | None = None,
              label: str | None = None) -> dict[str, Any]:
         """``runs --json``."""
-        from coldscope.store import Store
-
-        with Store(self.store_path, create=False) as store:
+        with self._reader() as store:
             return {"runs": [r.to_json() for r in
                              store.runs(status=status, cache=cache, label=label)]}
 
     def run(self, run_id: str) -> dict[str, Any]:
         """``show --json``."""
+        with self._reader() as store:
+            try:
+                return store.run(run_id).to_json()
+            except ColdscopeError as exc:
+                if str(exc).startswith("no run "):
+                    raise NotFound(str(exc)) from None
+                raise
+
+    def _reader(self) -> Any:
+        """A read connection to the store for this request."""
         from coldscope.store import Store
 
-        with Store(self.store_path, create=False) as store:
-            return store.run(run_id).to_json()
+        try:
+            return Store(self.store_path, create=False)
+        except ColdscopeError as exc:
+            kind = Unavailable if self.store_path.exists() else NotFound
+            raise kind(str(exc)) from None
 
     def in_progress(self) -> list[dict[str, Any]]:
         """Start-ups seen and not yet ready, with what their lines show so far."""
@@ -342,11 +365,10 @@ class Service:
 
     def observed_startup(self, model: str) -> dict[str, float] | None:
         """{low: median, high: P90} of the stored time to ready of ``model`` (by name)."""
-        from coldscope.store import Store
 
         if not self.store_path.exists():
             return None
-        with Store(self.store_path, create=False) as store:
+        with self._reader() as store:
             runs = [r.to_json() for r in store.runs("ok")]
         name = Path(model).name
         ttrs = sorted(r["time_to_ready_s"] for r in runs
