@@ -633,15 +633,29 @@ class RunInterrupted(KeyboardInterrupt):
         self.evidence = evidence
 
 
+def _load_prctl() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+# Looked up once in the parent: the child between fork and exec must not load libraries
+# (another thread may hold the loader's lock at fork time).
+_PRCTL = _load_prctl()
+_PR_SET_PDEATHSIG = 1
+
+
 def _die_with_parent() -> None:
     """In the engine's launcher, before exec: have the kernel send it SIGKILL when coldscope
     dies (Linux ``PR_SET_PDEATHSIG``), so a SIGKILLed coldscope does not leave the engine
     running. Children the engine forks are stopped by ``kill_run`` or the next start's
-    recovery."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    recovery. (The signal follows the thread that forked; every caller of ``run_once`` keeps
+    that thread alive until the engine is stopped.)"""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
 
 
 def _cleanup(config: RunConfig, dirs: CacheDirs, *, ok: bool) -> None:
