@@ -136,7 +136,9 @@ def test_parse_reproduces_the_paper_parser_on_a_real_log(shared):
     r = json.loads(cli("parse", str(log), "--json").stdout)
     assert r["paper_metrics"]["load_weights"] == pytest.approx(1.69, abs=0.05)
     assert r["stages"]["cuda_graph_capture"] == pytest.approx(1.88, abs=0.05)
-    assert r["stages"]["bootstrap"] is None  # a log cannot show it: unknown, not zero
+    # first line to model loading on the log's clock, less the lines before the harness
+    assert r["stages"]["bootstrap"] == pytest.approx(7.222, abs=0.01)
+    assert r["sources"]["bootstrap"] == "log-clock"
 
 
 def test_sigkilled_profile_run_is_recovered_as_lost_by_the_next_profile(tmp_path):

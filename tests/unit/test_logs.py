@@ -501,9 +501,11 @@ def test_timeline_of_a_cold_compile():
             "torch_compile/inductor": 21.22,
         }
     )
-    assert tl.stages["bootstrap"] is None and tl.stages["server_ready"] is None
+    assert tl.stages["bootstrap"] is not None and tl.stages["server_ready"] is None
     assert sum(v for v in tl.stages.values() if v is not None) == pytest.approx(102.67)
-    assert tl.sources == {s: "log" for s in STAGES if tl.stages[s] is not None}
+    assert tl.sources == {
+        s: "log-clock" if s == "bootstrap" else "log" for s in STAGES if tl.stages[s] is not None
+    }
 
 
 def test_timeline_of_a_cache_hit_counts_the_graph_load():
@@ -522,7 +524,6 @@ def test_timeline_of_stock_logs_leaves_the_tokenizer_unknown():
     for name in ("v0.11.0_h100_opt-6.7b_unpatched.log", "v0.8.0_h100_opt-6.7b_unpatched.log"):
         tl = log_timeline(evidence(name))
         assert tl.stages["tokenizer"] is None
-        assert tl.stages["bootstrap"] is None
 
 
 def test_timeline_of_0_8_derives_kv_profiling_from_init_engine():
@@ -638,6 +639,92 @@ def test_ansi_prefixes_rank_workers_and_year_boundaries():
     assert by_name["torch_compile/inductor"].duration == 2.5
     assert ev.line_clock == pytest.approx((0.0, 2.0, 2.5, 3.5))
     assert "model_loading_unit" in ev.paper_blind_spots
+
+
+# Bootstrap on the log's own clock. Expected values: the test's own timestamp arithmetic on the
+# raw lines (first timestamped line to "Starting to load model", less the tokenizer line's
+# seconds; for the paper's harness logs less the part of the log before the harness started).
+
+MS_LOGS = tuple(n for n in PAPER if n.startswith(("v0.10.1.1", "v0.11")))
+
+
+def _first_stamp(name: str) -> float:
+    return stamp(next(_TS.search(x).group(1) for x in raw_lines(name) if _TS.search(x)))
+
+
+def _last_stamp(name: str) -> float:
+    return stamp(next(_TS.search(x).group(1) for x in reversed(raw_lines(name)) if _TS.search(x)))
+
+
+@pytest.mark.parametrize("name", MS_LOGS)
+def test_bootstrap_from_the_log_clock_on_harness_logs(name):
+    lines = raw_lines(name)
+    first = _first_stamp(name)
+    load = stamp(_TS.search(lines[line_of(name, "Starting to load model")]).group(1)) - first
+    harness = float(re.search(r"took ([\d.]+) seconds", lines[-1]).group(1))
+    harness_start = (_last_stamp(name) - first) - harness  # the harness prints at the end
+    tokenizer = [float(m.group(1)) for x in lines
+                 if (m := re.search(r"Init Tokenizer took ([\d.]+) seconds", x))]
+    expected = load - max(0.0, harness_start) - sum(tokenizer)
+    tl = log_timeline(evidence(name))
+    assert tl.stages["bootstrap"] == pytest.approx(expected, abs=1e-3)
+    assert tl.sources["bootstrap"] == "log-clock"
+    assert tl.total() == pytest.approx(harness)  # the buckets still sum to time to ready
+
+
+@pytest.mark.parametrize("name", CPU_LOGS)
+def test_bootstrap_from_the_log_clock_on_api_server_logs(name):
+    # the API server's first line is its start; the worker's "Initializing model took X"
+    # line arrives in the same second as "Starting to load model" and claims its X seconds
+    lines = raw_lines(name)
+    init_line = lines[line_of(name, "Initializing model took")]
+    init = float(re.search(r"took ([\d.]+) seconds", init_line).group(1))
+    expected = stamp(_TS.search(init_line).group(1)) - _first_stamp(name) - init
+    assert "(APIServer pid=" in next(x for x in lines if _TS.search(x))
+    tl = log_timeline(evidence(name))
+    assert tl.stages["bootstrap"] == pytest.approx(expected, abs=1e-3)
+    assert tl.stages["unattributed"] <= 0.01 * tl.time_to_ready
+
+
+def test_bootstrap_takes_the_unattributed_time_of_the_issue_log():
+    # issue 15: "8 s of a 24 s start-up lands in unattributed" (yi-6b, harness 23.90 s)
+    name = "v0.10.1.1_h100_yi-6b_runai-streamer.log"
+    tl = log_timeline(evidence(name))
+    assert tl.time_to_ready == 23.90
+    assert tl.stages["bootstrap"] > 7.0
+    assert tl.stages["unattributed"] < 1.5
+
+
+@pytest.mark.parametrize("name", PAPER)
+def test_bootstrap_on_second_resolution_logs_stays_inside_its_window(name):
+    first = _first_stamp(name)
+    load = stamp(_TS.search(raw_lines(name)[line_of(name, "Starting to load model")]).group(1))
+    boot = log_timeline(evidence(name)).stages["bootstrap"]
+    assert boot is not None and 0.0 <= boot <= load - first
+
+
+@pytest.mark.parametrize(
+    ("name", "cut_before"),
+    [
+        ("serve_warm.log", "(EngineCore pid="),  # begins with the engine core's lines
+        ("v0.10.1.1_h100_yi-6b_runai-streamer.log", "Resolved architecture"),  # mid front-end
+        ("v0.10.1.1_h100_yi-6b_runai-streamer.log", "(EngineCore_0 pid="),
+    ],
+)
+def test_a_log_cut_at_the_front_leaves_bootstrap_unknown(name, cut_before):
+    lines = raw_lines(name)[line_of(name, cut_before):]
+    ev = parse_vllm_log(lines)
+    assert ev.start_line is None
+    tl = log_timeline(ev)
+    assert tl.stages["bootstrap"] is None and "bootstrap" not in tl.sources
+    assert ("bootstrap", None) in {
+        (m["what"], m["seconds"]) for m in missed(ev)}
+
+
+def test_missed_names_the_bootstrap_estimate():
+    name = "serve_warm.log"
+    boot = log_timeline(evidence(name)).stages["bootstrap"]
+    assert ("bootstrap", round(boot, 3)) in _missed(name)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -114,7 +114,9 @@ class LogEvidence:
     ``line_clock[i]`` is line i's time on the log's own clock (seconds since the first
     timestamped line, carried forward over lines without a timestamp; None before it).
     ``paper_blind_spots`` names the lines here that the paper's parser misreads (see
-    ``missed``).
+    ``missed``). ``start_line`` is the first timestamped line when it shows the engine's
+    process starting (see ``_shows_start``), so that the log's clock 0 is the engine's start;
+    None when the log begins later (cut at the front) or has no timestamps.
     """
 
     version: str | None
@@ -129,6 +131,7 @@ class LogEvidence:
     line_clock: tuple[float | None, ...] = ()
     first_wallclock: str | None = None
     paper_blind_spots: frozenset[str] = field(default_factory=frozenset)
+    start_line: int | None = None
 
     @property
     def line_count(self) -> int:
@@ -292,6 +295,12 @@ _PAPER_BLIND_SPOTS = {
     "compile_total_wording": re.compile(r"torch\.compile took [\d.]+ s in total"),
     "capture_whole_seconds": re.compile(r"Graph capturing finished in \d+ secs"),
 }
+#: Lines a vLLM process prints as it starts: platform detection and plugin discovery (on
+#: ``import vllm``), the API server's banner, version and arguments, the V0 engine's first line.
+_START = re.compile(
+    r"No plugins for group|Automatically detected platform|vLLM API server version"
+    r"|non-default args|\u2588.*\bversion\s|Initializing an LLM engine \(v"
+)
 #: The paper's timestamp pattern, searched anywhere in a line (its first line must have one).
 _PAPER_STAMP = re.compile(r"\d{2}-\d{2}\s\d{2}:\d{2}:\d{2}")
 
@@ -345,6 +354,27 @@ def _split(raw: object) -> _Line:
     if h:
         return _Line(text, h.group("msg"), process, pid, h.group("ts"))
     return _Line(text, rest, process, pid, None)
+
+
+def _shows_start(parsed: Sequence[_Line], clock: Sequence[float | None]) -> int | None:
+    """The first timestamped line, when it is the engine's start: a line of the API server
+    process (the process that starts all others: its first line is its start), or a front-end
+    line (no process tag) with a start line (``_START``) within the first second. A log that
+    begins with an engine-core or worker line, or with other front-end lines, was cut at the
+    front: its clock starts somewhere inside the start-up, so None."""
+    first = next((i for i, t in enumerate(clock) if t is not None), None)
+    if first is None:
+        return None
+    if parsed[first].process == "api_server":
+        return first
+    if parsed[first].process is not None:
+        return None
+    for ln, t in zip(parsed[first:], clock[first:], strict=True):
+        if t is None or t > 1.0 or ln.process not in (None, "api_server"):
+            break
+        if _START.search(ln.message):
+            return first
+    return None
 
 
 def parse_vllm_log(lines: Iterable[str]) -> LogEvidence:
@@ -456,6 +486,7 @@ def parse_vllm_log(lines: Iterable[str]) -> LogEvidence:
         line_clock=tuple(clock),
         first_wallclock=first_wallclock,
         paper_blind_spots=frozenset(blind),
+        start_line=_shows_start(parsed, clock),
     )
 
 
@@ -556,7 +587,8 @@ def stage_durations(ev: LogEvidence) -> tuple[dict[str, float], dict[str, float]
       forward pass and KV-cache allocation); else memory profiling minus compile; else clock.
     - cuda_graph_capture: ``Graph capturing finished in``.
     - server_ready: engine initialised to "Application startup complete", on the clock.
-    - bootstrap: unknown; a log cannot see the time before its first line.
+    - bootstrap: on the log's clock where the log shows the engine's start (``log_bootstrap``),
+      else unknown.
     """
     na = _not_applicable(ev)
     clock = _clock_stages(ev)
@@ -602,19 +634,58 @@ def stage_durations(ev: LogEvidence) -> tuple[dict[str, float], dict[str, float]
     stages[KV_CACHE_PROFILING] = kv
 
     stages[SERVER_READY] = clock.get(SERVER_READY) if ev.named(SERVER_START) else None
-    stages[BOOTSTRAP] = None
+    stages[BOOTSTRAP] = log_bootstrap(ev, clock)
     known = {k: _us(v) for k, v in stages.items() if v is not None}
     return known, {k: _us(v) for k, v in substeps.items()}, na
 
 
+def log_bootstrap(ev: LogEvidence, clock: dict[str, float | None] | None = None) -> float | None:
+    """Bootstrap (imports, configuration, process spawns) on the log's own clock: from the
+    engine's start to its first model-loading step, less what other stages hold inside that
+    window (the tokenizer). Source ``log-clock``.
+
+    The start is the log's first line when that line shows the engine starting
+    (``LogEvidence.start_line``); time to ready from timestamps starts there too. When time to
+    ready is the paper harness's ``initialize_engine took X`` (timed around ``LLM(...)``), the
+    harness started X before the line that prints it, so the window starts there (the log's
+    first lines come from ``import vllm``, before the harness's clock). What ran before the
+    first line (the interpreter, the first imports) is in no log, so this is a lower bound of
+    the engine's bootstrap, at the log's clock resolution (1 s in releases before 0.10.1).
+    None when the log does not show the start, or never reaches model loading."""
+    if ev.start_line is None or not ev.named(MODEL_LOADING_START):
+        return None
+    clock = _clock_stages(ev) if clock is None else clock
+    seconds = clock.get(BOOTSTRAP)
+    if seconds is None:
+        return None
+    harness = ev.last(HARNESS_END)
+    if harness is not None and ev.harness_total is not None:
+        printed_at = ev.line_clock[harness.line_no]
+        if printed_at is None:
+            return None
+        seconds -= max(0.0, printed_at - ev.harness_total)
+        if seconds < 0:  # the harness started after model loading: the clocks disagree
+            return None
+    return _us(seconds)
+
+
+#: The evidence behind a stage of a saved log's timeline when it is not a printed duration.
+LOG_CLOCK = "log-clock"
+
+
 def log_timeline(ev: LogEvidence) -> Timeline:
     """The six-stage timeline a saved log can show (see ``stage_durations``); time to ready
-    from ``log_time_to_ready``. Unknown stages are None, never zero."""
+    from ``log_time_to_ready``. Unknown stages are None, never zero. Sources: ``log`` for the
+    stages lines print or bracket; ``log-clock`` for bootstrap, timed between the log's first
+    line and model loading (``log_bootstrap``)."""
     stages, substeps, na = stage_durations(ev)
     ttr, _ = log_time_to_ready(ev)
-    return from_durations(
+    tl = from_durations(
         stages, source="log", time_to_ready=ttr, substeps=substeps, not_applicable=na
     )
+    if stages.get(BOOTSTRAP) is not None:
+        tl = replace(tl, sources={**tl.sources, BOOTSTRAP: LOG_CLOCK})
+    return tl
 
 
 # --------------------------------------------------------------------------------------------
@@ -913,12 +984,22 @@ def missed(ev: LogEvidence) -> list[dict]:
             "the first line has no timestamp: the paper's parser raises on this log "
             "(first timestamp of line 0) and reports nothing for it",
         )
-    add(
-        BOOTSTRAP,
-        None,
-        "time before the first log line (interpreter start, imports) is in no log; the "
-        "paper's framework_bootstrap only sums gaps between a few debug lines",
-    )
+    boot = stages.get(BOOTSTRAP)
+    if boot is not None:
+        add(
+            BOOTSTRAP,
+            boot,
+            f"the paper's framework_bootstrap only sums gaps between a few debug lines; "
+            f"coldscope times the log's first line to model loading on the log's clock "
+            f"({boot:g} s, a lower bound: what ran before the first line is in no log)",
+        )
+    else:
+        add(
+            BOOTSTRAP,
+            None,
+            "time before the first log line (interpreter start, imports) is in no log; the "
+            "paper's framework_bootstrap only sums gaps between a few debug lines",
+        )
     return out
 
 
@@ -928,6 +1009,8 @@ __all__ = [
     "LogRecord",
     "PAPER_METRICS",
     "family_of",
+    "LOG_CLOCK",
+    "log_bootstrap",
     "log_spans",
     "log_time_to_ready",
     "log_timeline",
