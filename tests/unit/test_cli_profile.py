@@ -133,7 +133,7 @@ def test_bad_input_is_one_line_error(tmp_path, args, message):
 
 def test_parse_reproduces_the_paper_parser_on_a_real_log(shared):
     log = shared / "fixtures/vllm-logs/v0.10.1.1_h100_llama2-7b_cudagraph-max-456.log"
-    r = json.loads(cli("parse", str(log), "--json").stdout)
+    r = json.loads(cli("parse", str(log), "--json", "--vs-paper").stdout)
     assert r["paper_metrics"]["load_weights"] == pytest.approx(1.69, abs=0.05)
     assert r["stages"]["cuda_graph_capture"] == pytest.approx(1.88, abs=0.05)
     # first line to model loading on the log's clock, less the lines before the harness

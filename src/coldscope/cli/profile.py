@@ -156,10 +156,14 @@ def show(run_id, with_env, store_path, as_json):
 @click.command()
 @click.argument("log", type=click.Path(dir_okay=False))
 @click.option("--save", is_flag=True, help="Also store the parsed log as a run (origin log).")
+@click.option("--vs-paper", is_flag=True,
+              help="Also what the parser of 'Breaking the Ice' (MLSys 2026) reads from this log "
+                   "and what it misses.")
 @store_option
 @json_option
-def parse(log, save, store_path, as_json):
-    """The timeline from a saved vLLM log (stages the log cannot show are unknown)."""
+def parse(log, save, vs_paper, store_path, as_json):
+    """The timeline from a saved vLLM log (stages the log cannot show are unknown; bootstrap
+    is timed on the log's own clock when the log shows the engine's start)."""
     import hashlib
 
     from coldscope.assemble import run_from_log
@@ -177,7 +181,10 @@ def parse(log, save, store_path, as_json):
         run = run.model_copy(update={"id": f"{run.id}-{hashlib.sha256(data).hexdigest()[:8]}"})
         Store(store_path).add_run(run, {"saved_log": lines})
     if as_json:
-        print_json(run.to_json())
+        doc = run.to_json()
+        if not vs_paper:  # the comparison with the paper's parser is asked for, not default
+            doc["paper_metrics"] = doc["missed_by_paper_parser"] = None
+        print_json(doc)
     else:
         from coldscope.render import timeline_table
 
@@ -185,7 +192,11 @@ def parse(log, save, store_path, as_json):
         out.print(f"vLLM {run.engine.version or 'unknown version'} ({run.engine.family}), "
                   f"device {run.engine.device or 'unknown'}")
         out.print(timeline_table(run))
-        if run.missed_by_paper_parser:
+        if vs_paper and run.paper_metrics:
+            read = ", ".join(f"{k} {'null' if v is None else f'{round(v, 3):g} s'}"
+                             for k, v in run.paper_metrics.items())
+            out.print(f"[bold]the paper's parser reads:[/bold] {read}")
+        if vs_paper and run.missed_by_paper_parser:
             out.print("[bold]what the paper's parser missed:[/bold]")
             for item in run.missed_by_paper_parser:
                 secs = f" ({item.seconds:.2f} s)" if item.seconds is not None else ""
