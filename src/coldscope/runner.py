@@ -670,10 +670,13 @@ def _cleanup(config: RunConfig, dirs: CacheDirs, *, ok: bool) -> None:
 
 def profile(config: RunConfig, store: Store | None = None, *,
             on_run: Callable[[Run], None] | None = None,
-            on_line: Callable[[str], None] | None = None) -> list[Run]:
+            on_line: Callable[[str], None] | None = None,
+            on_stage: Callable[[str, float], None] | None = None,
+            on_launch: Callable[[Run], None] | None = None) -> list[Run]:
     """Run ``config.repeat`` start-ups (plus one priming run when a warm cache is empty),
     storing each as soon as it ends. Ctrl-C, SIGTERM and SIGHUP store the interrupted run as
-    failed, stop the engine, and stop."""
+    failed, stop the engine, and stop. ``on_launch(run)`` is called just before each engine
+    starts and ``on_stage`` as in ``run_once`` (live progress displays)."""
     records = []
     if store is not None:
         recover_lost(store)
@@ -681,13 +684,19 @@ def profile(config: RunConfig, store: Store | None = None, *,
     todo = config.repeat
     if config.cache == "warm" and not cache_dirs(config, "x").warm_filled:
         todo += 1
-    on_start = store.add_run if store is not None else None
+
+    def on_start(run: Run) -> None:
+        if store is not None:
+            store.add_run(run)
+        if on_launch is not None:
+            on_launch(run)
+
     with _signals_interrupt():
         for _ in range(todo):
             run_id = new_run_id()
             try:
                 run, evidence = run_once(config, run_id=run_id, on_line=on_line,
-                                         on_start=on_start)
+                                         on_start=on_start, on_stage=on_stage)
             except RunInterrupted as stop:
                 if store is not None:
                     store.add_run(stop.record, stop.evidence)
