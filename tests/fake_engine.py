@@ -18,9 +18,19 @@ parser.add_argument("--port", type=int, default=8799)
 parser.add_argument("--delay", type=float, default=0.5)
 parser.add_argument("--model", default="fake")
 parser.add_argument("--host", default="127.0.0.1")
+parser.add_argument("--stage-lines", type=float, default=None, metavar="SECONDS",
+                    help="print vLLM's stage lines, SECONDS apart, before the delay (live "
+                         "progress tests)")
 args, _unknown = parser.parse_known_args()  # other flags (--toy, ...) are the tests' markers
 
 print("fake engine starting", flush=True)
+if args.stage_lines is not None:
+    for line in ("INFO Initializing a V1 LLM engine (v0.32.0) with config: model='fake'",
+                 "INFO Starting to load model fake...",
+                 "INFO Warming up model for the compilation...",
+                 "INFO init engine (profile, create kv cache, warmup model) took 0.10 s"):
+        print(line, flush=True)
+        time.sleep(args.stage_lines)
 if args.mode == "exit":
     print("fatal: cannot load model", flush=True)
     sys.exit(3)

@@ -81,8 +81,10 @@ def profile(repeat, cache, timeout, health_url, ready_pattern, no_request, no_pr
     store = Store(store_path)
     out = console()
     echo = None if (quiet or as_json) else (lambda line: click.echo(f"  │ {line}", err=True))
+    live = _startup_progress(config, as_json)
 
     def on_run(record: Run) -> None:
+        live.done()
         if otlp_export and record.status == "ok":
             from coldscope.trace_export import send_otlp
 
@@ -92,11 +94,25 @@ def profile(repeat, cache, timeout, health_url, ready_pattern, no_request, no_pr
         if not as_json:
             _print_run(out, record)
 
-    records = run_profile(config, store, on_run=on_run, on_line=echo)
+    with live:
+        records = run_profile(config, store, on_run=on_run, on_line=echo,
+                              on_stage=live.stage, on_launch=live.launched)
     if as_json:
         print_json({"runs": [r.to_json() for r in records]})
     if not any(r.status == "ok" for r in records):
         raise ColdscopeError(f"all {len(records)} run(s) failed; see `coldscope runs`")
+
+
+def _startup_progress(config, as_json: bool):
+    """Elapsed time and the engine's current stage while it starts, on a terminal only (also
+    with --quiet, which only silences the engine's output)."""
+    from coldscope.cli.progress import StartupProgress, wanted
+    from coldscope.runner import cache_dirs
+
+    runs = config.repeat
+    if config.cache == "warm" and not cache_dirs(config, "x").warm_filled:
+        runs += 1  # the runner primes an empty warm cache first
+    return StartupProgress(wanted(as_json), runs)
 
 
 def _print_run(out, record: Run) -> None:
@@ -304,12 +320,16 @@ def demo(model_dir, port, store_path, as_json):
         out.print("[bold]coldscope demo[/bold]: one cold start-up (empty caches), then one warm "
                   "(caches of the cold run); about 2-4 minutes on 2 cores.")
     store = Store(store_path)
+    live = _startup_progress(config, as_json)
 
     def on_run(record: Run) -> None:
+        live.done()
         if not as_json:
             _print_run(out, record)
 
-    records = run_profile(config, store, on_run=on_run)
+    with live:
+        records = run_profile(config, store, on_run=on_run, on_stage=live.stage,
+                              on_launch=live.launched)
     if as_json:
         print_json({"runs": [r.to_json() for r in records]})
         return

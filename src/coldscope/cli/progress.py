@@ -48,3 +48,62 @@ def bar(description: str, show: bool) -> Iterator[Callable[..., None]]:
             prog.update(task, **changes)
 
         yield update
+
+
+class StartupProgress:
+    """Live progress of engine start-ups for ``profile`` and ``demo``: one row per running
+    engine with the time since its launch and the stage it is in now (the runner's live
+    events: ``launched`` before each engine starts, ``stage`` as its output shows a stage).
+
+    Shown only when ``show`` (see ``wanted``); the row is transient and is taken down while a
+    finished run's table is printed, so tables and progress never interleave. Engine output
+    echoed to stderr meanwhile is printed above the row (rich redirects both streams while the
+    row is up)."""
+
+    def __init__(self, show: bool, runs: int = 1) -> None:
+        self.show = show
+        self.runs = runs
+        self.launches = 0
+        self._progress = None
+        self._task = None
+
+    def launched(self, run) -> None:
+        """An engine is about to start for ``run`` (a ``Run`` with status running)."""
+        if not self.show:
+            return
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.done()
+        self.launches += 1
+        what = f"run {self.launches}/{max(self.runs, self.launches)}" if self.runs > 1 else "run"
+        cache = run.cache_requested or run.cache or ""
+        self._progress = Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+            TextColumn("{task.fields[stage]}"), console=Console(stderr=True), transient=True)
+        self._progress.start()
+        self._task = self._progress.add_task(f"{what} {run.id}" + (f" ({cache})" if cache else ""),
+                                             stage=_stage_text(None, None))
+
+    def stage(self, stage: str, seconds: float) -> None:
+        """The running engine entered ``stage`` ``seconds`` after its launch."""
+        if self._progress is not None:
+            self._progress.update(self._task, stage=_stage_text(stage, seconds))
+
+    def done(self) -> None:
+        """Take the row down (a run ended, or the command stops)."""
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    def __enter__(self) -> StartupProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done()
+
+
+def _stage_text(stage: str | None, seconds: float | None) -> str:
+    from coldscope.campaign.progress import stage_text  # one wording for every live display
+
+    return stage_text(stage, seconds)
