@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -66,10 +67,17 @@ def fit_cmd(paper_dir: str | None, timings: str | None, store_path: str | None,
     bad = [k for k in kind_list if k not in ("dense", "moe", "hybrid")]
     if bad or not kind_list:
         raise ColdscopeError(f"--kinds takes dense, moe, hybrid; got {kinds!r}")
-    observations, environment, settings, source, notes = _training_runs(
-        paper_dir, timings, store_path, cache, capture_sizes)
-    model = StartupModel(formulas=formulas, kinds=kind_list, level=level)
-    model.fit(observations, environment, settings, source=source)
+    from coldscope.cli.progress import bar, wanted
+
+    # on a terminal only: a bar while the runs are read (most of the time on a large store:
+    # benches/bench_fit_store.py), then while the model is fitted
+    with bar("reading the training runs", wanted(as_json)) as update:
+        observations, environment, settings, source, notes = _training_runs(
+            paper_dir, timings, store_path, cache, capture_sizes, update)
+        update(description=f"fitting the startup model on {len(observations)} observations",
+               pulse=True)
+        model = StartupModel(formulas=formulas, kinds=kind_list, level=level)
+        model.fit(observations, environment, settings, source=source)
     model.save(out_path)
     summary = fit_summary(model.to_dict(), out_path, notes)
     if as_json:
@@ -79,9 +87,11 @@ def fit_cmd(paper_dir: str | None, timings: str | None, store_path: str | None,
 
 
 def _training_runs(paper_dir: str | None, timings: str | None, store_path: str | None,
-                   cache: str | None, capture_sizes: int | None
+                   cache: str | None, capture_sizes: int | None,
+                   update: Callable[..., None] = lambda *a, **k: None,
                    ) -> tuple[list[Any], dict[str, Any], dict[str, Any], str, list[str]]:
-    """Observations, environment, settings, source and notes from --paper or --store."""
+    """Observations, environment, settings, source and notes from --paper or --store;
+    ``update`` is a progress bar's (``cli.progress.bar``)."""
     notes: list[str] = []
     if paper_dir is not None:
         from coldscope.predict.paper import (
@@ -100,9 +110,13 @@ def _training_runs(paper_dir: str | None, timings: str | None, store_path: str |
         from coldscope.predict.store import observations_from_runs
         from coldscope.store import Store
 
+        def read(done: int, total: int) -> None:
+            update(done / total if total else 1.0, f"reading {done}/{total} stored runs")
+
         with Store(store_path, create=False) as store:
-            runs = store.runs(status=None)
+            runs = store.runs(status=None, progress=read)
             source = str(store.path)
+        update(description=f"reading the models of {len(runs)} runs", pulse=True)
         observations, environment, notes = observations_from_runs(runs, cache=cache)
         settings = {"capture_sizes": capture_sizes} if capture_sizes else {}
     return observations, environment, settings, source, notes

@@ -18,9 +18,12 @@ def wanted(as_json: bool) -> bool:
 
 @contextmanager
 def bar(description: str, show: bool) -> Iterator[Callable[..., None]]:
-    """Yield ``update(fraction=None, description=None)``; a no-op when ``show`` is false.
+    """Yield ``update(fraction=None, description=None, pulse=False)``; a no-op when ``show``
+    is false.
 
-    ``fraction`` in 0..1 moves the bar; None leaves it pulsing (work of unknown length).
+    ``fraction`` in 0..1 moves the bar; None leaves it as it is; ``pulse`` sets it pulsing
+    again (a next phase of unknown length). A new description is drawn at once, so a short
+    phase is seen too.
     """
     if not show:
         yield lambda *args, **kwargs: None
@@ -38,11 +41,15 @@ def bar(description: str, show: bool) -> Iterator[Callable[..., None]]:
                   TimeElapsedColumn(), console=Console(stderr=True), transient=True) as prog:
         task = prog.add_task(description, total=None)
 
-        def update(fraction: float | None = None, description: str | None = None) -> None:
+        def update(fraction: float | None = None, description: str | None = None,
+                   pulse: bool = False) -> None:
             changes: dict = {}
             if description is not None:
                 changes["description"] = description
-            if fraction is not None:
+                changes["refresh"] = True
+            if pulse:
+                prog.reset(task, total=None)
+            elif fraction is not None:
                 changes["total"] = 1.0
                 changes["completed"] = fraction
             prog.update(task, **changes)
