@@ -126,7 +126,8 @@ def test_demo_shows_progress_for_both_runs(tmp_path):
     script.write_text(DEMO.format(fake=FAKE, port=str(free_port())))
     code, out, err = on_terminal([sys.executable, str(script)], tmp_path)
     assert code == 0, err + out
-    assert re.search(r"run 1/2 \S+ \(warm\)", err) and re.search(r"run 2/2 \S+ \(warm\)", err)
+    assert re.search(r"run 1/2 \S+ \(cold, fills the warm cache\)", err)
+    assert re.search(r"run 2/2 \S+ \(warm\)", err)
     assert "now: torch_compile" in err
     code, out, err = on_terminal([sys.executable, str(script), "--json"], tmp_path)
     assert code == 0, err + out

@@ -990,8 +990,9 @@ def missed(ev: LogEvidence) -> list[dict]:
             BOOTSTRAP,
             boot,
             f"the paper's framework_bootstrap only sums gaps between a few debug lines; "
-            f"coldscope times the log's first line to model loading on the log's clock "
-            f"({boot:g} s, a lower bound: what ran before the first line is in no log)",
+            f"coldscope times the engine's start (the log's first line, or the harness's "
+            f"start when later) to model loading on the log's clock ({boot:g} s, a lower "
+            f"bound: what ran before the first line is in no log)",
         )
     else:
         add(

@@ -84,7 +84,9 @@ class StartupProgress:
         self.done()
         self.launches += 1
         what = f"run {self.launches}/{max(self.runs, self.launches)}" if self.runs > 1 else "run"
-        cache = run.cache_requested or run.cache or ""
+        cache = run.cache or run.cache_requested or ""
+        if cache == "cold" and run.cache_requested == "warm":
+            cache = "cold, fills the warm cache"
         self._progress = Progress(
             SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
             TextColumn("{task.fields[stage]}"), console=Console(stderr=True), transient=True)
