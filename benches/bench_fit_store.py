@@ -68,7 +68,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=10000)
     ap.add_argument("--dir", type=Path, default=Path("/tmp/coldscope-fit-bench"))
-    ap.add_argument("--repeat", type=int, default=2, help="interleaved reads with and without "
+    ap.add_argument("--repeat", type=int, default=1, help="interleaved reads with and without "
                     "the progress callback")
     ap.add_argument("--template", type=Path, default=None, help="a store to take a record from")
     args = ap.parse_args()
