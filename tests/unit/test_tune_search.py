@@ -217,3 +217,25 @@ def test_throughput_noise_does_not_reject_cache_knobs():
     warm = next(r for r in out.rows if r.change == "warm_caches" and r.role == "trial")
     assert warm.kept and warm.throughput_ratio == pytest.approx(0.6)
     assert "warm_caches" in out.best_knobs
+
+
+def test_stage_gain_keeps_a_free_knob_when_the_total_is_noisy():
+    class NoisyImports(FakeTunable):
+        """aot_compile_off saves 13 s of torch_compile, but its start-ups' imports run slow."""
+
+        def __call__(self, req):
+            m = super().__call__(req)
+            if "aot_compile_off" in req.knobs and req.seeded:
+                m.stages["bootstrap"] += 11.0
+                m.time_to_ready_s += 11.0
+            return m
+
+    out = Search(cpu_knobs(), NoisyImports(), budget=20).run()
+    row = next(r for r in out.rows if r.change == "aot_compile_off" and r.kept is not None)
+    assert row.kept and "in torch_compile" in row.reason
+    # a knob that costs serving speed gets no such benefit of the doubt
+    placebo = Knob(name="costly", stage="torch_compile", description="", tradeoff="",
+                   env={"C": "1"}, serving_tradeoff=True, priority=1)
+    out2 = Search(cpu_knobs([placebo]), NoisyImports(), budget=40).run()
+    assert all("in torch_compile" not in (r.reason or "") for r in out2.rows
+               if r.change == "costly")
