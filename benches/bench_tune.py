@@ -82,10 +82,10 @@ def bundle_check(session: str, args) -> None:
     directory = ts.find_session(store, session)
     spec = ts.load(directory)
     bundle = Path(args.out) / f"{spec.id}.tar.gz"
-    manifest = pack_session(directory, bundle)
+    manifest = pack_session(directory, bundle, cache_key=args.config)
     print(f"bundle {bundle}: {manifest['files']} files, {manifest['size_bytes'] / 1e6:.1f} MB, "
           f"config {manifest['config']['cache_key']}")
-    argv, env = best_command(spec, spec.outcome["best_knobs"])
+    argv, env = best_command(spec, manifest["config"]["knobs"])
     results: dict[str, list[float]] = {"bundle": [], "warm": []}
     for i in range(args.pairs):
         root = Path(args.out) / "bundle-check" / f"pair{i}"
@@ -112,6 +112,9 @@ def main() -> int:
     ap.add_argument("--bundle-check", metavar="SESSION", default=None,
                     help="only pack SESSION's winner and compare bundle-seeded with warm starts")
     ap.add_argument("--pairs", type=int, default=2)
+    ap.add_argument("--config", default=None,
+                    help="with --bundle-check: this configuration (cache key) of the session "
+                         "instead of its winner")
     args = ap.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
     if args.bundle_check:
