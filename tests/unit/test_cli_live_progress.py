@@ -134,7 +134,7 @@ def test_demo_shows_progress_for_both_runs(tmp_path):
     assert "now:" not in err and len(json.loads(out)["runs"]) == 2
 
 
-def store_of_runs(tmp_path: Path, n: int) -> Path:
+def store_of_runs(tmp_path: Path, n: int, configs: Path) -> Path:
     """A real store of ``n`` successful runs over four config-only Llama shapes (rows written
     in one transaction: add_run's fsync per run would make a large store slow to build)."""
     import sqlite3
@@ -143,7 +143,6 @@ def store_of_runs(tmp_path: Path, n: int) -> Path:
     from coldscope.stages import BUCKETS
     from coldscope.store import Store
 
-    configs = Path(__file__).resolve().parents[2].parent / "shared/fixtures/model-configs"
     db = tmp_path / "big.db"
     Store(db).close()
     rows = []
@@ -178,8 +177,8 @@ def store_of_runs(tmp_path: Path, n: int) -> Path:
     return db
 
 
-def test_fit_shows_a_progress_bar_while_reading_and_fitting(tmp_path):
-    db = store_of_runs(tmp_path, 250)
+def test_fit_shows_a_progress_bar_while_reading_and_fitting(tmp_path, shared):
+    db = store_of_runs(tmp_path, 250, shared / "fixtures" / "model-configs")
     argv = [CLI, "fit", "--store", str(db), "--out", str(tmp_path / "m.json")]
     code, out, err = on_terminal(argv, tmp_path)
     assert code == 0, err
