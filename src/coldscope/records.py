@@ -16,10 +16,10 @@ Records written by coldscope 0.1 (schema 1, plain dicts) are read with ``Run.fro
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field
 
 from coldscope.stages import BUCKETS
 from coldscope.timeline import Span, Timeline
@@ -323,49 +323,6 @@ class Run(_Record):
         d["notes"] = notes
         d["schema_version"] = RUN_SCHEMA_VERSION
         return cls.model_validate(d)
-
-    # -- transitional mapping view -----------------------------------------------------------
-    # Consumers written for the schema 1 dict (``record["stages"]``, ``record.get("cache")``)
-    # keep working while they move to attributes. Read-only; remove once no caller is left.
-
-    _json_cache: dict[str, Any] | None = PrivateAttr(None)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if not name.startswith("_"):
-            self._json_cache = None
-        super().__setattr__(name, value)
-
-    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Run:
-        copy = super().model_copy(update=update, deep=deep)
-        copy._json_cache = None
-        return copy
-
-    def _view(self) -> dict[str, Any]:
-        if self._json_cache is None:
-            self._json_cache = self.to_json()
-        return self._json_cache
-
-    def __getitem__(self, key: str) -> Any:
-        return self._view()[key]
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self._view().get(key, default)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._view()
-
-    def keys(self) -> Iterator[str]:
-        return iter(self._view())
-
-    def items(self) -> Iterator[tuple[str, Any]]:
-        return iter(self._view().items())
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        """``record["campaign"] = {...}``: the field set from its JSON form, validated."""
-        if key not in type(self).model_fields:
-            raise KeyError(key)
-        checked = type(self).model_validate({**self.to_json(), key: value})
-        setattr(self, key, getattr(checked, key))
 
 
 def timeline_fields(tl: Timeline) -> dict[str, Any]:

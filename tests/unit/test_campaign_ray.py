@@ -53,7 +53,7 @@ def test_lost_worker_is_stored_as_failed_and_retried(local_ray, tmp_path):
     ok = [r for r in runs if r.status == "ok"]
     assert len(failed) == 1 and failed[0].reason.startswith("lost: "), failed[0].reason
     assert sorted(r.campaign.cell for r in ok) == sorted(c.id for c in cells)
-    assert failed[0]["campaign"]["cell"] in {c.id for c in cells}
+    assert failed[0].campaign.cell in {c.id for c in cells}
     assert all(r.time_to_ready_s > 0 for r in ok)
     assert not run_processes()
 

@@ -74,7 +74,7 @@ def test_all_runs_failed_exits_non_zero_and_stores_them(tmp_path):
     assert out.stderr.strip().splitlines()[-1].startswith("error: all 1 run(s) failed")
     assert "Traceback" not in out.stderr
     [run] = Store(tmp_path / "s.db").runs(status="failed")
-    assert "exited with code 3" in run["reason"]
+    assert "exited with code 3" in run.reason
 
 
 def test_ctrl_c_stops_the_engine_and_stores_the_run(tmp_path):
@@ -91,7 +91,7 @@ def test_ctrl_c_stops_the_engine_and_stores_the_run(tmp_path):
     assert "Traceback" not in err
     assert not run_processes()
     runs = Store(tmp_path / "s.db").runs(status=None)
-    assert [(r["status"], r["reason"]) for r in runs] == [("failed", "interrupted")]
+    assert [(r.status, r.reason) for r in runs] == [("failed", "interrupted")]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])

@@ -51,27 +51,27 @@ def test_command_introspection():
 def test_ok_run_times_ready_and_first_token(tmp_path):
     port = free_port()
     record, evidence = run_once(config(tmp_path, "ok", port))
-    assert record["status"] == "ok", record["reason"]
-    assert 0.4 < record["time_to_ready_s"] < 30
-    assert record["first_token_s"] > record["time_to_ready_s"]
+    assert record.status == "ok", record.reason
+    assert 0.4 < record.time_to_ready_s < 30
+    assert record.first_token_s > record.time_to_ready_s
     assert any("startup complete" in text for _, text in evidence["log"])
     # probe saw the fake engine's interpreter start and its bootstrap
-    assert record["stages"]["bootstrap"] is not None
-    total = sum(v for v in record["stages"].values() if v is not None)
-    assert total == pytest.approx(record["time_to_ready_s"], abs=1e-6)
+    assert record.stages["bootstrap"] is not None
+    total = sum(v for v in record.stages.values() if v is not None)
+    assert total == pytest.approx(record.time_to_ready_s, abs=1e-6)
     assert not run_processes()
 
 
 def test_engine_that_exits_is_a_failed_run_with_its_log_tail(tmp_path):
     record, _ = run_once(config(tmp_path, "exit", free_port()))
-    assert record["status"] == "failed"
-    assert "exited with code 3" in record["reason"]
-    assert "cannot load model" in record["log_tail"]
+    assert record.status == "failed"
+    assert "exited with code 3" in record.reason
+    assert "cannot load model" in record.log_tail
 
 
 def test_hang_past_timeout_fails_and_kills(tmp_path):
     record, _ = run_once(config(tmp_path, "hang", free_port(), timeout=1.5))
-    assert record["status"] == "failed" and "timeout" in record["reason"]
+    assert record.status == "failed" and "timeout" in record.reason
     assert not run_processes()
 
 
@@ -81,12 +81,12 @@ def test_port_already_taken(tmp_path):
         s.listen()
         port = s.getsockname()[1]
         record, _ = run_once(config(tmp_path, "ok", port))
-    assert record["status"] == "failed" and "port already in use" in record["reason"]
+    assert record.status == "failed" and "port already in use" in record.reason
 
 
 def test_no_process_survives_even_one_that_ignores_sigterm(tmp_path):
     record, _ = run_once(config(tmp_path, "stubborn", free_port()))
-    assert record["status"] == "ok"
+    assert record.status == "ok"
     assert not run_processes()
 
 
@@ -95,34 +95,34 @@ def test_failed_repetition_is_stored_and_the_next_goes_on(tmp_path):
     port = free_port()
     cfg = config(tmp_path, "ok", port, repeat=2, ready_pattern="never matches", timeout=1.0)
     records = profile(cfg, store)
-    assert [r["status"] for r in records] == ["failed", "failed"]
+    assert [r.status for r in records] == ["failed", "failed"]
     assert len(store.runs(status="failed")) == 2
     records = profile(config(tmp_path, "ok", port, repeat=2), store)
-    assert [r["status"] for r in records] == ["ok", "ok"]
+    assert [r.status for r in records] == ["ok", "ok"]
     assert store.count() == 4
 
 
 def test_ready_pattern_replaces_health_check(tmp_path):
     record, _ = run_once(config(tmp_path, "ok", free_port(), ready_pattern=r"startup complete"))
-    assert record["status"] == "ok"
+    assert record.status == "ok"
 
 
 def test_warm_cache_is_primed_once_then_reused(tmp_path):
     store = Store(tmp_path / "s.db")
     cfg = config(tmp_path, "ok", free_port(), cache="warm", repeat=1)
     first = profile(cfg, store)
-    assert [r["cache"] for r in first] == ["cold", "warm"]
-    assert "fills it" in first[0]["notes"][0]
+    assert [r.cache for r in first] == ["cold", "warm"]
+    assert "fills it" in first[0].notes[0]
     again = profile(cfg, store)
-    assert [r["cache"] for r in again] == ["warm"]
-    homes = {r["environment"]["env"]["HOME"] for r in first + again}
+    assert [r.cache for r in again] == ["warm"]
+    homes = {r.environment.env["HOME"] for r in first + again}
     assert len(homes) == 1  # the same cache directories every time
 
 
 def test_cold_runs_get_fresh_isolated_caches(tmp_path):
     cfg = config(tmp_path, "ok", free_port(), repeat=2)
     records = profile(cfg, None)
-    homes = [r["environment"]["env"]["HOME"] for r in records]
+    homes = [r.environment.env["HOME"] for r in records]
     assert homes[0] != homes[1]
     assert all(not Path(h).exists() for h in homes)  # removed after the run
 
@@ -132,7 +132,7 @@ def test_tmpdir_stays_short_for_unix_sockets_and_is_removed(tmp_path):
     cfg = RunConfig(command=[sys.executable, FAKE, "--port", str(free_port())], cache_root=deep,
                     spans=False, shutdown_grace=2, cache="warm")
     record, _ = run_once(cfg)
-    tmpdir = record["environment"]["env"]["TMPDIR"]
+    tmpdir = record.environment.env["TMPDIR"]
     assert len(tmpdir) < 60  # vLLM binds IPC sockets under TMPDIR (limit 107 bytes)
     assert not Path(tmpdir).exists()
 

@@ -30,10 +30,10 @@ def test_round_trip_and_filters(tmp_path):
     s = Store(tmp_path / "s.db")
     s.add_run(record("r-01"), {"log": [[0.1, "hello"]]})
     s.add_run(record("r-02", status="failed"))
-    assert [r["id"] for r in s.runs()] == ["r-01"]
-    assert [r["id"] for r in s.runs(status=None)] == ["r-01", "r-02"]
-    assert s.run("r-01")["stages"]["model_loading"] == 5.0
-    assert s.run("r-02")["reason"] == "boom"
+    assert [r.id for r in s.runs()] == ["r-01"]
+    assert [r.id for r in s.runs(status=None)] == ["r-01", "r-02"]
+    assert s.run("r-01").stages["model_loading"] == 5.0
+    assert s.run("r-02").reason == "boom"
     assert s.evidence("r-01") == {"log": [[0.1, "hello"]]}
     with pytest.raises(ColdscopeError, match="ambiguous"):
         s.run("r-0")
@@ -50,7 +50,7 @@ def test_duplicate_run_leaves_store_unchanged(tmp_path):
     s.add_run(record("r-01"))
     with pytest.raises(sqlite3.IntegrityError):
         s.add_run(record("r-01", ttr=99))
-    assert s.count() == 1 and s.run("r-01")["time_to_ready_s"] == 10.0
+    assert s.count() == 1 and s.run("r-01").time_to_ready_s == 10.0
 
 
 def _write_then_die(path: str) -> None:
@@ -70,7 +70,7 @@ def test_process_killed_mid_write_loses_no_finished_run(tmp_path):
     p.join(60)
     assert p.exitcode == 9
     s = Store(path)
-    assert [r["id"] for r in s.runs(status=None)] == ["r-01"]
+    assert [r.id for r in s.runs(status=None)] == ["r-01"]
     s.add_run(record("r-02"))  # and the store still takes writes
     assert s.count() == 2
 
