@@ -56,6 +56,16 @@ def test_errors_name_the_file_and_the_key():
     assert "(and 1 more problem)" in error(bogus=1, repetitions=0)
 
 
+def test_a_huge_matrix_is_refused_before_any_cell_is_made(tmp_path):
+    # repetitions: 1000000000 used to hang even --dry-run, which lists every cell
+    msg = error(repetitions=1_000_000_000)
+    assert "start-ups" in msg and "at most 10,000" in msg and "split it" in msg
+    assert "less than or equal to 64" in error(concurrency=1_000_000)
+    # BASE is 2 models x 2 flag sets x 2 cache states = 8 start-ups per repetition
+    assert spec(repetitions=1250).repetitions == 1250  # exactly 10,000: allowed
+    assert "10,008 start-ups" in error(repetitions=1251)
+
+
 def test_file_errors_are_one_line(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\n models: [\n")

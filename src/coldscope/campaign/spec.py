@@ -121,6 +121,13 @@ class RaySettings(Strict):
 CacheKind = Literal["cold", "warm"]
 _COLD: CacheKind = "cold"
 
+#: Start-ups one campaign file may ask for. At 1-2 minutes a start-up this is weeks of machine
+#: time; a larger number is a typo (``repetitions: 1000000000`` once hung even ``--dry-run``,
+#: which lists every cell), so it is refused before any cell is made.
+MAX_STARTUPS = 10_000
+#: Engines started at once on one machine.
+MAX_CONCURRENCY = 64
+
 
 class CampaignSpec(Strict):
     """A campaign: every combination of the lists below, ``repetitions`` times."""
@@ -136,7 +143,8 @@ class CampaignSpec(Strict):
     flags: list[FlagSet] = Field(default_factory=lambda: [FlagSet(name="default")], min_length=1)
     cache: list[CacheKind] = Field(default_factory=lambda: [_COLD], min_length=1)
     repetitions: int = Field(1, ge=1)
-    concurrency: int = Field(1, ge=1, description="engines started at once (contention study)")
+    concurrency: int = Field(1, ge=1, le=MAX_CONCURRENCY,
+                             description="engines started at once (contention study)")
     port: int = Field(8000, ge=1, le=65535, description="first port; slot i uses port + i")
     env: dict[str, str] = Field(default_factory=dict)
     timeout: float = Field(900.0, gt=0, description="seconds from launch to ready, per run")
@@ -183,6 +191,12 @@ class CampaignSpec(Strict):
                              "ready_pattern is set")
         if self.port + self.concurrency - 1 > 65535:
             raise ValueError("port + concurrency goes past 65535")
+        startups = (len(self.models) * len(self.engines) * len(self.flags) * len(self.cache)
+                    * self.repetitions)
+        if startups > MAX_STARTUPS:
+            raise ValueError(f"{startups:,} start-ups (models x engines x flags x cache x "
+                             f"repetitions); a campaign file may ask for at most "
+                             f"{MAX_STARTUPS:,}: split it into several campaigns")
         return self
 
 
