@@ -56,7 +56,7 @@ def test_errors_name_the_file_and_the_key():
     assert "(and 1 more problem)" in error(bogus=1, repetitions=0)
 
 
-def test_a_huge_matrix_is_refused_before_any_cell_is_made(tmp_path):
+def test_a_huge_matrix_is_refused_before_any_cell_is_made():
     # repetitions: 1000000000 used to hang even --dry-run, which lists every cell
     msg = error(repetitions=1_000_000_000)
     assert "start-ups" in msg and "at most 10,000" in msg and "split it" in msg
