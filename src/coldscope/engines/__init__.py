@@ -1,10 +1,13 @@
 """Engine adapters: everything coldscope knows about one inference engine, behind one protocol.
 
-The runner, the evidence sources, the report and ``tune`` ask the adapter of the run's engine
-(``resolve(argv)``) instead of knowing vLLM: how to read its command line (model, port, host,
-compile on/off, capture sizes), what environment it needs and where its caches live, how to
-make it export its OpenTelemetry spans, how to read its log and its span names, which functions
-the in-process probe wraps, and which start-up mitigations exist for it.
+The runner, the evidence sources, the report, the findings rules, the serve watcher and
+``tune`` ask the adapter of the run's engine (``resolve(argv)``, or the registry for a saved
+log) instead of knowing vLLM: how to read its command line (model, port, host, compile on/off,
+capture sizes), what environment it needs and where its caches live, how to make it export its
+OpenTelemetry spans, how to read its log and its span names, what its log says that the
+findings rules read (``LogFacts``) and which advice they give for it, which lines open, finish
+or fail a start-up in a followed log, which functions the in-process probe wraps, and which
+start-up mitigations exist for it.
 
 Adding an engine (say SGLang): a module ``engines/sglang.py`` with a class that implements
 ``Engine`` (subclassing ``GenericEngine`` gives the defaults), listed in ``ENGINES`` below, and
@@ -71,6 +74,73 @@ class LogReading:
     time_to_ready_from: str | None = None
     paper_metrics: dict[str, float | None] | None = None
     missed: list[MissedItem] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line a finding quotes: its 0-based index in the lines read, and its message (the
+    line without the engine's process/level/time prefix)."""
+
+    line_no: int
+    message: str
+
+
+@dataclass(frozen=True)
+class EngineWarning:
+    """A warning or error the engine logged: its line (0-based), level (``WARNING``,
+    ``ERROR``, ``CRITICAL``), where the engine says it came from, and the message."""
+
+    line_no: int
+    level: str
+    where: str
+    message: str
+
+
+@dataclass(frozen=True)
+class LogFacts:
+    """What an engine's log says that ``coldscope.findings`` reads, in engine-neutral terms.
+
+    Each engine's adapter reads its own format into this, so the rules never parse a log
+    themselves. Line numbers are 0-based indexes into the lines given; seconds are on the
+    log's own clock (its timestamps). Every field is optional: a rule whose fact is missing
+    stays silent.
+    """
+
+    compile_enabled: bool | None = None
+    """Whether the engine compiled its model (None: the log does not say)."""
+    compile_cache: str | None = None
+    """``"miss"`` when any graph was compiled, ``"hit"`` when graphs were only loaded from the
+    compile cache, None when the log shows neither."""
+    compile_cache_load_failed: LogLine | None = None
+    """The first line saying a compile cache was there but could not be used (so the graphs
+    were compiled again)."""
+    recompile_s: float | None = None
+    """Seconds from that line to the line saying the new compile was done."""
+    capture_sizes: int | None = None
+    """How many CUDA-graph batch sizes the engine was configured to capture."""
+    device: str | None = None
+    """The device the engine ran on (``cuda``, ``cpu``, ...)."""
+    memory_profiling_line: int | None = None
+    """The line reporting the memory profiling that sizes the KV cache."""
+    memory_profiling_s: float | None = None
+    """The seconds that line reports."""
+    ready_line: int | None = None
+    """The first line showing the server ready (the start-up's lines end there)."""
+    warnings: tuple[EngineWarning, ...] = ()
+    """The engine's warnings and errors, in order, except lines other facts already report
+    (the compile-cache load failure) and those of a shutdown."""
+    child_process_gaps: Mapping[str, float] = field(default_factory=dict)
+    """Per child process role (``engine_core``, ``worker``: the probe's roles): seconds
+    between the last timestamped line before the process's first line and that first line,
+    i.e. its spawn and imports as the log sees them."""
+    model: str | None = None
+    """The model path the log names (an engine echoing its arguments), if any."""
+
+
+#: What ``Engine.startup_boundary`` says of one line of a followed log.
+START_PREFIX = "start:"
+READY = "ready"
+FAILED = "failed"
 
 
 @runtime_checkable
@@ -141,6 +211,23 @@ class Engine(Protocol):
     def live_stage(self, line: str) -> str | None:
         """The stage an output line shows the engine entering, as it arrives (for progress
         displays; the timeline itself comes from all evidence afterwards)."""
+        ...
+    def log_facts(self, lines: Sequence[str]) -> LogFacts | None:
+        """What a log says that the findings rules read; None when it is not this engine's
+        log."""
+        ...
+    def startup_boundary(self, line: str) -> str | None:
+        """Where one line of a followed log stands in a start-up (``coldscope serve``):
+        ``"start:<what>"`` when it opens one (a second start line with the same ``<what>``
+        before readiness means the replica restarted), ``"ready"`` when it shows the engine
+        ready, ``"failed"`` when it says the start-up failed, else None. Called for every line,
+        so it should reject most lines with a cheap test first."""
+        ...
+
+    # findings
+    def advice(self, finding_id: str) -> str | None:
+        """This engine's advice for a finding (its own flags and variables), replacing the
+        rule's engine-neutral advice; None to keep that."""
         ...
 
     # tune
@@ -224,7 +311,7 @@ class GenericEngine:
     def log_spans(self, lines: Sequence[tuple[float, str]]) -> tuple[list[Span], LogInfo | None]:
         texts = [text for _, text in lines]
         for engine in ENGINES:
-            if engine.read_log(texts) is not None:
+            if engine is not self and engine.read_log(texts) is not None:
                 return engine.log_spans(lines)
         return [], None
 
@@ -238,13 +325,22 @@ class GenericEngine:
     def probe_hooks(self) -> tuple[tuple[str, str, str], ...]:
         """Every registered engine's hooks: a hook fires only when its module is imported, so
         a wrapper script around a known engine is still probed."""
-        return tuple(h for engine in ENGINES for h in engine.probe_hooks())
+        return tuple(h for engine in ENGINES if engine is not self for h in engine.probe_hooks())
 
     def live_stage(self, line: str) -> str | None:
         for engine in ENGINES:
-            stage = engine.live_stage(line)
+            stage = engine.live_stage(line) if engine is not self else None
             if stage is not None:
                 return stage
+        return None
+
+    def log_facts(self, lines: Sequence[str]) -> LogFacts | None:
+        return None  # the registry's ``log_facts`` asks every engine for an unknown command
+
+    def startup_boundary(self, line: str) -> str | None:
+        return None
+
+    def advice(self, finding_id: str) -> str | None:
         return None
 
     def mitigations(self) -> tuple[Mitigation, ...]:
@@ -287,4 +383,26 @@ def read_log(lines: Sequence[str]) -> tuple[Engine, LogReading] | None:
         reading = engine.read_log(lines)
         if reading is not None:
             return engine, reading
+    return None
+
+
+def log_facts(lines: Sequence[str], engine: str | None = None) -> tuple[Engine, LogFacts] | None:
+    """The engine whose log adapter recognises ``lines`` and what it says for the findings
+    rules; the engine named ``engine`` (the run's own) is asked first. None if none knows the
+    log."""
+    ordered = sorted(ENGINES, key=lambda e: e.name != engine) if engine else ENGINES
+    for candidate in ordered:
+        facts = candidate.log_facts(lines)
+        if facts is not None:
+            return candidate, facts
+    return None
+
+
+def startup_boundary(line: str) -> str | None:
+    """What one line of a followed log means to a start-up (``Engine.startup_boundary``),
+    asking each registered engine in turn."""
+    for engine in ENGINES:
+        kind = engine.startup_boundary(line)
+        if kind is not None:
+            return kind
     return None

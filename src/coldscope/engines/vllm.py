@@ -1,8 +1,10 @@
 """vLLM: the one module that knows it (command line, environment, caches, OTLP export, log
-adapters' entry point, span names, probe hooks, mitigations).
+adapters' entry point, span names, the log facts and advice of the findings rules, the lines
+that open, finish or fail a start-up, probe hooks, mitigations).
 
-The log adapters themselves (version-aware rule tables) are in ``coldscope.capture.logs``; the
-mitigation catalogue's content is in ``coldscope.engines.vllm_knobs``.
+The log adapters themselves (version-aware rule tables) are in ``coldscope.capture.logs``,
+reached only from here; the mitigation catalogue's content is in
+``coldscope.engines.vllm_knobs``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from coldscope.engines import GenericEngine, LogReading, Mitigation, flag
+from coldscope.engines import (
+    FAILED,
+    READY,
+    EngineWarning,
+    GenericEngine,
+    LogFacts,
+    LogLine,
+    LogReading,
+    Mitigation,
+    flag,
+)
 from coldscope.records import LogInfo, MissedItem
 from coldscope.stages import (
     BOOTSTRAP,
@@ -96,6 +108,67 @@ LIVE_STAGES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"init engine \(profile|Starting vLLM (?:API )?server on", SERVER_READY),
     )
 )
+
+
+#: Lines meaning "a compile cache was there but could not be used, so the graphs were compiled
+#: again" (0.32's AOT loader, whose warning names ``finalize_loading``; the older inductor-cache
+#: wording).
+LOAD_FAILED = re.compile(
+    r"Compiling model again due to a load failure"
+    r"|Failed to load (?:the )?(?:AOT[- ]compiled|compiled) (?:graph|function|artifact)"
+    r"|Cache (?:load|loading) failed.*?recompil"
+)
+#: Lines that end a compile: the AOT artefact saved, or a graph's compile time reported.
+COMPILE_SAVED = re.compile(r"saved AOT compiled function|Compiling a graph for .*? takes")
+#: A warning or error line: optional process prefix, level, ``MM-DD HH:MM:SS``, ``[where]``.
+WARNING_LINE = re.compile(
+    r"^(?:\((?P<tag>[A-Za-z][\w\-]*)(?:\s+rank=\d+)?\s+pid=\d+\)\s*)?"
+    r"(?P<level>WARNING|ERROR|CRITICAL)\s+\d{2}-\d{2} [\d:.]+\s+"
+    r"\[(?P<where>[^\]]*)\]\s?(?P<msg>.*)$"
+)
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+#: Lines of a shutdown (after readiness or after a failure), never start-up warnings.
+SHUTDOWN = re.compile(r"\[shutdown\]|shutdown triggered|EngineDeadError|output_handler failed")
+#: Lines showing the server ready (the API server's, or its older wording).
+READY_LINES = re.compile(r"Application startup complete|Starting vLLM (?:API )?server on")
+#: The model argument as vLLM echoes its engine config (``model='/srv/run/tiny-llama'``).
+MODEL_ARG = re.compile(r"\bmodel='(?P<m>[^']+)'")
+#: Lines that say the start-up failed (vLLM V1 engine core, its API server, uvicorn).
+STARTUP_FAILED = re.compile(
+    r"Engine core initialization failed|EngineCore failed to start|"
+    r"Engine process failed to start|Application startup failed"
+)
+#: The child processes whose spawn the log's clock shows (coldscope's probe roles).
+_CHILD_ROLES = ("engine_core", "worker")
+
+#: vLLM's own flags and variables in the findings' advice (``coldscope.findings`` keeps the
+#: engine-neutral wording for other engines).
+FINDING_ADVICE: dict[str, str] = {
+    "compile_cache_load_failed":
+        "the compile cache was there but not used: the graphs were compiled again. Try the "
+        "engine's other cache format (vLLM: VLLM_USE_AOT_COMPILE=0 falls back to the inductor "
+        "cache) or turn compilation off (--enforce-eager); `coldscope tune` measures both.",
+    "compile_cache_cold":
+        "ship a pre-seeded compile cache (`coldscope bundle`), or trade serving speed for "
+        "start-up with --enforce-eager; `coldscope tune` measures both.",
+    "model_inspect_uncached":
+        "keep the engine's cache directory (vLLM: VLLM_CACHE_ROOT/modelinfos) between "
+        "start-ups or bake it into the image (`coldscope bundle`).",
+    "repeated_imports":
+        "run the engine core in the API-server process where the engine allows it (vLLM: "
+        "VLLM_ENABLE_V1_MULTIPROCESSING=0); `coldscope tune` measures it.",
+    "weights_from_disk":
+        "keep the weights in memory between start-ups (page cache, tmpfs, a local NVMe copy) "
+        "or use a streaming loader (--load-format runai_streamer/fastsafetensors).",
+    "cuda_graph_capture_heavy":
+        "capture only the batch sizes you serve (vLLM: --cuda-graph-sizes / "
+        "compilation_config max_cudagraph_capture_size); seconds at stake is the whole "
+        "capture, an upper bound.",
+    "kv_profiling_every_start":
+        "the profiling result is the same for the same model, GPU and settings: reuse it "
+        "(vLLM >= 0.32: VLLM_ENABLE_STARTUP_PLAN=1; older: --kv-cache-memory / "
+        "num_gpu_blocks_override from a previous run).",
+}
 
 
 class VLLM(GenericEngine):
@@ -229,6 +302,51 @@ class VLLM(GenericEngine):
                 return stage
         return None
 
+    def log_facts(self, lines: Sequence[str]) -> LogFacts | None:
+        """The findings' facts of a vLLM log; None when no line means anything to vLLM's
+        adapter (then every fact would be empty anyway)."""
+        from coldscope.capture.logs import parse_vllm_log
+
+        lines = list(lines)
+        ev = parse_vllm_log(lines)
+        facts = LogFacts(
+            compile_enabled=ev.compile_enabled,
+            compile_cache=ev.compile_cache,
+            capture_sizes=ev.capture_sizes,
+            device=ev.device,
+            child_process_gaps=_child_process_gaps(lines, ev.line_clock),
+            model=next((m.group("m") for t in lines if (m := MODEL_ARG.search(t))), None),
+            ready_line=next((i for i, t in enumerate(lines) if READY_LINES.search(t)), None),
+            **_load_failure(lines, ev.line_clock),
+            **_memory_profiling(ev),
+            warnings=_warnings(lines),
+        )
+        return None if facts == LogFacts() else facts
+
+    def startup_boundary(self, line: str) -> str | None:
+        """``failed`` (the engine core or the API server says so), ``ready`` (``Application
+        startup complete``, or the paper harness's ``initialize_engine took``),
+        ``start:engine`` (``Initializing … LLM engine (vX)``) or ``start:server`` (the API
+        server's version banner). A cheap substring test runs first; only candidate lines go
+        through the parser, so the cost stays low for the thousands of lines a start-up
+        prints."""
+        from coldscope.capture.logs import APP_STARTUP_COMPLETE, HARNESS_END, parse_vllm_log
+
+        if STARTUP_FAILED.search(line):
+            return FAILED
+        if "startup complete" in line or "initialize_engine took" in line:
+            ev = parse_vllm_log([line])
+            if any(r.name in (APP_STARTUP_COMPLETE, HARNESS_END) for r in ev.records):
+                return READY
+        if "version" in line or "LLM engine (v" in line:
+            ev = parse_vllm_log([line])
+            if ev.version is not None:
+                return "start:engine" if "LLM engine (v" in line else "start:server"
+        return None
+
+    def advice(self, finding_id: str) -> str | None:
+        return FINDING_ADVICE.get(finding_id)
+
     def mitigations(self) -> tuple[Mitigation, ...]:
         try:
             from coldscope.engines.vllm_knobs import MITIGATIONS
@@ -241,3 +359,70 @@ def _info(parsed: Any) -> LogInfo:
     cache = parsed.compile_cache if parsed.compile_cache in ("hit", "miss") else None
     return LogInfo(version=parsed.version, family=parsed.family, device=parsed.device,
                    enforce_eager=parsed.enforce_eager, compile_cache=cache)
+
+
+def _load_failure(lines: Sequence[str], clock: Sequence[float | None]) -> dict[str, Any]:
+    """The first compile-cache load failure line, and the seconds on the log's clock from it to
+    the first later line with a time that says the new compile was done."""
+    from coldscope.capture.logs import _split
+
+    at = next((i for i, t in enumerate(lines) if LOAD_FAILED.search(t)), None)
+    if at is None:
+        return {}
+    text = lines[at]
+    seconds = None
+    start = clock[at] if at < len(clock) else None
+    if start is not None:
+        for i in range(at + 1, min(len(lines), len(clock))):
+            done = clock[i]
+            if done is not None and COMPILE_SAVED.search(lines[i]):
+                seconds = max(0.0, done - start)
+                break
+    return {"compile_cache_load_failed": LogLine(at, _split(text).message or text),
+            "recompile_s": seconds}
+
+
+def _memory_profiling(ev: Any) -> dict[str, Any]:
+    """The line reporting memory profiling (the first that gives seconds, else the last
+    one), and its seconds."""
+    from coldscope.capture.logs import MEMORY_PROFILING_END
+
+    rec = next((r for r in ev.records if r.name.endswith("memory_profiling_end")
+                and r.duration is not None), ev.last(MEMORY_PROFILING_END))
+    if rec is None:
+        return {}
+    return {"memory_profiling_line": rec.line_no, "memory_profiling_s": rec.duration}
+
+
+def _warnings(lines: Sequence[str]) -> tuple[EngineWarning, ...]:
+    """Every WARNING/ERROR/CRITICAL line but the compile-cache load failure and shutdown."""
+    out = []
+    for i, text in enumerate(lines):
+        clean = _ANSI.sub("", text)
+        m = WARNING_LINE.match(clean)
+        if not m or LOAD_FAILED.search(clean) or SHUTDOWN.search(clean):
+            continue
+        out.append(EngineWarning(i, m.group("level"), m.group("where"), m.group("msg").strip()))
+    return tuple(out)
+
+
+def _child_process_gaps(lines: Sequence[str], clock: Sequence[float | None]) -> dict[str, float]:
+    """Per child process (engine core, worker): seconds on the log's clock between the last
+    timestamped line before its first timestamped line and that line."""
+    from coldscope.capture.logs import _split
+
+    if not clock:
+        return {}
+    gaps: dict[str, float] = {}
+    seen: set[str] = set()
+    prev_clock: float | None = None
+    for i, text in enumerate(lines):
+        ln = _split(text)
+        t = clock[i] if i < len(clock) else None
+        if ln.process in _CHILD_ROLES and ln.process not in seen and ln.wallclock:
+            seen.add(ln.process)
+            if prev_clock is not None and t is not None:
+                gaps[ln.process] = max(0.0, t - prev_clock)
+        if ln.wallclock and t is not None:
+            prev_clock = t
+    return gaps
