@@ -64,6 +64,6 @@ def run_from_log(lines: Sequence[str], *, name: str, origin: str = "log",
                           device=info.device, enforce_eager=info.enforce_eager),
         log_info=info, log_tail="\n".join(lines[-40:]),
         paper_metrics=reading.paper_metrics, missed_by_paper_parser=reading.missed,
-        findings=findings_from_log(list(lines)),
+        findings=findings_from_log(list(lines), found),
     )
     return run.with_timeline(reading.timeline)

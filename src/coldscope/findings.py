@@ -1,11 +1,15 @@
 """Findings: what is wrong or improvable in one start-up, from its evidence, with the seconds at
 stake.
 
-Every rule is a pure function of ``RunFacts`` (the parsed log, the reconciled timeline, the
+Every rule is a pure function of ``RunFacts`` (what the log says, the reconciled timeline, the
 probe's process table, the CPU samples and the cache state the run was started with), so the
 same rules serve a profiled run, a stored run and a log parsed on its own. A rule fires only on
 evidence (a log line, a span, a probe event, CPU samples) and quotes it; it never guesses. The
 ids are stable and documented in ``docs/findings.md``: tools and people key on them.
+
+The rules know no engine: the engine's adapter reads its log into ``engines.LogFacts`` (which
+line says the compile cache failed to load, the engine's warnings, ...) and may give its own
+advice for a finding (its flags and variables); the rules' own advice is engine-neutral.
 
 A log read on its own does not know whether a compile cache existed before the start-up, so it
 never yields ``compile_cache_cold``; a compile there is reported as ``compile_cache_unknown``.
@@ -18,7 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from coldscope.capture.logs import LogEvidence, parse_vllm_log
+from coldscope import engines
+from coldscope.engines import Engine, LogFacts, LogReading
 from coldscope.records import Finding
 from coldscope.stages import (
     BOOTSTRAP,
@@ -42,22 +47,7 @@ FINDING_IDS: tuple[str, ...] = (
     "engine_warning",
 )
 
-#: Lines meaning "a compile cache was there but could not be used, so the graphs were compiled
-#: again" (0.32's AOT loader; the older inductor-cache wording).
-_LOAD_FAILED = re.compile(
-    r"Compiling model again due to a load failure"
-    r"|Failed to load (?:the )?(?:AOT[- ]compiled|compiled) (?:graph|function|artifact)"
-    r"|Cache (?:load|loading) failed.*?recompil"
-)
-_SAVED_AOT = re.compile(r"saved AOT compiled function|Compiling a graph for .*? takes")
-_WARN = re.compile(
-    r"^(?:\((?P<tag>[A-Za-z][\w\-]*)(?:\s+rank=\d+)?\s+pid=\d+\)\s*)?"
-    r"(?P<level>WARNING|ERROR|CRITICAL)\s+\d{2}-\d{2} [\d:.]+\s+"
-    r"\[(?P<where>[^\]]*)\]\s?(?P<msg>.*)$"
-)
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_SHUTDOWN = re.compile(r"\[shutdown\]|shutdown triggered|EngineDeadError|output_handler failed")
-_READY_LINES = re.compile(r"Application startup complete|Starting vLLM (?:API )?server on")
 
 #: Sizes beyond which CUDA-graph capture counts as heavy: vLLM 0.10's default list has 35
 #: sizes, 0.8/0.9's had 67; a short list of the batch sizes actually served is usually enough.
@@ -80,7 +70,9 @@ class RunFacts:
     lacks its evidence stays silent.
 
     ``lines`` are the engine's output lines in order; ``line_times`` their arrival in seconds
-    since launch (empty for a log read from a file). ``cache`` is ``"cold"`` (coldscope gave
+    since launch (empty for a log read from a file). ``log`` is what the engine's adapter read
+    from those lines, ``engine`` that adapter (its advice replaces the rules' neutral advice;
+    None: neutral advice). ``cache`` is ``"cold"`` (coldscope gave
     the run empty caches), ``"warm"`` (it gave it the caches of an earlier run of the same
     configuration) or None (unknown: a log on its own). ``page_cache`` is ``"cold"`` when the
     weights were evicted from the page cache before the run, ``"hot"`` when known resident,
@@ -89,7 +81,8 @@ class RunFacts:
 
     lines: Sequence[str] = ()
     line_times: Sequence[float] = ()
-    log: LogEvidence | None = None
+    log: LogFacts | None = None
+    engine: Engine | None = None
     stages: Mapping[str, float | None] = field(default_factory=dict)
     substeps: Mapping[str, float] = field(default_factory=dict)
     segments: Sequence[Mapping[str, Any]] = ()
@@ -104,17 +97,26 @@ class RunFacts:
 # -- building the facts ------------------------------------------------------------------------
 
 
-def facts_from_log(lines: Iterable[str]) -> RunFacts:
-    """Facts of a log read on its own: the timeline the log shows, cache state unknown."""
-    from coldscope.capture.logs import log_timeline
+def facts_from_log(lines: Iterable[str],
+                   read: tuple[Engine, LogReading] | None = None) -> RunFacts:
+    """Facts of a log read on its own: the timeline the log shows, cache state unknown.
+    ``read`` is ``engines.read_log(lines)`` when the caller has it already."""
     from coldscope.timeline import timeline_dict
 
     lines = list(lines)
-    ev = parse_vllm_log(lines)
-    tl = timeline_dict(log_timeline(ev))
-    return RunFacts(lines=lines, log=ev, stages=tl["stages"], substeps=tl["substeps"],
-                    segments=tl.get("segments") or (), cache=None,
-                    compile_enabled=ev.compile_enabled)
+    read = read or engines.read_log(lines)
+    if read is not None:
+        engine: Engine | None = read[0]
+        found = engine.log_facts(lines) if engine is not None else None
+        facts = found if found is not None else LogFacts()
+        tl = timeline_dict(read[1].timeline)
+    else:
+        known = engines.log_facts(lines)
+        engine, facts = known if known is not None else (None, LogFacts())
+        tl = {"stages": {}, "substeps": {}}
+    return RunFacts(lines=lines, log=facts, engine=engine, stages=tl["stages"],
+                    substeps=tl["substeps"], segments=tl.get("segments") or (), cache=None,
+                    compile_enabled=facts.compile_enabled)
 
 
 def _as_mapping(record: Any) -> Mapping[str, Any]:
@@ -169,12 +171,14 @@ def facts_from_run(record: Any, log: Sequence[Any] | None = None) -> RunFacts:
         cache = cache.get("actual")
     if cache is None:
         cache = _get(rec, "config", "cache", "actual") or _get(rec, "config", "cache")
-    ev = parse_vllm_log(lines) if lines else None
+    name = _get(rec, "engine", "name")
+    known = engines.log_facts(lines, engine=name) if lines else None
+    engine, ev = known if known is not None else (_registered(name), None)
     compiled = _get(rec, "engine", "compile")
     if compiled is None and ev is not None:
         compiled = ev.compile_enabled
     return RunFacts(
-        lines=lines, line_times=times, log=ev,
+        lines=lines, line_times=times, log=ev, engine=engine,
         stages=tl.get("stages") or {}, substeps=tl.get("substeps") or {},
         segments=tl.get("segments") or (), processes=rec.get("processes") or (),
         cpu=rec.get("cpu"), cache=cache if cache in ("cold", "warm") else None,
@@ -183,7 +187,17 @@ def facts_from_run(record: Any, log: Sequence[Any] | None = None) -> RunFacts:
     )
 
 
+def _registered(name: Any) -> Engine | None:
+    return next((e for e in engines.ENGINES if e.name == name), None)
+
+
 # -- the rules ---------------------------------------------------------------------------------
+
+
+def _advice(f: RunFacts, finding_id: str, neutral: str) -> str:
+    """The run's engine's advice for a finding, else the rule's engine-neutral advice."""
+    own = f.engine.advice(finding_id) if f.engine is not None else None
+    return own if own is not None else neutral
 
 
 def _stage(f: RunFacts, name: str) -> float | None:
@@ -200,59 +214,37 @@ _HEX = re.compile(r"[0-9a-f]{24,}")
 
 
 def _message(text: str) -> str:
-    """A log line without its process/level/time prefix, long hashes shortened."""
-    from coldscope.capture.logs import _split
-
-    return _HEX.sub(lambda m: m.group(0)[:8] + "…", _split(text).message or text)
+    """A log message with long hashes shortened."""
+    return _HEX.sub(lambda m: m.group(0)[:8] + "…", text)
 
 
-def _startup_lines(f: RunFacts) -> list[tuple[int, str]]:
-    """The lines of the start-up itself: up to readiness (by arrival time when known, else up
-    to the log's "server started" line), never the shutdown that follows."""
-    out = []
-    end = len(f.lines)
+def _startup_end(f: RunFacts) -> int:
+    """How many lines the start-up itself has: up to readiness (by arrival time when known,
+    else up to the line the engine's adapter says shows the server ready), never the shutdown
+    that follows."""
     if f.line_times and f.ready_at is not None:
-        end = sum(1 for t in f.line_times if t <= f.ready_at + 0.5)
-    else:
-        for i, text in enumerate(f.lines):
-            if _READY_LINES.search(text):
-                end = i + 1
-                break
-    for i in range(end):
-        out.append((i, f.lines[i]))
-    return out
-
-
-def _compile_seconds(f: RunFacts, failed_at: int | None) -> float | None:
-    """Seconds spent compiling: the timeline's torch_compile, else, on the log's own clock, from
-    the load-failure line to the line that saved the new compile."""
-    s = _stage(f, TORCH_COMPILE)
-    if s:
-        return s
-    ev = f.log
-    if ev is None or failed_at is None or not ev.line_clock:
-        return None
-    start = ev.line_clock[failed_at]
-    for i in range(failed_at + 1, len(f.lines)):
-        if _SAVED_AOT.search(f.lines[i]) and ev.line_clock[i] is not None and start is not None:
-            return max(0.0, ev.line_clock[i] - start)
-    return None
+        return sum(1 for t in f.line_times if t <= f.ready_at + 0.5)
+    if f.log is not None and f.log.ready_line is not None:
+        return f.log.ready_line + 1
+    return len(f.lines)
 
 
 def rule_compile_cache(f: RunFacts) -> list[Finding]:
     """``compile_cache_load_failed`` / ``compile_cache_cold`` / ``compile_cache_unknown``."""
-    failed = next(((i, t) for i, t in enumerate(f.lines) if _LOAD_FAILED.search(t)), None)
-    if failed is not None:
-        secs = _compile_seconds(f, failed[0])
+    ev = f.log
+    failed = ev.compile_cache_load_failed if ev is not None else None
+    if ev is not None and failed is not None:
+        # Seconds spent compiling: the timeline's torch_compile, else, on the log's own clock,
+        # from the load-failure line to the line that says the new compile was done.
+        secs = _stage(f, TORCH_COMPILE) or ev.recompile_s
         return [Finding(
             id="compile_cache_load_failed", stage=TORCH_COMPILE, seconds_at_stake=secs,
-            evidence=f"line {failed[0] + 1}: {_quote(_message(failed[1]), 400)}",
-            advice="the compile cache was there but not used: the graphs were compiled again. "
-                   "Try the engine's other cache format (vLLM: VLLM_USE_AOT_COMPILE=0 falls back "
-                   "to the inductor cache) or turn compilation off (--enforce-eager); "
-                   "`coldscope tune` measures both.",
+            evidence=f"line {failed.line_no + 1}: {_quote(_message(failed.message), 400)}",
+            advice=_advice(f, "compile_cache_load_failed",
+                           "the compile cache was there but not used: the graphs were compiled "
+                           "again. Try the engine's other cache format or turn compilation off; "
+                           "`coldscope tune` measures both."),
         )]
-    ev = f.log
     compiled = _stage(f, TORCH_COMPILE)
     if ev is not None and ev.compile_cache == "hit":
         return []  # the graphs were loaded from the cache: what is left is tracing, not compiling
@@ -264,8 +256,10 @@ def rule_compile_cache(f: RunFacts) -> list[Finding]:
         return [Finding(
             id="compile_cache_cold", stage=TORCH_COMPILE, seconds_at_stake=compiled,
             evidence=f"{what} with an empty compile cache (coldscope started the run cold)",
-            advice="ship a pre-seeded compile cache (`coldscope bundle`), or trade serving speed "
-                   "for start-up with --enforce-eager; `coldscope tune` measures both.",
+            advice=_advice(f, "compile_cache_cold",
+                           "ship a pre-seeded compile cache (`coldscope bundle`), or trade "
+                           "serving speed for start-up by turning compilation off; "
+                           "`coldscope tune` measures both."),
         )]
     if f.cache is None:
         return [Finding(
@@ -287,8 +281,9 @@ def rule_model_inspect(f: RunFacts) -> list[Finding]:
         id="model_inspect_uncached", stage=BOOTSTRAP, seconds_at_stake=float(secs),
         evidence=f"bootstrap/model_inspect took {secs:.1f} s (probe span: the model-class "
                  "inspection ran instead of reading the model-info cache)",
-        advice="keep the engine's cache directory (vLLM: VLLM_CACHE_ROOT/modelinfos) between "
-               "start-ups or bake it into the image (`coldscope bundle`).",
+        advice=_advice(f, "model_inspect_uncached",
+                       "keep the engine's cache directory between start-ups or bake it into "
+                       "the image (`coldscope bundle`)."),
     )]
 
 
@@ -297,29 +292,6 @@ _IMPORT_SUBSTEPS = {
     "engine_core": f"{BOOTSTRAP}/engine_core_start",
     "worker": f"{BOOTSTRAP}/worker_start",
 }
-
-
-def _log_process_gaps(f: RunFacts) -> dict[str, float]:
-    """Per child process (engine core, worker): seconds on the log's clock between the last
-    line before its first line and that first line: its spawn and imports, as the log sees it."""
-    ev = f.log
-    if ev is None or not ev.line_clock:
-        return {}
-    from coldscope.capture.logs import _split
-
-    gaps: dict[str, float] = {}
-    seen: set[str] = set()
-    prev_clock: float | None = None
-    for i, text in enumerate(f.lines):
-        ln = _split(text)
-        clock = ev.line_clock[i] if i < len(ev.line_clock) else None
-        if ln.process in ("engine_core", "worker") and ln.process not in seen and ln.wallclock:
-            seen.add(ln.process)
-            if prev_clock is not None and clock is not None:
-                gaps[ln.process] = max(0.0, clock - prev_clock)
-        if ln.wallclock and clock is not None:
-            prev_clock = clock
-    return gaps
 
 
 def rule_repeated_imports(f: RunFacts) -> list[Finding]:
@@ -334,7 +306,7 @@ def rule_repeated_imports(f: RunFacts) -> list[Finding]:
             if v:
                 per[role] = float(v)
     if len(per) < 2:
-        gaps = _log_process_gaps(f)
+        gaps = dict(f.log.child_process_gaps) if f.log is not None else {}
         if gaps:
             # A child's gap (its spawn and imports, plus whatever its parent waited for) bounds
             # its imports from above; the shortest gap, once per process but one, is the
@@ -356,8 +328,9 @@ def rule_repeated_imports(f: RunFacts) -> list[Finding]:
         id="repeated_imports", stage=BOOTSTRAP, seconds_at_stake=round(secs, 3),
         evidence=f"{n} engine processes each start Python and import torch/the engine "
                  f"({detail}; {source})",
-        advice="run the engine core in the API-server process where the engine allows it "
-               "(vLLM: VLLM_ENABLE_V1_MULTIPROCESSING=0); `coldscope tune` measures it.",
+        advice=_advice(f, "repeated_imports",
+                       "run the engine core in the API-server process where the engine allows "
+                       "it; `coldscope tune` measures it."),
     )]
 
 
@@ -415,8 +388,9 @@ def rule_weights_from_disk(f: RunFacts) -> list[Finding]:
         evidence="the weights were evicted from the page cache before the run, so they were "
                  f"read from storage (model_loading/weights {secs:.2f} s)" if secs is not None
                  else "the weights were evicted from the page cache before the run",
-        advice="keep the weights in memory between start-ups (page cache, tmpfs, a local NVMe "
-               "copy) or use a streaming loader (--load-format runai_streamer/fastsafetensors).",
+        advice=_advice(f, "weights_from_disk",
+                       "keep the weights in memory between start-ups (page cache, tmpfs, a "
+                       "local NVMe copy) or use the engine's streaming loader if it has one."),
     )]
 
 
@@ -430,9 +404,9 @@ def rule_cuda_graph_capture(f: RunFacts) -> list[Finding]:
     return [Finding(
         id="cuda_graph_capture_heavy", stage=CUDA_GRAPH_CAPTURE, seconds_at_stake=secs,
         evidence=f"{n} CUDA-graph capture sizes configured; capture took {secs:.1f} s",
-        advice="capture only the batch sizes you serve (vLLM: --cuda-graph-sizes / "
-               "compilation_config max_cudagraph_capture_size); seconds at stake is the whole "
-               "capture, an upper bound.",
+        advice=_advice(f, "cuda_graph_capture_heavy",
+                       "capture only the batch sizes you serve; seconds at stake is the whole "
+                       "capture, an upper bound."),
     )]
 
 
@@ -442,21 +416,19 @@ def rule_kv_profiling(f: RunFacts) -> list[Finding]:
     ev = f.log
     if ev is None or ev.device in (None, "cpu"):
         return []
-    prof = ev.last("marker:memory_profiling_end") if hasattr(ev, "last") else None
-    rec = next((r for r in ev.records if r.name.endswith("memory_profiling_end")
-                and r.duration is not None), prof)
-    secs = rec.duration if rec is not None and rec.duration is not None else \
+    secs = ev.memory_profiling_s if ev.memory_profiling_s is not None else \
         _stage(f, KV_CACHE_PROFILING)
     if secs is None or secs < MIN_GPU_STAGE_S:
         return []
-    quote = f"line {rec.line_no + 1}: {_quote(f.lines[rec.line_no])}" if rec is not None and \
-        rec.line_no < len(f.lines) else f"kv_cache_profiling took {secs:.1f} s"
+    at = ev.memory_profiling_line
+    quote = f"line {at + 1}: {_quote(f.lines[at])}" if at is not None and \
+        at < len(f.lines) else f"kv_cache_profiling took {secs:.1f} s"
     return [Finding(
         id="kv_profiling_every_start", stage=KV_CACHE_PROFILING, seconds_at_stake=secs,
         evidence=quote,
-        advice="the profiling result is the same for the same model, GPU and settings: reuse it "
-               "(vLLM >= 0.32: VLLM_ENABLE_STARTUP_PLAN=1; older: --kv-cache-memory / "
-               "num_gpu_blocks_override from a previous run).",
+        advice=_advice(f, "kv_profiling_every_start",
+                       "the profiling result is the same for the same model, GPU and settings: "
+                       "reuse it instead of profiling at every start-up."),
     )]
 
 
@@ -464,14 +436,12 @@ def rule_engine_warnings(f: RunFacts) -> list[Finding]:
     """``engine_warning``: any other WARNING/ERROR the engine logged during start-up, quoted
     once per distinct message."""
     seen: dict[str, tuple[int, str, str]] = {}
-    for i, text in _startup_lines(f):
-        clean = _ANSI.sub("", text)
-        m = _WARN.match(clean)
-        if not m or _LOAD_FAILED.search(clean) or _SHUTDOWN.search(clean):
-            continue
-        msg = m.group("msg").strip()
-        if msg and msg not in seen:
-            seen[msg] = (i, m.group("level"), m.group("where"))
+    end = _startup_end(f)
+    for w in f.log.warnings if f.log is not None else ():
+        if w.line_no >= end:
+            break
+        if w.message and w.message not in seen:
+            seen[w.message] = (w.line_no, w.level, w.where)
     out = []
     for msg, (i, level, where) in list(seen.items())[:MAX_WARNINGS]:
         out.append(Finding(
@@ -501,9 +471,11 @@ def evaluate(facts: RunFacts) -> list[Finding]:
     return sorted(out, key=lambda x: (x.id == "engine_warning", -(x.seconds_at_stake or 0.0)))
 
 
-def findings_from_log(lines: Iterable[str]) -> list[Finding]:
-    """Findings of a log read on its own (cache state unknown)."""
-    return evaluate(facts_from_log(lines))
+def findings_from_log(lines: Iterable[str],
+                      read: tuple[Engine, LogReading] | None = None) -> list[Finding]:
+    """Findings of a log read on its own (cache state unknown); ``read`` as for
+    ``facts_from_log``."""
+    return evaluate(facts_from_log(lines, read))
 
 
 def findings_for_run(record: Any, log: Sequence[Any] | None = None) -> list[Finding]:
