@@ -33,10 +33,6 @@ def _started_at(s: Startup) -> str:
     return datetime.fromtimestamp(s.started_wall, UTC).isoformat(timespec="seconds")
 
 
-#: The model argument as vLLM echoes its engine config (``model='/srv/run/tiny-llama'``).
-_MODEL = re.compile(r"\bmodel='(?P<m>[^']+)'")
-
-
 def build_run(s: Startup) -> Run:
     """The run record of a finished start-up: ``run_from_log`` of its lines (the adapters of
     ``parse``, findings included), with the watcher's id, verdict, time and file."""
@@ -49,7 +45,10 @@ def build_run(s: Startup) -> Run:
     if s.status != "ok":
         update.update(status="failed", reason=s.reason)
     if run.model.path is None and run.model.name is None:
-        path = next((m.group("m") for line in s.lines if (m := _MODEL.search(line))), None)
+        from coldscope.engines import log_facts
+
+        known = log_facts(s.lines, engine=run.engine.name)  # the model the engine echoed
+        path = known[1].model if known is not None else None
         if path:
             update["model"] = ModelRef(path=path, name=path.rstrip("/").rsplit("/", 1)[-1])
     return run.model_copy(update=update)

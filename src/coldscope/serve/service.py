@@ -351,13 +351,15 @@ class Service:
         """Start-ups seen and not yet ready, with what their lines show so far."""
         if self.watcher is None:
             return []
-        from coldscope.capture.logs import log_timeline, parse_vllm_log
-        from coldscope.timeline import timeline_dict
+        from coldscope.engines import read_log
+        from coldscope.timeline import Timeline, timeline_dict
 
         now = self.watcher.clock()
         out = []
         for s in self.watcher.running():
-            tl = timeline_dict(log_timeline(parse_vllm_log(list(s.lines))))
+            found = read_log(list(s.lines))  # the engine adapter that knows these lines
+            tl = timeline_dict(found[1].timeline if found is not None else
+                               Timeline(time_to_ready=None, stages={}))
             out.append({"replica": s.replica, "path": s.path, "status": "running",
                         "seconds_since_first_line": round(now - s.first_seen, 3),
                         "lines": len(s.lines), "stages_so_far": tl["stages"]})

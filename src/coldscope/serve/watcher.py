@@ -4,9 +4,9 @@ A fleet writes one log per replica (a pod's log file, a systemd unit's journal e
 terminal redirected to a file). The watcher polls the files and directories it is given, reads
 what was appended since the last poll, and runs each replica's lines through a small state
 machine that recognises where a start-up begins, when it became ready, and when it failed.
-Everything a line *means* comes from the same adapters as ``coldscope parse``
-(:func:`coldscope.capture.logs.parse_vllm_log`); this module only decides where one start-up's
-lines begin and end.
+What a line *means* comes from the engine adapters (``Engine.startup_boundary``, asked through
+:func:`coldscope.engines.startup_boundary`), the same package ``coldscope parse`` reads logs
+with; this module knows no engine and only decides where one start-up's lines begin and end.
 
 Why polling and not inotify: it works the same on every filesystem (NFS, overlay, bind mounts
 of pod logs), needs no extra dependency, and at the default 0.2 s period costs a few stat calls
@@ -22,11 +22,10 @@ File events handled:
 * deletion or a file that cannot be read: an error is logged once and the watcher goes on.
 
 A start-up begins at a file's first line, or — after the previous one finished — at the next
-line that opens a start-up (the API server's version banner or the engine's
-``Initializing … LLM engine (vX)`` line). It is *running* until a ready line (``Application
-startup complete``, or the paper harness's ``initialize_engine took``), a failure line
-(``Engine core initialization failed``, ``EngineCore failed to start``, ``Application startup
-failed``), a second start line of the same kind (the replica restarted), or ``timeout`` seconds
+line an engine says opens a start-up (for vLLM: the API server's version banner or the engine's
+``Initializing … LLM engine (vX)`` line). It is *running* until a line an engine says shows it
+ready (vLLM: ``Application startup complete``) or failed (vLLM: ``EngineCore failed to
+start``), a second start line of the same kind (the replica restarted), or ``timeout`` seconds
 without becoming ready.
 """
 
@@ -42,16 +41,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from coldscope.capture.logs import APP_STARTUP_COMPLETE, HARNESS_END, parse_vllm_log
+from coldscope import engines
+from coldscope.engines import FAILED, READY, START_PREFIX
 
 log = logging.getLogger("coldscope.serve.watcher")
-
-#: Lines that say the start-up failed (vLLM V1 engine core, its API server, uvicorn).
-FAILURE = re.compile(
-    r"Engine core initialization failed|EngineCore failed to start|"
-    r"Engine process failed to start|Application startup failed"
-)
-_READY_NAMES = frozenset({APP_STARTUP_COMPLETE, HARNESS_END})
 
 #: Longest line kept (bytes); longer ones are cut, so one runaway line cannot exhaust memory.
 MAX_LINE_BYTES = 64 * 1024
@@ -66,23 +59,9 @@ MAX_READ_BYTES = 4 * 1024 * 1024
 
 
 def classify(line: str) -> str | None:
-    """What one line means to the state machine: ``"start:server"``, ``"start:engine"``,
-    ``"ready"``, ``"failed"`` or None.
-
-    A cheap substring test runs first; only candidate lines go through the parser, so the
-    per-line cost stays low for the thousands of lines a start-up prints.
-    """
-    if FAILURE.search(line):
-        return "failed"
-    if "startup complete" in line or "initialize_engine took" in line:
-        ev = parse_vllm_log([line])
-        if any(r.name in _READY_NAMES for r in ev.records):
-            return "ready"
-    if "version" in line or "LLM engine (v" in line:
-        ev = parse_vllm_log([line])
-        if ev.version is not None:
-            return "start:engine" if "LLM engine (v" in line else "start:server"
-    return None
+    """What one line means to the state machine: ``"start:<what>"``, ``"ready"``,
+    ``"failed"`` or None, as the first registered engine that knows the line says."""
+    return engines.startup_boundary(line)
 
 
 @dataclass
@@ -142,27 +121,27 @@ class _Stream:
         if cur is None:
             cur = self._begin(now)  # a file's first line opens its first start-up
         elif cur.status != "running":
-            if kind is None or not kind.startswith("start:"):
+            if kind is None or not kind.startswith(START_PREFIX):
                 return  # after ready: requests, shutdown; nothing to do until the next start
             cur = self._begin(now)
-        elif kind is not None and kind.startswith("start:") and kind in cur.kinds:
+        elif kind is not None and kind.startswith(START_PREFIX) and kind in cur.kinds:
             self._finish(cur, "failed", "a new start-up began before this one became ready",
                          now)
             cur = self._begin(now)
         cur.lines.append(line)
         cur.size += len(line)
         cur.last_line_at = now
-        if kind is not None and kind.startswith("start:"):
+        if kind is not None and kind.startswith(START_PREFIX):
             cur.kinds.add(kind)
             if not cur.confirmed:
                 cur.confirmed = True
                 self.on_start(cur)
-        elif kind == "ready":
+        elif kind == READY:
             if not cur.confirmed:
                 cur.confirmed = True
                 self.on_start(cur)
             self._finish(cur, "ok", None, now)
-        elif kind == "failed" and cur.confirmed:
+        elif kind == FAILED and cur.confirmed:
             self._finish(cur, "failed", f"the log says so: {line.strip()[:300]}", now)
         elif not cur.confirmed:
             if len(cur.lines) >= MAX_UNCONFIRMED_LINES:
