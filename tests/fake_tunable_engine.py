@@ -107,6 +107,7 @@ def _serve() -> None:  # pragma: no cover - runs as the engine process
             startup += 45.0
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text("compiled")
+    print("vllm-fake INFO Starting to load model (fake)", flush=True)  # a live stage line
     time.sleep(startup * args.scale)
     per_token = 0.002 * (1.3 if args.enforce_eager else 1.0) * (1.0 if mp else 1.1)
 

@@ -99,6 +99,21 @@ def test_session_on_fake_engine_stores_linked_runs_and_seeds_caches(tmp_path, mo
     assert (dest / "vllm" / "torch_compile_cache" / "graph").exists()
 
 
+def test_executor_reports_each_launch_and_live_stage(tmp_path, model_dir):
+    """tune's live progress is fed by the runner: the run about to start, then its stages."""
+    store = Store(tmp_path / "store.db")
+    spec = _spec(model_dir, budget=1)
+    d = tmp_path / "tune" / spec.id
+    launched, stages = [], []
+    executor = ts.EngineExecutor(spec, d, store, on_start=launched.append,
+                                 on_stage=lambda stage, s: stages.append((stage, s)))
+    ts.run_search(spec, d, executor)
+    assert [r.status for r in launched] == ["running"]
+    assert launched[0].id == store.runs()[0].id
+    assert [st for st, _ in stages] == ["model_loading"]
+    assert stages[0][1] > 0
+
+
 def test_bundle_from_another_engine_or_model_is_refused_whole(tmp_path, model_dir):
     root = tmp_path / "cache"
     (root / "vllm").mkdir(parents=True)

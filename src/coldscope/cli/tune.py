@@ -77,11 +77,17 @@ def tune(budget, max_loss, timeout, env_pairs, bundle_file, resume, session, eng
         out.print(f"[bold]coldscope tune[/bold] session {spec.id}: budget {spec.budget} "
                   f"start-ups; {sum(k.available for k in spec.knobs)} of {len(spec.knobs)} "
                   "knobs available here")
+    from coldscope.cli.progress import StartupProgress, wanted
+
     store = Store(store_file)
     echo = None if (quiet or as_json) else (lambda line: click.echo(f"  │ {line}", err=True))
-    executor = ts.EngineExecutor(spec, directory, store, on_line=echo)
+    # On a terminal: the running start-up's elapsed time and the stage it is in now.
+    live = StartupProgress(wanted(as_json), runs=spec.budget)
+    executor = ts.EngineExecutor(spec, directory, store, on_line=echo, on_start=live.launched,
+                                 on_stage=live.stage)
 
     def progress(req, m, replayed):
+        live.done()
         if as_json:
             return
         what = "replayed" if replayed else ("ok" if m.ok else f"failed: {m.reason}")
@@ -93,7 +99,7 @@ def tune(budget, max_loss, timeout, env_pairs, bundle_file, resume, session, eng
     from coldscope.runner import _signals_interrupt
 
     try:
-        with _signals_interrupt():  # SIGTERM/SIGHUP stop the tune like Ctrl-C
+        with _signals_interrupt(), live:  # SIGTERM/SIGHUP stop the tune like Ctrl-C
             outcome = ts.run_search(spec, directory, executor, progress)
     except KeyboardInterrupt:
         click.echo(f"interrupted; finish with `coldscope tune --resume --session {spec.id}`",

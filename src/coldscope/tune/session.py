@@ -198,25 +198,23 @@ def keep_caches(root: Path, directory: Path, key: str) -> None:
 # -- the real executor ---------------------------------------------------------------------------
 
 
-def _as_dict(record: Any) -> dict:
-    if isinstance(record, dict):
-        return record
-    return record.model_dump(mode="json")
-
-
 class EngineExecutor:
     """Starts the engine for a trial through the runner, verifies it while it is up, stores the
     run linked to the session, and keeps the caches it left."""
 
     def __init__(self, spec: SessionSpec, directory: Path, store, *, quiet: bool = True,
                  on_line: Callable[[str], None] | None = None,
-                 verify: Callable[[str, str], dict] | None = None) -> None:
+                 verify: Callable[[str, str], dict] | None = None,
+                 on_start: Callable[[Any], None] | None = None,
+                 on_stage: Callable[[str, float], None] | None = None) -> None:
         from coldscope.tune.verify import verify as default_verify
 
         self.spec = spec
         self.directory = directory
         self.store = store
         self.on_line = on_line
+        self.on_start = on_start  # live progress: the run (status running) about to start
+        self.on_stage = on_stage  # live progress: (stage, seconds since launch)
         self.verify = verify or default_verify
         self.by_name = {k.name: k for k in spec.knobs}
 
@@ -233,7 +231,8 @@ class EngineExecutor:
 
     def __call__(self, req: TrialRequest) -> Measurement:
         from coldscope import runner
-        from coldscope.findings import findings_for_run, findings_json
+        from coldscope.findings import findings_for_run
+        from coldscope.records import Membership
 
         config = self.config_for(req)
         run_id = runner.new_run_id()
@@ -246,26 +245,25 @@ class EngineExecutor:
         save(self.spec, self.directory)
         interrupted = None
         try:
-            record, evidence = runner.run_once(config, run_id=run_id, on_line=self.on_line,
-                                               after_ready=self.verify)
+            run, evidence = runner.run_once(config, run_id=run_id, on_line=self.on_line,
+                                            after_ready=self.verify, on_start=self.on_start,
+                                            on_stage=self.on_stage)
         except runner.RunInterrupted as stop:
-            record, evidence, interrupted = stop.record, stop.evidence, stop
-        rec = _as_dict(record)
-        rec["origin"] = "tune"
-        rec["campaign"] = {"kind": "tune", "name": self.spec.id, "role": req.role,
-                           "trial": req.index, "change": req.change,
-                           "flags": "+".join(req.knobs) or "default",
-                           "cache": "seeded" if req.seeded else "cold"}
-        findings = findings_for_run(rec, evidence.get("log") or [])
-        rec["findings"] = findings_json(findings)
-        self.store.add_run(rec, evidence)
+            run, evidence, interrupted = stop.record, stop.evidence, stop
+        membership = Membership(kind="tune", name=self.spec.id, role=req.role, trial=req.index,
+                                change=req.change, flags="+".join(req.knobs) or "default",
+                                cache="seeded" if req.seeded else "cold")
+        run = run.model_copy(update={"origin": "tune", "campaign": membership})
+        findings = findings_for_run(run, evidence.get("log") or [])
+        run = run.model_copy(update={"findings": findings})
+        self.store.add_run(run, evidence)
         keep_caches(dirs.root, self.directory, req.cache_key)
         if interrupted is not None:
             raise interrupted
-        ver = rec.get("verification") or {}
+        ver = run.verification or {}
         return Measurement(
-            ok=rec.get("status") == "ok", run_id=rec.get("id"), reason=rec.get("reason"),
-            time_to_ready_s=rec.get("time_to_ready_s"), stages=rec.get("stages") or {},
+            ok=run.status == "ok", run_id=run.id, reason=run.reason,
+            time_to_ready_s=run.time_to_ready_s, stages=dict(run.stages),
             findings=[{"id": f.id, "seconds_at_stake": f.seconds_at_stake} for f in findings],
             throughput=ver.get("throughput"), greedy=ver.get("greedy"),
         )
