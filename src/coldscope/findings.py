@@ -105,15 +105,16 @@ def facts_from_log(lines: Iterable[str],
 
     lines = list(lines)
     read = read or engines.read_log(lines)
-    if read is not None:
-        engine: Engine | None = read[0]
-        found = engine.log_facts(lines) if engine is not None else None
-        facts = found if found is not None else LogFacts()
-        tl = timeline_dict(read[1].timeline)
-    else:
-        known = engines.log_facts(lines)
-        engine, facts = known if known is not None else (None, LogFacts())
-        tl = {"stages": {}, "substeps": {}}
+    engine: Engine | None = None
+    facts: LogFacts | None = None
+    tl: dict[str, Any] = {"stages": {}, "substeps": {}}
+    if read is not None:  # the engine whose adapter reads the log: its timeline and facts
+        engine, tl = read[0], timeline_dict(read[1].timeline)
+        facts = engine.log_facts(lines)
+    elif (known := engines.log_facts(lines)) is not None:
+        engine, facts = known
+    if facts is None:
+        facts = LogFacts()
     return RunFacts(lines=lines, log=facts, engine=engine, stages=tl["stages"],
                     substeps=tl["substeps"], segments=tl.get("segments") or (), cache=None,
                     compile_enabled=facts.compile_enabled)
@@ -155,7 +156,8 @@ def facts_from_run(record: Any, log: Sequence[Any] | None = None) -> RunFacts:
     The run's timeline may sit at the top level (``stages``) or under ``timeline``; the cache
     state is the one coldscope set up (``cache`` or ``config.cache.actual``)."""
     rec = _as_mapping(record)
-    tl = rec.get("timeline") if isinstance(rec.get("timeline"), Mapping) else rec
+    timeline = rec.get("timeline")
+    tl: Mapping[str, Any] = timeline if isinstance(timeline, Mapping) else rec
     lines: list[str] = []
     times: list[float] = []
     for item in log or ():
@@ -298,7 +300,7 @@ _IMPORT_SUBSTEPS = {
 def rule_repeated_imports(f: RunFacts) -> list[Finding]:
     """``repeated_imports``: several engine processes each start Python and import torch and
     the engine; every process but one is time a single-process engine would not spend."""
-    roles = [p.get("role") for p in f.processes if p.get("role") in _IMPORT_SUBSTEPS]
+    roles = [str(p.get("role")) for p in f.processes if p.get("role") in _IMPORT_SUBSTEPS]
     per: dict[str, float] = {}
     source = "probe spans"
     if len(roles) >= 2:
@@ -365,7 +367,7 @@ def rule_single_core(f: RunFacts) -> list[Finding]:
         b = _bucket_at(f, t - interval / 2)
         if b:
             buckets[b] = buckets.get(b, 0) + 1
-    stage = max(buckets, key=buckets.get) if buckets else None
+    stage = max(buckets, key=lambda b: buckets[b]) if buckets else None
     where = ", ".join(f"{b} {n * interval:.1f} s" for b, n in
                       sorted(buckets.items(), key=lambda kv: -kv[1])) or "stages unknown"
     ncores = len(samples[0])
