@@ -244,17 +244,15 @@ class Store:
 
     # -- writing -----------------------------------------------------------------------------
 
-    def add_run(self, run: Run | Mapping[str, Any],
-                evidence: Mapping[str, object] | None = None) -> Run:
+    def add_run(self, run: Run, evidence: Mapping[str, object] | None = None) -> Run:
         """Store one run atomically, with its raw evidence (by kind: ``log``, ``probe``,
         ``otel``, ``launch``) so its timeline can be rebuilt later. A run stored earlier with
         status ``running`` (recorded before its engine started) is replaced; any other run with
-        the same id is an integrity error. A plain dict is read as a schema 1 record
-        (transitional: for callers not yet building ``Run``)."""
+        the same id is an integrity error."""
         if self.readonly:
             raise ColdscopeError(f"{self.path} was opened read-only")
-        if not isinstance(run, Run):
-            run = Run.from_json(run)
+        if not isinstance(run, Run):  # a programming error, not bad user input
+            raise TypeError(f"Store.add_run takes a Run, not {type(run).__name__}")
         with self._tx() as cur:
             cur.execute("DELETE FROM runs WHERE id = ? AND status = 'running'", (run.id,))
             cur.execute(

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from coldscope.cli.main import main
+from coldscope.records import Run
 from coldscope.stages import BUCKETS
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
@@ -134,12 +135,13 @@ def _store_of_shapes(tmp_path: Path, db: str, layer_counts: tuple[int, ...],
         stages.update(bootstrap=bootstrap, tokenizer=0.2, model_loading=1.0,
                       torch_compile=compile_per_layer * (4 + layers), kv_cache_profiling=2.0,
                       server_ready=1.0, unattributed=0.5)
-        store.add_run({"id": f"run{i}", "status": "ok", "started_at": f"2026-11-29T10:0{i}:00Z",
+        store.add_run(Run.from_json({
+                       "id": f"run{i}", "status": "ok", "started_at": f"2026-11-29T10:0{i}:00Z",
                        "cache": "cold", "time_to_ready_s": sum(v for v in stages.values() if v),
                        "stages": stages, "environment": {"cpu_model": "x"},
                        "engine": {"name": "vllm", "version": "0.32.0", "compile": True},
                        "model": {"path": str(d), "name": d.name},
-                       "storage": storage or {}})
+                       "storage": storage or {}}))
     store.close()
     return tmp_path / db
 
@@ -187,11 +189,12 @@ def test_fit_from_store_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         stages.update(bootstrap=30.0, tokenizer=0.2, model_loading=1.0,
                       torch_compile=20.0 + 5.0 * layers, kv_cache_profiling=2.0,
                       server_ready=1.0, unattributed=0.5)
-        store.add_run({"id": f"run{i}", "status": "ok", "started_at": f"2026-11-29T10:0{i}:00Z",
+        store.add_run(Run.from_json({
+                       "id": f"run{i}", "status": "ok", "started_at": f"2026-11-29T10:0{i}:00Z",
                        "cache": "cold", "time_to_ready_s": sum(v for v in stages.values() if v),
                        "stages": stages, "environment": {"cpu_model": "x"},
                        "engine": {"name": "vllm", "version": "0.32.0", "compile": True},
-                       "model": {"path": str(d), "name": d.name}})
+                       "model": {"path": str(d), "name": d.name}}))
     store.close()
     out = tmp_path / "cpu.json"
     assert main(["fit", "--store", str(tmp_path / "store.db"), "--out", str(out),

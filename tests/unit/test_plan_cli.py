@@ -11,6 +11,7 @@ import pytest
 
 from coldscope.cli.main import main
 from coldscope.plan import PlanReport
+from coldscope.records import Run
 from coldscope.stages import BUCKETS, MODEL_LOADING
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
@@ -174,7 +175,7 @@ def test_engine_from_startup_model_and_check_against_store(capsys, tmp_path, sta
     db = tmp_path / "store.db"
     with Store(db) as store:  # three runs whose engine part is the prediction +- 1 s
         for i, delta in enumerate((-1.0, 0.0, 1.0)):
-            store.add_run(_record(i, features_file, engine + delta + 5.0, 5.0))
+            store.add_run(Run.from_json(_record(i, features_file, engine + delta + 5.0, 5.0)))
     r = _plan(capsys, "--model", str(features_file), "--startup-model", str(startup_model),
               "--store", str(db))
     check = r["engine_check"]

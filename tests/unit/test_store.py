@@ -28,8 +28,8 @@ def record(run_id: str, status="ok", ttr=10.0) -> dict:
 
 def test_round_trip_and_filters(tmp_path):
     s = Store(tmp_path / "s.db")
-    s.add_run(record("r-01"), {"log": [[0.1, "hello"]]})
-    s.add_run(record("r-02", status="failed"))
+    s.add_run(Run.from_json(record("r-01")), {"log": [[0.1, "hello"]]})
+    s.add_run(Run.from_json(record("r-02", status="failed")))
     assert [r.id for r in s.runs()] == ["r-01"]
     assert [r.id for r in s.runs(status=None)] == ["r-01", "r-02"]
     assert s.run("r-01").stages["model_loading"] == 5.0
@@ -47,15 +47,15 @@ def test_round_trip_and_filters(tmp_path):
 
 def test_duplicate_run_leaves_store_unchanged(tmp_path):
     s = Store(tmp_path / "s.db")
-    s.add_run(record("r-01"))
+    s.add_run(Run.from_json(record("r-01")))
     with pytest.raises(sqlite3.IntegrityError):
-        s.add_run(record("r-01", ttr=99))
+        s.add_run(Run.from_json(record("r-01", ttr=99)))
     assert s.count() == 1 and s.run("r-01").time_to_ready_s == 10.0
 
 
 def _write_then_die(path: str) -> None:
     s = Store(path)
-    s.add_run(record("r-01"))
+    s.add_run(Run.from_json(record("r-01")))
     cur = s._conn.cursor()
     cur.execute("BEGIN IMMEDIATE")
     cur.execute("INSERT INTO runs (id, schema_version, started_at, status, record) "
@@ -71,7 +71,7 @@ def test_process_killed_mid_write_loses_no_finished_run(tmp_path):
     assert p.exitcode == 9
     s = Store(path)
     assert [r.id for r in s.runs(status=None)] == ["r-01"]
-    s.add_run(record("r-02"))  # and the store still takes writes
+    s.add_run(Run.from_json(record("r-02")))  # and the store still takes writes
     assert s.count() == 2
 
 
@@ -130,7 +130,7 @@ def test_v1_store_migrates_on_first_write_and_keeps_every_run(tmp_path):
     assert sqlite3.connect(path).execute(
         "SELECT COUNT(*) FROM stages WHERE run_id = ?", (ok_id,)).fetchone()[0] == len(BUCKETS)
     # the new statuses are accepted now, and the timeline rebuilds from schema 1 evidence
-    s.add_run(record("r-09") | {"status": "lost", "reason": "coldscope was killed"})
+    s.add_run(Run.from_json(record("r-09") | {"status": "lost", "reason": "coldscope was killed"}))
     assert s.run("r-09").status == "lost"
     tl = s.timeline(ok_id)
     assert tl.time_to_ready == pytest.approx(old[ok_id]["time_to_ready_s"])
@@ -200,8 +200,8 @@ def test_read_only_open_of_an_empty_file_creates_nothing(tmp_path):
 
 def test_one_corrupt_record_is_skipped_with_a_message(tmp_path, capsys):
     s = Store(tmp_path / "s.db")
-    s.add_run(record("r-01"))
-    s.add_run(record("r-02"))
+    s.add_run(Run.from_json(record("r-01")))
+    s.add_run(Run.from_json(record("r-02")))
     s._conn.execute("UPDATE runs SET record = '{not json' WHERE id = 'r-01'")
     assert [r.id for r in s.runs()] == ["r-02"]
     assert s.skipped == ["r-01"]
@@ -212,7 +212,7 @@ def test_one_corrupt_record_is_skipped_with_a_message(tmp_path, capsys):
 
 def test_run_id_prefix_is_literal_not_a_like_pattern(tmp_path):
     s = Store(tmp_path / "s.db")
-    s.add_run(record("ab-01"))
+    s.add_run(Run.from_json(record("ab-01")))
     with pytest.raises(ColdscopeError, match="no run"):
         s.run("a_")
     assert s.run("ab").id == "ab-01"
@@ -221,7 +221,7 @@ def test_run_id_prefix_is_literal_not_a_like_pattern(tmp_path):
 def _open_and_add(path: str, run_id: str, barrier) -> None:
     barrier.wait()
     s = Store(path)
-    s.add_run(record(run_id))
+    s.add_run(Run.from_json(record(run_id)))
 
 
 @pytest.mark.parametrize("start", ["new", "v1"])
