@@ -12,7 +12,7 @@ import pytest
 from coldscope.report import data as d
 from coldscope.report.html import render_report
 from tests.browser import CHROMIUM
-from tests.unit.test_report_data import record
+from tests.unit.test_report_data import _session, record
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "artifacts"
@@ -65,6 +65,33 @@ def test_store_report_renders_offline_without_errors(browser, tmp_path):
                            " return {hidden: t.hidden, text: t.textContent}; })()")
     assert not tip["hidden"]
     assert "model_loading/weights — 1.00 s" in tip["text"] and "source: span" in tip["text"]
+
+
+def test_tune_session_renders_as_a_waterfall(browser, tmp_path):
+    """A store holding a tune session: its waterfall renders with a legend, one row per
+    configuration (baseline, each kept change, best), each labelled with its throughput
+    ratio, and no label overlaps another, a bar, or the chart's edge."""
+    probe = browser.open(write(tmp_path, [record("p"), *_session()], "tune.html"))
+    assert probe["errors"] == [] and probe["requests"] == [] and probe["empty_charts"] == 0
+    assert "tune-1" in probe["figures"]
+    got = browser.evaluate("""(() => {
+      const f = document.querySelector('figure[data-chart="tune-1"]');
+      f.scrollIntoView();
+      const texts = [...f.querySelectorAll('svg text')].map(t => t.textContent);
+      return {legend: [...f.querySelectorAll('.legend .key')].map(k => k.textContent),
+              rows: texts.filter(t => t.startsWith('+ ') || t.startsWith('baseline')
+                                      || t.startsWith('best')),
+              ratios: texts.filter(t => t.startsWith('throughput ')),
+              segs: f.querySelectorAll('svg .mark.seg').length,
+              width: f.querySelector('svg').getBoundingClientRect().width};
+    })()""")
+    assert got["rows"] == ["baseline (default, cold)", "+ warm", "+ eager", "best: 2 change(s)"]
+    assert got["ratios"] == ["throughput 0.99× of baseline", "throughput 0.81× of baseline",
+                             "throughput 0.81× of baseline"]
+    assert "torch compile" in got["legend"] and any("slower" in k for k in got["legend"])
+    assert got["segs"] >= 8 and got["width"] > 600
+    assert browser.evaluate(OVERLAPS) == []
+    browser.screenshot(ARTIFACTS / "report_tune.png")
 
 
 def test_harness_sees_errors_and_requests(browser, tmp_path):
@@ -143,7 +170,8 @@ def test_no_two_labels_of_a_chart_overlap(browser, tmp_path):
     on the store's report (ready and first token 0.1 s apart) and on the paper's (many series
     and panels)."""
     pages = [write(tmp_path, [record("a"), record("b", scale=1.1),
-                              record("w", cache="warm", scale=0.6)], "labels.html")]
+                              record("w", cache="warm", scale=0.6)], "labels.html"),
+             write(tmp_path, _session(), "tune-labels.html")]
     if PAPER.is_dir():
         from coldscope.predict.paper import paper_features
 

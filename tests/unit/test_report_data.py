@@ -268,3 +268,114 @@ def test_versions_sort_as_versions():
     assert [r["dims"]["engine"] for r in rows] == order
     cmp = next(c for c in d.comparisons(d.group_runs(runs)) if c["dimension"] == "engine")
     assert cmp["baseline"] == "vllm 0.9.2"  # ties go to the oldest version
+
+
+# -- tune sessions -------------------------------------------------------------------------------
+
+def tune_run(rid: str, role: str, knobs: tuple[str, ...], trial: int, stages: dict,
+             throughput: float | None = 100.0, session: str = "tune-1", **over) -> Run:
+    """A start-up of a tune session: ``stages`` (seconds) tile its time to ready."""
+    s = {b: None for b in BUCKETS}
+    s.update(stages)
+    change = knobs[-1] if knobs and role != "confirm" else None
+    return record(rid, stages=s, time_to_ready_s=sum(v for v in s.values() if v),
+                  origin="tune", label=f"tune:{session}",
+                  campaign={"kind": "tune", "name": session, "role": role, "trial": trial,
+                            "change": change, "flags": "+".join(knobs) or "default"},
+                  verification={"throughput": throughput} if throughput else None, **over)
+
+
+def _session() -> list[Run]:
+    """Baseline twice, warm kept, eager primed then kept (with a repeat), mp-off not kept,
+    then the confirm of warm+eager."""
+    w, e, m = ("warm",), ("warm", "eager"), ("warm", "eager", "mp")
+    return [
+        tune_run("b1", "baseline", (), 0, {"bootstrap": 30.0, "torch_compile": 40.0,
+                                           "server_ready": 2.0}, 100.0),
+        tune_run("b2", "baseline", (), 1, {"bootstrap": 34.0, "torch_compile": 44.0,
+                                           "server_ready": 2.0}, 110.0),
+        tune_run("t2", "trial", w, 2, {"bootstrap": 28.0, "torch_compile": 20.0,
+                                       "server_ready": 2.0}, 104.0),
+        tune_run("p3", "prime", e, 3, {"bootstrap": 40.0, "torch_compile": 0.0,
+                                       "server_ready": 2.0}, 90.0),
+        tune_run("t4", "trial", e, 4, {"bootstrap": 29.0, "torch_compile": None,
+                                       "server_ready": 3.0}, 84.0),
+        tune_run("r5", "repeat", e, 5, {"bootstrap": 31.0, "torch_compile": None,
+                                        "server_ready": 3.0}, 86.0),
+        tune_run("t6", "trial", m, 6, {"bootstrap": 10.0, "server_ready": 3.0}, 50.0),
+        tune_run("c7", "confirm", e, 7, {"bootstrap": 30.0, "server_ready": 3.0}, 85.0),
+    ]
+
+
+def test_tune_waterfall_steps_sum_from_baseline_to_best_per_stage():
+    runs = [record("other"), *_session()]  # a plain profile run is no part of the session
+    [w], notes = d.tune_waterfalls(runs, {"tune-1": {"steps": [[], ["warm"], ["warm", "eager"]],
+                                                     "descriptions": {"eager": "no compile"}}})
+    assert notes == []
+    assert [s["name"] for s in w["steps"]] == ["baseline", "warm", "eager"]
+    base, warm, eager = w["steps"]
+    # means over the measuring start-ups: the prime (p3) and the rejected mp trial are left out
+    assert base["runs"] == ["b1", "b2"] and eager["runs"] == ["t4", "r5", "c7"]
+    assert w["baseline_s"] == pytest.approx(76.0) and w["best_s"] == pytest.approx(33.0)
+    assert base["stages"]["torch_compile"] == pytest.approx(42.0)
+    assert warm["saved"]["torch_compile"] == pytest.approx(22.0)
+    assert eager["saved"]["torch_compile"] == pytest.approx(20.0)
+    assert eager["saved"]["server_ready"] == pytest.approx(-1.0)  # slower: a negative saving
+    # per stage, the steps' savings sum from the baseline's to the best's stages
+    for b in BUCKETS:
+        total = sum(s["saved"][b] for s in w["steps"][1:])
+        assert total == pytest.approx(base["stages"][b] - eager["stages"][b]), b
+    assert sum(s["saved_s"] for s in w["steps"][1:]) == pytest.approx(76.0 - 33.0)
+    assert w["speedup"] == pytest.approx(76.0 / 33.0)
+    assert warm["throughput_ratio"] == pytest.approx(104.0 / 105.0)
+    assert w["best_throughput_ratio"] == pytest.approx(85.0 / 105.0)
+    assert eager["description"] == "no compile" and not w["inferred"]
+
+
+def test_tune_waterfall_without_the_session_file_reads_kept_changes_from_the_runs():
+    runs = _session()
+    [w], notes = d.tune_waterfalls(runs)
+    assert [s["knobs"] for s in w["steps"]] == [[], ["warm"], ["warm", "eager"]]
+    assert w["inferred"] and "read from the runs" in notes[0]
+    # without the confirm, whether the last trial (mp) was kept is unknown: it is left out
+    assert d.inferred_tune_steps(runs[:-1]) == [(), ("warm",), ("warm", "eager")]
+    # a kept configuration with no run among the chosen ones: no waterfall, and a note
+    out, notes = d.tune_waterfalls([r for r in runs if r.id != "t2"],
+                                   {"tune-1": {"steps": [[], ["warm"], ["warm", "eager"]]}})
+    assert out == [] and "no successful run of warm" in notes[0]
+
+
+def test_tune_waterfall_agrees_with_the_search_it_draws():
+    """The search on the fake engine, its runs as the store keeps them, and tune's own
+    ``waterfall`` for the kept steps: the chart starts at the session's baseline and ends at
+    its best, with the throughput ratio the search reported."""
+    from coldscope.tune.report import waterfall
+    from coldscope.tune.search import Search
+    from coldscope.tune.session import SessionSpec
+    from tests.fake_tunable_engine import FakeTunable
+    from tests.unit.test_tune_search import cpu_knobs
+
+    fake, measured = FakeTunable(noise=0.04, seed=3), []
+
+    def measure(req):
+        m = fake(req)
+        measured.append((req, m))
+        return m
+
+    knobs = cpu_knobs()
+    outcome = Search(knobs, measure, budget=12).run()
+    runs = [tune_run(m.run_id, req.role, req.knobs, req.index,
+                     {k: v for k, v in m.stages.items()}, m.throughput)
+            for req, m in measured if m.ok]
+    spec = SessionSpec(id="tune-1", created_at="2026-01-01T00:00:00+00:00", command=["x"],
+                       budget=12, knobs=knobs,
+                       done=[{"request": r.model_dump(mode="json"),
+                              "measurement": m.model_dump(mode="json")} for r, m in measured])
+    steps = [row["knobs"] for row in waterfall(spec, outcome) if row["step"] != "best"]
+    w = d.tune_waterfall("tune-1", runs, steps)
+    assert len(w["steps"]) >= 3
+    assert w["baseline_s"] == pytest.approx(outcome.baseline_s)
+    assert w["best_s"] == pytest.approx(outcome.best_s)
+    assert w["best_knobs"] == outcome.best_knobs
+    assert w["best_throughput_ratio"] == pytest.approx(outcome.best_throughput_ratio)
+    assert [s["knobs"] for s in d.tune_waterfall("tune-1", runs)["steps"]] == steps

@@ -14,7 +14,7 @@ from coldscope.cli.main import main
 from coldscope.report import data as d
 from coldscope.report.html import nice_ticks, render_report
 from coldscope.store import Store
-from tests.unit.test_report_data import PAPER, record
+from tests.unit.test_report_data import PAPER, _session, record
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
 
@@ -127,7 +127,8 @@ def test_every_axis_caption_and_numeric_header_has_a_unit(two_runs):
     """Axis captions say their unit; numeric table headers end in one (s, %, ×) or count."""
     from coldscope.predict.paper import paper_features
 
-    pages = [page(two_runs), page(d.paper_records(PAPER), features=paper_features(PAPER))]
+    pages = [page(two_runs), page(d.paper_records(PAPER), features=paper_features(PAPER)),
+             page(_session())]
     units = ("(s)", "(%)", "(GB)", "(MiB)", "(log scale)", "seconds")
     for html in pages:
         for markup in re.findall(r"<svg .*?</svg>", html, flags=re.S):
@@ -138,3 +139,90 @@ def test_every_axis_caption_and_numeric_header_has_a_unit(two_runs):
             head = head.replace("&amp;", "&")
             assert head.endswith((" s", "%", "ratio", "runs", "samples", "Pearson r",
                                   "inside")) or "(s per" in head or head == "n", head
+
+
+def _write_session(store_path, last_kept: bool):
+    """A session file for ``_session()``'s runs without their confirm: the budget ran out
+    after the mp trial, which only the file says was kept (or not)."""
+    from coldscope.tune.knob import Knob
+    from coldscope.tune.search import Outcome, TrialRow
+    from coldscope.tune.session import SessionSpec, save, sessions_dir
+
+    runs = _session()[:-1]
+    rows = [TrialRow(trial=r.campaign.trial, role=r.campaign.role, change=r.campaign.change,
+                     knobs=d.tune_knobs(r), cache="seeded" if r.campaign.trial > 1 else "cold",
+                     run_id=r.id, ok=True, time_to_ready_s=r.time_to_ready_s,
+                     kept={"t2": True, "r5": True, "t6": last_kept}.get(r.id))
+            for r in runs]
+    best = ["warm", "eager", "mp"] if last_kept else ["warm", "eager"]
+    outcome = Outcome(baseline_s=76.0, baseline_run="b1", best_knobs=best, best_s=13.0,
+                      best_runs=["t6"], best_throughput_ratio=None, best_seeded=True,
+                      speedup=76 / 13, spread=0.1, used=7, budget=7, rows=rows, skipped=[],
+                      stopped="budget of 7 start-ups spent")
+    knobs = [Knob(name=n, stage="bootstrap", description=f"what {n} does", tradeoff="")
+             for n in ("warm", "eager", "mp")]
+    spec = SessionSpec(id="tune-1", created_at="2026-01-01T00:00:00+00:00", command=["x"],
+                       budget=7, knobs=knobs, outcome=outcome.model_dump(mode="json"))
+    save(spec, sessions_dir(store_path) / "tune-1")
+    return runs
+
+
+@pytest.mark.parametrize("last_kept", [True, False])
+def test_report_reads_a_tune_sessions_kept_changes_from_its_file(tmp_path, last_kept):
+    """The session file decides what was kept: here, the last trial, which its runs alone
+    cannot tell; without the file the report reads the runs, and says so."""
+    from coldscope.report.build import make_report
+
+    store = tmp_path / "s.db"
+    runs = _write_session(store, last_kept)
+    with Store(store) as s:
+        for r in runs:
+            s.add_run(r)
+    html, data = make_report(store_path=store)
+    [w] = data["tune"]
+    assert w["steps"][-1]["knobs"] == (["warm", "eager", "mp"] if last_kept else
+                                       ["warm", "eager"])
+    assert not w["inferred"] and w["steps"][1]["description"] == "what warm does"
+    assert 'id="s-tune"' in html and 'data-chart="tune-1"' in html
+    (tmp_path / "tune" / "tune-1" / "session.json").unlink()
+    _, data = make_report(store_path=store)
+    assert data["tune"][0]["inferred"]
+    assert [s["knobs"] for s in data["tune"][0]["steps"]][-1] == ["warm", "eager"]
+    assert any("no session file" in n for n in data["notes"])
+
+
+def test_tune_waterfall_chart_spans_baseline_to_best(two_runs):
+    """The waterfall's rows, as drawn: the baseline's and the best's bars end at their time
+    to ready, each step's savings span from the previous time to ready to its own."""
+    html = page([*two_runs, *_session()])
+    assert 'id="s-tune"' in html
+    markup = re.search(r'<figure class="figure" id="tune-1".*?(<svg .*?</svg>)', html,
+                       flags=re.S).group(1)
+    root = ET.fromstring(markup)
+    texts = [t.text for t in root.iter(SVG_NS + "text")]
+    assert "+ warm" in texts and "+ eager" in texts and "best: 2 change(s)" in texts
+    assert "throughput 0.99× of baseline" in texts  # warm: 104 / 105 tokens/s
+    assert "−26.0 s → 50.0 s" in texts and "33.0 s · 2.30× faster" in texts
+    ticks = {t.text: float(t.get("x")) for t in root.iter(SVG_NS + "text")
+             if t.get("class") == "tick" and t.text in ("0", "80")}
+
+    def px(v: float) -> float:
+        return ticks["0"] + v / 80 * (ticks["80"] - ticks["0"])
+
+    def span(prefix: str) -> tuple[float, float]:
+        rects = [r for r in root.iter(SVG_NS + "rect")
+                 if (r.findtext(SVG_NS + "title") or "").startswith(prefix)]
+        assert rects, prefix
+        return (min(float(r.get("x")) for r in rects),
+                max(float(r.get("x")) + float(r.get("width")) for r in rects))
+
+    assert span("warm: ") == pytest.approx((px(50.0), px(76.0)), abs=0.2)
+    # eager saves 20 s of compile, leftwards from 50 s; its 2 s more bootstrap and 1 s more
+    # server_ready are added back on the thin bar, ending at its 33 s
+    assert span("eager: torch compile saved") == pytest.approx((px(30.0), px(50.0)), abs=0.2)
+    assert span("eager: bootstrap 2.00 s slower") == pytest.approx((px(30.0), px(32.0)),
+                                                                   abs=0.2)
+    assert span("eager: server ready 1.00 s slower") == pytest.approx((px(32.0), px(33.0)),
+                                                                      abs=0.2)
+    assert span("best: 2 change(s)") == pytest.approx((px(0.0), px(33.0)), abs=0.2)
+    assert page(two_runs).count('id="s-tune"') == 0  # no tune session, no section

@@ -41,6 +41,32 @@ def store_features(runs: Sequence[Run], progress: Progress | None = None,
     return features, notes
 
 
+def tune_decisions(store_path: Path, runs: Sequence[Run]) -> dict[str, dict[str, Any]]:
+    """What each tune session among ``runs`` kept, from its session file
+    (``<store dir>/tune/<id>/session.json``), through tune's own ``waterfall``: session id ->
+    ``{"steps": [knobs of the baseline, of each kept change...], "descriptions"}``. A session
+    whose file is missing, unreadable or unfinished is left out (the report then reads its
+    kept changes from the runs and says so)."""
+    from coldscope.report.data import tune_runs
+    from coldscope.tune.report import waterfall
+    from coldscope.tune.search import Outcome
+    from coldscope.tune.session import load, sessions_dir
+
+    out: dict[str, dict[str, Any]] = {}
+    root = sessions_dir(store_path)
+    for sid in tune_runs(runs):
+        try:
+            spec = load(root / sid)
+        except ColdscopeError:
+            continue
+        if not spec.outcome:
+            continue
+        rows = waterfall(spec, Outcome.model_validate(spec.outcome))
+        out[sid] = {"steps": [r["knobs"] for r in rows if r["step"] != "best"],
+                    "descriptions": {k.name: k.description for k in spec.knobs}}
+    return out
+
+
 def make_report(*, store_path: str | Path | None = None, runs: Sequence[str] = (),
                 model: str | None = None, paper: str | Path | None = None,
                 startup_model: str | Path | None = None, title: str | None = None,
@@ -49,6 +75,7 @@ def make_report(*, store_path: str | Path | None = None, runs: Sequence[str] = (
     runs, model features, charts, rendering); the CLI shows it on a terminal for big stores."""
     step = progress or (lambda what, fraction: None)
     notes: list[str] = []
+    tune: dict[str, dict[str, Any]] = {}
     if paper is not None:
         from coldscope.predict.paper import paper_features
 
@@ -71,6 +98,7 @@ def make_report(*, store_path: str | Path | None = None, runs: Sequence[str] = (
             where = str(store.path)
         chosen = select_runs(records, runs, model)
         features, notes = store_features(chosen, progress)
+        tune = tune_decisions(Path(where), chosen)
         source = f"runs in {where}"
     if not chosen:
         raise ColdscopeError(f"no successful runs match {describe(runs, model)}")
@@ -81,7 +109,8 @@ def make_report(*, store_path: str | Path | None = None, runs: Sequence[str] = (
         sm = StartupModel.load(startup_model)
     step(f"building charts of {len(chosen)} runs", 0.5)
     data = build_report_data(chosen, features=features, startup_model=sm,
-                             title=title or "Start-up report", source=source, notes=notes)
+                             title=title or "Start-up report", source=source, notes=notes,
+                             tune=tune)
     step("rendering the page", 0.8)
     page = render_report(data)
     step("done", 1.0)

@@ -749,13 +749,150 @@ def _largest_change(cmps: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     return best
 
 
+# -- 7. tune sessions --------------------------------------------------------------------------
+
+#: Roles of a tune session's start-ups that measure their configuration as the search judged
+#: it; a ``prime`` start-up is the cold run that leaves a seeded configuration its caches.
+TUNE_MEASURING_ROLES = ("baseline", "trial", "repeat", "confirm")
+
+
+def tune_runs(runs: Iterable[Run]) -> dict[str, list[Run]]:
+    """The runs of each tune session (``campaign.kind == "tune"``), by session id, in order of
+    first appearance."""
+    out: dict[str, list[Run]] = {}
+    for r in runs:
+        m = r.campaign
+        if m is not None and m.kind == "tune" and m.name:
+            out.setdefault(m.name, []).append(r)
+    return out
+
+
+def tune_knobs(run: Run) -> tuple[str, ...]:
+    """The knobs a tune start-up applied, in order (its membership's ``flags``)."""
+    flags = run.campaign.flags if run.campaign else None
+    return () if not flags or flags == "default" else tuple(flags.split("+"))
+
+
+def inferred_tune_steps(runs: Sequence[Run]) -> list[tuple[str, ...]]:
+    """The configurations a session kept, read from its runs alone (when its session file is
+    gone): every trial, repeat or prime tries one knob on top of the configuration kept so far,
+    and the confirm re-measures the final one. The runs cannot tell whether the session's last
+    trial was kept when no confirm followed it; then it is left out."""
+    incumbents = {()}
+    for r in runs:
+        role, knobs = (r.campaign.role if r.campaign else None), tune_knobs(r)
+        if role == "confirm":
+            incumbents.add(knobs)
+        elif role in ("trial", "repeat", "prime") and knobs:
+            incumbents.add(knobs[:-1])
+    chain: list[tuple[str, ...]] = []
+    for knobs in sorted(incumbents, key=len):
+        if not chain or (len(knobs) > len(chain[-1]) and knobs[:len(chain[-1])] == chain[-1]):
+            chain.append(knobs)
+    return chain
+
+
+def _throughput(run: Run) -> float | None:
+    v = (run.verification or {}).get("throughput")
+    return float(v) if isinstance(v, int | float) and v > 0 else None
+
+
+def tune_waterfall(session: str, runs: Sequence[Run],
+                   steps: Sequence[Sequence[str]] | None = None,
+                   descriptions: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """One tune session as a waterfall: the baseline, one step per kept change, the best.
+
+    ``steps`` are the configurations the session kept, in order (each a knob list, the first
+    the baseline's ``[]``), as ``coldscope.tune.report.waterfall`` lists them from the session
+    file; without it they are inferred from the runs (``inferred_tune_steps``). Each
+    configuration's time to ready and stages are means over its measuring start-ups (not its
+    ``prime``), the numbers the search judged it by, so the baseline's and the best's equal the
+    session's ``baseline_s`` and ``best_s``. Because every run's stages sum to its time to
+    ready, a step's per-stage seconds saved (previous mean minus this one; negative: slower)
+    sum to its saving, and the steps' savings sum, stage by stage, from the baseline to the
+    best. ``throughput_ratio`` is the configuration's mean serving throughput over the
+    baseline's. Raises ``ColdscopeError`` when a kept configuration has no successful run
+    among ``runs`` (e.g. a ``--runs`` selection left it out).
+    """
+    inferred = steps is None
+    chosen = [tuple(s) for s in (inferred_tune_steps(runs) if steps is None else steps)]
+    if not chosen or chosen[0] != ():
+        chosen.insert(0, ())
+    descriptions = descriptions or {}
+    out_steps: list[dict[str, Any]] = []
+    base_tp: float | None = None
+    for i, knobs in enumerate(chosen):
+        rs = [r for r in runs if r.status == "ok" and r.time_to_ready_s is not None
+              and tune_knobs(r) == knobs and r.campaign is not None
+              and r.campaign.role in TUNE_MEASURING_ROLES]
+        if not rs:
+            what = "+".join(knobs) or "the baseline"
+            raise ColdscopeError(f"tune session {session}: no successful run of {what} among "
+                                 "the chosen runs")
+        stages = {b: statistics.fmean([r.stages.get(b) or 0.0 for r in rs]) for b in BUCKETS}
+        ttr = statistics.fmean([r.time_to_ready_s for r in rs])
+        tps = [t for t in (_throughput(r) for r in rs) if t is not None]
+        tp = statistics.fmean(tps) if tps else None
+        if i == 0:
+            base_tp = tp
+        prev = out_steps[-1] if out_steps else None
+        before = tuple(prev["knobs"]) if prev else ()
+        change = None if i == 0 else (knobs[-1] if knobs[:-1] == before else
+                                      "+".join(k for k in knobs if k not in before) or None)
+        out_steps.append({
+            "name": "baseline" if i == 0 else (change or "+".join(knobs)), "change": change,
+            "knobs": list(knobs),
+            "description": descriptions.get(change) if change else None,
+            "runs": [r.id for r in rs], "n": len(rs), "time_to_ready_s": ttr,
+            "stages": stages,
+            "saved": None if prev is None else {b: prev["stages"][b] - stages[b]
+                                                for b in BUCKETS},
+            "saved_s": None if prev is None else prev["time_to_ready_s"] - ttr,
+            "throughput": tp,
+            "throughput_ratio": tp / base_tp if tp is not None and base_tp else None,
+        })
+    base, best = out_steps[0], out_steps[-1]
+    return {
+        "session": session, "inferred": inferred, "runs": len(runs),
+        "steps": out_steps,
+        "baseline_s": base["time_to_ready_s"], "best_s": best["time_to_ready_s"],
+        "best_knobs": best["knobs"],
+        "speedup": base["time_to_ready_s"] / best["time_to_ready_s"]
+        if best["time_to_ready_s"] else None,
+        "best_throughput_ratio": best["throughput_ratio"],
+    }
+
+
+def tune_waterfalls(runs: Sequence[Run], sessions: Mapping[str, Mapping[str, Any]] | None = None,
+                    ) -> tuple[list[dict[str, Any]], list[str]]:
+    """A waterfall (``tune_waterfall``) for every tune session among ``runs``, and a note for
+    each that cannot be drawn or whose kept changes were inferred from the runs. ``sessions``:
+    session id -> ``{"steps": [...], "descriptions": {...}}`` from its session file."""
+    sessions = sessions or {}
+    out, notes = [], []
+    for sid, rs in tune_runs(runs).items():
+        known = sessions.get(sid) or {}
+        try:
+            w = tune_waterfall(sid, rs, known.get("steps"), known.get("descriptions"))
+        except ColdscopeError as exc:
+            notes.append(f"{exc}: its waterfall is left out")
+            continue
+        if w["inferred"]:
+            notes.append(f"tune session {sid}: no session file, so its kept changes are read "
+                         "from the runs (a last trial with no confirm after it is left out)")
+        out.append(w)
+    return out, notes
+
+
 # -- the whole report --------------------------------------------------------------------------
 
 def build_report_data(records: Sequence[Run], *,
                       features: Mapping[str, Any] | None = None,
                       startup_model: Any = None, title: str = "coldscope start-up report",
-                      source: str = "", notes: Sequence[str] = ()) -> dict[str, Any]:
-    """Everything the page shows, as one JSON-able dict (``html.render_report`` draws it)."""
+                      source: str = "", notes: Sequence[str] = (),
+                      tune: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """Everything the page shows, as one JSON-able dict (``html.render_report`` draws it).
+    ``tune``: what each tune session's file says it kept (see ``tune_waterfalls``)."""
     records = [r for r in records if r.status == "ok"]
     if not records:
         raise ColdscopeError("no successful runs to report on (see `coldscope runs`)")
@@ -777,9 +914,11 @@ def build_report_data(records: Sequence[Run], *,
             cpus.append(cpu)
     rows, cmps = breakdown(groups), comparisons(groups)
     pred = predictions(groups, features, startup_model) if startup_model else None
+    waterfalls, tune_notes = tune_waterfalls(records, tune)
     return {
         "title": title, "source": source,
-        "notes": [*notes, *mixed_setting_notes(groups), *(pred or {}).get("notes", [])],
+        "notes": [*notes, *mixed_setting_notes(groups), *(pred or {}).get("notes", []),
+                  *tune_notes],
         "runs": len(records), "configurations": len(groups),
         "varying": varying_dimensions([g["dims"] for g in groups]),
         "datasets": sorted({str(g["dataset"]) for g in groups if g["dataset"]}),
@@ -790,6 +929,7 @@ def build_report_data(records: Sequence[Run], *,
         "scaling": scaling(groups, features),
         "comparisons": cmps,
         "predictions": pred,
+        "tune": waterfalls,
         "run_table": [run_row(r) for r in records],
     }
 

@@ -198,13 +198,16 @@ def csv_link(name: str, rows: Sequence[Mapping[str, Any]],
 
 
 def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], caption: str = "",
-          numeric_from: int = 1, sticky_last: bool = False) -> str:
+          numeric_from: int = 1, sticky_last: bool = False,
+          numeric_to: int | None = None) -> str:
     """A table whose first column (the row's name) stays in view when it scrolls sideways;
-    with ``sticky_last`` the last column (time to ready) stays in view too."""
+    with ``sticky_last`` the last column (time to ready) stays in view too. Columns from
+    ``numeric_from`` up to (not including) ``numeric_to`` are numbers, right-aligned."""
     n = len(columns)
+    upto = n if numeric_to is None else numeric_to
 
     def cls(i: int) -> str:
-        names = (["num"] if i >= numeric_from else []) + (
+        names = (["num"] if numeric_from <= i < upto else []) + (
             ["pin"] if sticky_last and i == n - 1 else [])
         return f' class="{" ".join(names)}"' if names else ""
 
@@ -269,7 +272,11 @@ def breakdown_chart(rows: Sequence[Mapping[str, Any]], title: str) -> str:
     thick ±1 sd, thin min-max of the time to ready."""
     label_w = min(360, max(90, 7 * max(len(r["short"]) for r in rows)))
     width, bar_h, gap = 980, 20, 10
-    left, right, top = label_w + 16, 80, 10
+    values = [f"{fmt_s(r['total']['mean'])}" + (f" · n={r['total']['n']}"
+                                                if r["total"]["n"] > 1 else "")
+              if r["total"] else "" for r in rows]
+    # the value right of the longest bar or whisker must fit in the right margin
+    left, right, top = label_w + 16, max(80.0, max(_text_width(v, 11.5) for v in values) + 12), 10
     height = top + len(rows) * (bar_h + gap) + 46
     hi = max((r["total"] or {}).get("max", 0.0) or 0.0 for r in rows)
     hi = max(hi, max(sum((s or {}).get("mean", 0) for s in r["buckets"].values()) for r in rows))
@@ -304,9 +311,7 @@ def breakdown_chart(rows: Sequence[Mapping[str, Any]], title: str) -> str:
                          x(total["mean"] + total["sd"]), mid, cls="whisker")
                 for v in (total["min"], total["max"]):
                     svg.line(x(v), mid - 5, x(v), mid + 5, cls="whisker thin")
-            svg.text(max(x(total["max"]), x(t)) + 6, mid + 4,
-                     f"{fmt_s(total['mean'])}" + (f" · n={total['n']}" if total["n"] > 1 else ""),
-                     cls="value")
+            svg.text(max(x(total["max"]), x(t)) + 6, mid + 4, values[i], cls="value")
     return str(svg)
 
 
@@ -726,8 +731,10 @@ def comparison_chart(cmp: Mapping[str, Any]) -> str:
              if lo <= t <= hi]
     svg = Svg(width, height, f"{cmp['title']}: {cmp['other']} / {cmp['baseline']}")
     base = top + row_h * len(buckets)
-    svg.x_axis(x, ticks, base, top, f"ratio {cmp['other']} / {cmp['baseline']} (log scale)",
-               fmt=lambda t: f"{t:g}×")
+    caption = f"ratio {cmp['other']} / {cmp['baseline']} (log scale)"
+    if _text_width(caption, 12) > width - 20:  # long names (labels): the title names them
+        caption = "ratio of seconds, second over first as titled (log scale)"
+    svg.x_axis(x, ticks, base, top, caption, fmt=lambda t: f"{t:g}×")
     svg.line(x(1.0), top, x(1.0), base, cls="one")
     for i, b in enumerate(buckets):
         yc = top + i * row_h + row_h / 2
@@ -930,6 +937,147 @@ def prediction_section(data: Mapping[str, Any]) -> str:
                   csv_link("predictions.csv", csv_rows), note=note, keys=keys)
 
 
+# -- 7. tune sessions ---------------------------------------------------------------------------
+
+def _ratio_text(step: Mapping[str, Any]) -> str:
+    r = step.get("throughput_ratio")
+    return "throughput not measured" if r is None else f"throughput {r:.2f}× of baseline"
+
+
+def tune_chart(w: Mapping[str, Any], title: str) -> str:
+    """A waterfall of one tune session, one row per configuration, top to bottom: the
+    baseline's stacked stages from launch to its time to ready; then, per kept change, the
+    seconds it saved, stacked by stage leftwards from the previous time to ready (a thin bar
+    under it adds back the stages it made slower), so each step ends at that configuration's
+    time to ready, carried down by a dashed line; last, the best configuration's stacked
+    stages. Names and throughput ratios sit left of the plot, seconds right of each bar."""
+    steps = w["steps"]
+    rows = [("baseline", steps[0]), *(("step", s) for s in steps[1:]), ("best", steps[-1])]
+    names, values = [], []
+    for kind, s in rows:
+        if kind == "baseline":
+            names.append(("baseline (default, cold)", f"n={s['n']} start-up(s)"))
+            values.append(fmt_s(s["time_to_ready_s"]))
+        elif kind == "best":
+            names.append((f"best: {len(steps) - 1} change(s)", _ratio_text(s)))
+            values.append(f"{fmt_s(s['time_to_ready_s'])} · {fmt_x(w['speedup'])} faster")
+        else:
+            names.append((f"+ {s['name']}", _ratio_text(s)))
+            values.append(f"{'−' if s['saved_s'] >= 0 else '+'}{fmt_s(abs(s['saved_s']))} → "
+                          f"{fmt_s(s['time_to_ready_s'])}")
+    label_w = max(150, min(300, max(_text_width(t, 12) for pair in names for t in pair)))
+    value_w = max(_text_width(v, 11.5) for v in values) + 12
+    width, bar_h, cost_h, pitch = 980, 20, 6, 42
+    left, right, top = label_w + 16, value_w, 10
+    base = top + len(rows) * pitch
+    height = base + 46
+    hi = max(max(s["time_to_ready_s"] for s in steps),
+             max(sum(v for v in s["stages"].values() if v > 0) for s in steps))
+    ticks = nice_ticks(0, hi)
+    x = Linear(0, ticks[-1], left, width - right)
+    svg = Svg(width, height, title)
+    svg.x_axis(x, ticks, base, top,
+               "seconds from launch to ready (mean of each configuration's start-ups)")
+    prev_end = None
+    for i, ((kind, s), (name, sub), value) in enumerate(zip(rows, names, values, strict=True)):
+        y = top + i * pitch
+        svg.text(left - 8, y + 10, name, anchor="end", cls="label strong")
+        svg.text(left - 8, y + 26, sub, anchor="end", cls="tick")
+        if kind in ("baseline", "best"):
+            t = 0.0
+            for b in BUCKETS:
+                v = s["stages"].get(b) or 0.0
+                if v <= 0.005:
+                    continue
+                tip = f"{name}\n{label(b)}: {fmt_s(v)} (mean of {s['n']} start-up(s))"
+                svg.rect(x(t), y, x(t + v) - x(t), bar_h, fill(b), tip, cls="mark seg")
+                t += v
+            right_end = max(t, s["time_to_ready_s"])
+        else:
+            start = prev_end
+            t = start
+            for b in BUCKETS:  # savings, leftwards from the previous time to ready
+                v = s["saved"][b]
+                if v > 0.005:
+                    tip = (f"{s['name']}: {label(b)} saved {fmt_s(v)} "
+                           f"({fmt_s(s['stages'][b] + v)} → {fmt_s(s['stages'][b])})")
+                    svg.rect(x(t - v), y, x(t) - x(t - v), bar_h, fill(b), tip,
+                             cls="mark seg")
+                    t -= v
+            for b in BUCKETS:  # costs, added back rightwards on a thin bar
+                v = -s["saved"][b]
+                if v > 0.005:
+                    tip = (f"{s['name']}: {label(b)} {fmt_s(v)} slower "
+                           f"({fmt_s(s['stages'][b] - v)} → {fmt_s(s['stages'][b])})")
+                    svg.rect(x(t), y + bar_h + 1, x(t + v) - x(t), cost_h, fill(b), tip,
+                             cls="mark seg cost")
+                    t += v
+            right_end = max(start, s["time_to_ready_s"])
+        if prev_end is not None:
+            # the previous configuration's time to ready, carried down to this row
+            svg.line(x(prev_end), y - pitch + bar_h + cost_h + 2, x(prev_end), y, cls="one")
+        prev_end = s["time_to_ready_s"]
+        svg.text(x(right_end) + 6, y + bar_h / 2 + 4, value, cls="value")
+    return str(svg)
+
+
+def tune_section(data: Mapping[str, Any]) -> str:
+    """One waterfall figure per tune session, with its table and CSV."""
+    parts = []
+    for i, w in enumerate(data.get("tune") or []):
+        steps = w["steps"]
+        shown = [b for b in BUCKETS if any(abs((s["saved"] or {}).get(b) or 0.0) >= 0.05
+                                           for s in steps)]
+        trows, csv_rows = [], []
+        for j, s in enumerate(steps):
+            saved = s["saved"] or {}
+            trows.append([
+                esc("baseline (default, cold)" if j == 0 else f"+ {s['name']}"),
+                str(s["n"]),
+                *(fmt_s(saved.get(b), "") if j else "" for b in shown),
+                fmt_s(s["saved_s"], "") if j else "",
+                fmt_x(s["throughput_ratio"]),
+                f"<b>{fmt_s(s['time_to_ready_s'], '')}</b>",
+                esc(s.get("description") or ("the command as given, cold caches" if j == 0
+                                             else "")),
+            ])
+            row = {"session": w["session"], "step": s["name"], "knobs": "+".join(s["knobs"]),
+                   "runs": " ".join(s["runs"]), "n": s["n"],
+                   "time_to_ready_s": s["time_to_ready_s"], "saved_s": s["saved_s"],
+                   "throughput_tokens_per_s": s["throughput"],
+                   "throughput_ratio": s["throughput_ratio"]}
+            for b in BUCKETS:
+                row[f"{b}_s"] = s["stages"][b]
+                row[f"{b}_saved_s"] = saved.get(b)
+            csv_rows.append(row)
+        columns = ["step", "runs", *(f"{label(b)} saved s" for b in shown), "saved s",
+                   "throughput ratio", "time to ready s", "what it does"]
+        tbl = table(columns, trows, numeric_to=len(columns) - 1,
+                    caption="mean over each configuration's start-ups; saved: previous step "
+                            "minus this one (negative: slower); throughput: serving tokens/s "
+                            "over the baseline's")
+        title = (f"Tune session {w['session']}: {fmt_s(w['baseline_s'])} → "
+                 f"{fmt_s(w['best_s'])} to ready ({fmt_x(w['speedup'])} faster)")
+        drawn = [b for b in BUCKETS if any(
+            abs((s["saved"] or {}).get(b) or 0.0) > 0.005 or (s["stages"].get(b) or 0.0) > 0.005
+            for s in steps)]
+        keys = legend(drawn, [
+            key("stage made slower by the change (thin bar, adds back)",
+                "background:#8c8c8c;height:5px", ""),
+            key("time to ready carried to the next step", "border-color:#1f2430", "dash")])
+        note = ("Top to bottom: the baseline's stages (seconds, mean of its start-ups); each "
+                "change the search kept, as the seconds it saved per stage, from the previous "
+                "time to ready down to its own; the best configuration's stages. Each row names "
+                "the change and its serving throughput as a ratio to the baseline's. "
+                + ("The kept changes come from the session file. " if not w["inferred"] else
+                   "No session file: the kept changes are read from the runs. ")
+                + f"{w['runs']} start-ups in the session; the ones not kept, and the cold "
+                  "start-ups that primed a seeded configuration, are in the runs table.")
+        parts.append(figure(f"tune-{i + 1}", title, tune_chart(w, title), tbl,
+                            csv_link(f"tune-{i + 1}.csv", csv_rows), keys=keys, note=esc(note)))
+    return "".join(parts)
+
+
 # -- runs --------------------------------------------------------------------------------------
 
 def runs_section(data: Mapping[str, Any]) -> str:
@@ -1024,6 +1172,9 @@ def render_report(data: Mapping[str, Any], generated_at: datetime | None = None)
         ("predict", "Predictions against measurements", prediction_section(data)),
         ("runs", "Runs", runs_section(data)),
     ]
+    if data.get("tune"):  # only where the runs hold a tune session
+        sections.insert(5, ("tune", "Tune sessions: baseline, each kept change, best",
+                            tune_section(data)))
     nav = "".join(f'<a href="#s-{sid}">{esc(title)}</a>' for sid, title, _ in sections)
     body = "".join(f'<section id="s-{sid}"><h2>{esc(title)}</h2>{content}</section>'
                    for sid, title, content in sections)
