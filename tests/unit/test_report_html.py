@@ -168,7 +168,8 @@ def _write_session(store_path, last_kept: bool):
 
 
 @pytest.mark.parametrize("last_kept", [True, False])
-def test_report_reads_a_tune_sessions_kept_changes_from_its_file(tmp_path, last_kept):
+def test_report_reads_a_tune_sessions_kept_changes_from_its_file(tmp_path, capsys,
+                                                                  last_kept):
     """The session file decides what was kept: here, the last trial, which its runs alone
     cannot tell; without the file the report reads the runs, and says so."""
     from coldscope.report.build import make_report
@@ -178,12 +179,15 @@ def test_report_reads_a_tune_sessions_kept_changes_from_its_file(tmp_path, last_
     with Store(store) as s:
         for r in runs:
             s.add_run(r)
+    out = tmp_path / "r.html"
+    assert main(["report", "--store", str(store), "-o", str(out), "--json"]) == 0
     html, data = make_report(store_path=store)
     [w] = data["tune"]
     assert w["steps"][-1]["knobs"] == (["warm", "eager", "mp"] if last_kept else
                                        ["warm", "eager"])
     assert not w["inferred"] and w["steps"][1]["description"] == "what warm does"
     assert 'id="s-tune"' in html and 'data-chart="tune-1"' in html
+    assert '"tune_sessions": 1' in capsys.readouterr().out
     (tmp_path / "tune" / "tune-1" / "session.json").unlink()
     _, data = make_report(store_path=store)
     assert data["tune"][0]["inferred"]

@@ -30,7 +30,8 @@ LARGE_STORE = 200
 @json_option
 def report(output, runs, model, paper, startup_model, title, store_path, as_json):
     """Write a self-contained HTML report (opens offline): stage breakdown, per-process
-    timeline, scaling, comparisons, CPU use and predictions, each with a table and CSV."""
+    timeline, scaling, comparisons, tune sessions as waterfalls, CPU use and predictions, each
+    with a table and CSV."""
     from coldscope.report.build import make_report
     from coldscope.selection import parse_selectors
 
@@ -50,7 +51,8 @@ def report(output, runs, model, paper, startup_model, title, store_path, as_json
                "configurations": data["configurations"],
                "timelines": len(data["timelines"]), "comparisons": len(data["comparisons"]),
                "scaling_panels": sum(1 for p in data["scaling"] if p["series"]),
-               "predictions": data["predictions"] is not None}
+               "predictions": data["predictions"] is not None,
+               "tune_sessions": len(data.get("tune") or [])}
     if as_json:
         print_json(summary)
     else:
