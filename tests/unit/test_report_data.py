@@ -115,6 +115,19 @@ def test_comparison_ratio_is_warm_over_cold_per_stage():
     assert cmp["geomean"][d.TOTAL] == pytest.approx((18.5 * 0.6) / (18.5 * 1.5))
 
 
+def test_engine_environment_separates_configurations():
+    """A tune trial's environment setting makes another configuration, never a repetition."""
+    recs = [record("a"), record("b", env_overrides={"VLLM_ENABLE_V1_MULTIPROCESSING": "0"},
+                                scale=0.5)]
+    groups = d.group_runs(recs)
+    assert [g["name"] for g in groups] == ["default", "VLLM_ENABLE_V1_MULTIPROCESSING=0"]
+    (cmp,) = d.comparisons(groups)
+    assert cmp["dimension"] == "env"
+    # the same setting and a cache change: two dimensions at once, no like-for-like pair
+    mixed = [record("a"), record("w", cache="warm", env_overrides={"X": "1"})]
+    assert d.comparisons(d.group_runs(mixed)) == []
+
+
 def test_no_comparison_across_two_changed_dimensions():
     recs = [record("a"), record("w", cache="warm", model="other")]
     assert d.comparisons(d.group_runs(recs)) == []

@@ -40,12 +40,12 @@ from coldscope.stages import (
 
 #: What a run's configuration is made of, in the order group names show them.
 DIMENSIONS: tuple[str, ...] = ("model", "cache", "mode", "load_format", "weights",
-                               "capture_sizes", "engine", "machine", "label")
+                               "capture_sizes", "env", "engine", "machine", "label")
 
 DIMENSION_TITLES: dict[str, str] = {
     "model": "model", "cache": "cache", "mode": "eager vs compiled", "load_format": "load format",
     "weights": "weights' storage", "capture_sizes": "CUDA-graph capture sizes",
-    "engine": "engine version", "machine": "machine", "label": "label",
+    "env": "engine environment", "engine": "engine version", "machine": "machine", "label": "label",
 }
 
 #: The total of a run (launch to ready) as a pseudo-bucket in tables and ratios.
@@ -96,6 +96,10 @@ def dimensions(run: Run) -> dict[str, str | None]:
         "weights": "page cache dropped" if str(run.page_cache or "").startswith("done")
         else None,
         "capture_sizes": _capture_sizes(engine.argv),
+        # Environment settings the run was given (e.g. a tune trial's
+        # VLLM_ENABLE_V1_MULTIPROCESSING=0): runs that differ here are different configurations,
+        # never repetitions of one, and never a like-for-like pair for another dimension.
+        "env": ", ".join(f"{k}={v}" for k, v in sorted(run.env_overrides.items())) or "default",
         "engine": f"{engine.name or 'engine'} {version}" if version else None,
         "machine": machine_name(run.environment),
         "label": run.label,
