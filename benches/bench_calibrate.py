@@ -27,7 +27,7 @@ MSE_TARGET, MAX_TARGET = 0.3, 1.0
 def main() -> int:
     sys.path.insert(0, str(ROOT / "src"))
     from coldscope.predict import core
-    from coldscope.predict.calibrate import calibrate, suggest
+    from coldscope.predict.calibrate import calibrate, clock_resolution, suggest
     from coldscope.predict.paper import (
         PAPER_CAPTURE_SIZES,
         observations_from_paper,
@@ -54,18 +54,41 @@ def main() -> int:
         raw = [base.predict(o.features).total_s - o.total_s for o in obs]
         print(f"\n{label}: uncalibrated base model MSE {statistics.fmean(e * e for e in raw):.1f}"
               f" s^2, max |error| {max(map(abs, raw)):.1f} s")
-        accepted = {s.models: s.accepted for s in suggest(base.file_, [o.features for o in obs])}
-        rows, inside, checked = [], 0, 0
+        # the runs go to suggest as `calibrate --suggest --paper DIR --timings FILE` does: it
+        # checks the clock they were timed on
+        accepted = {s.models: s.accepted
+                    for s in suggest(base.file_, [o.features for o in obs], obs)}
+        clocks = {b: clock_resolution([float(v) for o in obs
+                                       for v in [o.buckets.get(b)] if v is not None])
+                  for b in base.file_.buckets if b != "unattributed"}
+        print("  clock of each stage in these runs (per-model means of 5): "
+              + ", ".join(f"{b} {q:g} s" if q else f"{b} fine" for b, q in clocks.items()))
+        full = calibrate(base.file_, obs, environment=env, source="all", base_source="bench")
+        assert full.calibration is not None
+        offsets = [b for b, t in full.calibration.stages.items() if t.kind == "offset"]
+
+        fixed = []  # seconds of the offset stages per model (unattributed: total - stages)
+        for o in obs:
+            known = sum(float(v) for k, v in o.buckets.items()
+                        if v is not None and k != "unattributed")
+            fixed.append(sum(o.total_s - known if b == "unattributed"
+                             else float(o.buckets.get(b) or 0.0) for b in offsets))
+        sd = statistics.stdev(fixed)
+        print(f"  fixed costs (offset stages together) vary by model with sd {sd:.3f} s: a "
+              f"two-model offset is off by that / sqrt(2), adding {sd * sd / 2:.3f} s^2 to "
+              "every pair's expected MSE")
+        rows, inside, checked, floors = [], 0, 0, []
         inside_acc = checked_acc = 0
         for a, b in itertools.combinations(obs, 2):
             cal = calibrate(base.file_, [a, b], environment=env, source=str(timings),
                             base_source="bench")
-            errors = []
+            errors, floor = [], []
             for o in obs:
                 if o in (a, b):
                     continue
                 p = core.predict(cal, o.features)
                 errors.append(p.total_s - o.total_s)
+                floor.append(core.predict(full, o.features).total_s - o.total_s)
                 ok = p.interval.low <= o.total_s <= p.interval.high
                 inside += ok
                 checked += 1
@@ -77,6 +100,8 @@ def main() -> int:
             mse = statistics.fmean(e * e for e in errors)
             worst = max(map(abs, errors))
             rows.append((accepted[key], mse, worst, a.model, b.model, cal.calibration.warnings))
+            if accepted[key]:
+                floors.append((statistics.fmean(e * e for e in floor), max(map(abs, floor))))
         rows.sort(key=lambda r: (not r[0], r[1]))
         print(f"  {'pair':<34} {'suggest':>8} {'MSE s^2':>8} {'max s':>6}  target")
         for acc, mse, worst, ma, mb, _ in rows:
@@ -94,6 +119,10 @@ def main() -> int:
         print(f"  90 % interval coverage of held-out truths: all pairs {inside}/{checked} "
               f"({inside / checked:.1%}), accepted pairs {inside_acc}/{checked_acc} "
               f"({inside_acc / max(checked_acc, 1):.1%})")
+        print(f"  floor: the transfer fitted on all nine (truth included) scores the accepted "
+              f"pairs' held-out models median MSE "
+              f"{statistics.median(f[0] for f in floors):.3f} s^2, worst "
+              f"{max(f[0] for f in floors):.3f} s^2 / {max(f[1] for f in floors):.2f} s")
     print("\nout of the training range (issue 13 item 4): each extreme model held out, refit, "
           "predicted")
     dense = [o for o in observations_from_paper(paper) if o.features.kind == "dense"]

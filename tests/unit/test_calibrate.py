@@ -12,7 +12,7 @@ import pytest
 from coldscope.errors import ColdscopeError
 from coldscope.features import ModelFeatures
 from coldscope.predict import core
-from coldscope.predict.calibrate import calibrate, suggest
+from coldscope.predict.calibrate import calibrate, clock_resolution, suggest
 from coldscope.predict.fit import Observation
 from coldscope.predict.paper import observations_from_paper, paper_environment, paper_storage
 from coldscope.predictor import StartupModel, StartupModelFile, predict_json
@@ -136,6 +136,56 @@ def test_paper_l40s_calibration_meets_the_target_with_the_suggested_pair() -> No
     assert max(map(abs, errors)) <= 1.0
     assert cal.storage is not None and cal.storage.page_cache == "hot"
     assert base.file_.storage is not None and base.file_.storage.page_cache == "cold"
+
+
+def test_a_clock_is_read_only_from_enough_distinct_values() -> None:
+    assert clock_resolution([3.0, 5.0, 3.0]) == 1.0
+    assert clock_resolution([11.6, 10.4, 11.8, 12.0]) == 0.2  # means of five 1 s-clock runs
+    assert clock_resolution([0.25, 0.25, 0.25, 0.25]) is None  # one value, four times
+    assert clock_resolution([0.3, 0.7]) is None  # two values on 0.1 s: 1 % by chance
+    assert clock_resolution([0.3, 0.7, 1.1]) == 0.1
+    assert clock_resolution([1.23, 4.56, 7.89]) is None
+    assert clock_resolution([]) is None
+
+
+def _on_a_seconds_clock(obs: list[Observation], stage: str) -> list[Observation]:
+    """The same start-ups with one stage timed on a 1 s clock (the total is unchanged: the
+    rounding moves time between adjacent stages)."""
+    return [Observation(o.model, o.features, {**o.buckets, stage: float(round(o.buckets[stage]))},
+                        o.total_s) for o in obs]
+
+
+def test_a_coarse_clock_rejects_small_pairs_and_passes_large_ones() -> None:
+    """L40S loading (0.12 s/GB) on a 1 s clock: qwen-4b + yi-6b hold 3 s of it, so its ratio
+    is known to +-19 % (0.42 s at a typical model) - more than the base model's own error
+    there; llama2-13b + qwen-14b hold 7 s (0.15 s: the clock passes; the pair is rejected only
+    as near-duplicates). Finely timed, the small pair is fine."""
+    base = StartupModel().fit(observations_from_paper(PAPER), paper_environment(PAPER),
+                              {"capture_sizes": 67}, source=str(PAPER))
+    fine = observations_from_paper(PAPER, L40S)
+    coarse = _on_a_seconds_clock(fine, "model_loading")
+    feats = [o.features for o in fine]
+    small, large = frozenset({"qwen-4b", "yi-6b"}), frozenset({"llama2-13b-hf", "qwen-14b"})
+    coarse_verdicts = {frozenset(s.models): s for s in suggest(base.file_, feats, coarse)}
+    fine_verdicts = {frozenset(s.models): s for s in suggest(base.file_, feats, fine)}
+    assert not coarse_verdicts[small].accepted
+    assert "coarse clock" in coarse_verdicts[small].reason
+    assert "model_loading" in coarse_verdicts[small].reason
+    assert "1 s clock" in coarse_verdicts[small].reason
+    assert fine_verdicts[small].accepted
+    assert coarse_verdicts[large].reason.startswith("llama2-13b-hf and qwen-14b are near-dup")
+    assert "coarse clock" not in coarse_verdicts[large].reason
+    assert {p for p, s in fine_verdicts.items() if s.accepted} == \
+        {frozenset(s.models) for s in suggest(base.file_, feats) if s.accepted}
+    env = paper_environment(PAPER, L40S)
+    warned = calibrate(base.file_, coarse, environment=env, source="t", base_source="b",
+                       models=sorted(small)).calibration
+    assert any("coarse clock" in w for w in warned.warnings)
+    for ok in (calibrate(base.file_, coarse, environment=env, source="t", base_source="b",
+                         models=sorted(large)),
+               calibrate(base.file_, fine, environment=env, source="t", base_source="b",
+                         models=sorted(small))):
+        assert not any("coarse clock" in w for w in ok.calibration.warnings)
 
 
 def test_paper_tables_are_labelled_with_their_storage() -> None:

@@ -293,17 +293,18 @@ def calibrate_cmd(base_model: str, out_path: str | None, paper_dir: str | None,
                    "DIR ... to rank real models.")
         return
     if suggest:
+        runs = None
         if candidates:
             from coldscope.predictor import features_of
 
             feats = [features_of(c) for c in candidates]
         else:
-            observations, *_ = _training_runs(paper_dir, timings, store_path, cache, None)
+            runs, *_ = _training_runs(paper_dir, timings, store_path, cache, None)
             seen: dict[str, Any] = {}
-            for o in observations:
+            for o in runs:
                 seen.setdefault(o.model, o.features)
             feats = list(seen.values())
-        ranked = suggest_pairs(base.file_, feats)
+        ranked = suggest_pairs(base.file_, feats, runs)
         if as_json:
             print_json({"suggestions": [r.to_dict() for r in ranked]})
             return

@@ -55,6 +55,13 @@ IDENTIFY_FRACTION = 0.3
 #: Two calibration models closer than this in weight bytes and layer count are near-duplicates.
 DUPLICATE_TOLERANCE = 0.1
 
+#: Clock grids a measured duration can lie on (seconds), coarsest first; a stage whose values
+#: all lie on one of them was timed on that clock (vLLM's default log format has 1 s
+#: timestamps; a mean of k such runs lies on a 1/k s grid). Finer than 10 ms is "exact".
+CLOCK_GRIDS = (1.0, 0.5, 0.25, 0.2, 0.1, 0.05, 0.02, 0.01)
+#: The chance allowed of taking finely timed values for a coarse clock.
+CLOCK_FALSE_ALARM = 1e-3
+
 
 def size_part(file: StartupModelFile, bucket: str, features: ModelFeatures,
               settings: Mapping[str, Any]) -> float:
@@ -76,6 +83,113 @@ def median_size_part(file: StartupModelFile, bucket: str) -> float:
     spec = file.buckets[bucket]
     return sum(c * file.feature_medians.get(t, 0.0)
                for t, c in zip(spec.terms, spec.coef, strict=True) if t != INTERCEPT)
+
+
+def clock_resolution(values: Sequence[float]) -> float | None:
+    """The coarsest of ``CLOCK_GRIDS`` every value lies on (seconds); None when finer, or when
+    the values are too few to tell a clock from chance.
+
+    Values timed to 10 ms land on a grid ``g`` by chance with probability ``0.01 / g`` each, so
+    ``d`` distinct values all on it by chance: ``(0.01 / g) ** d``. A grid counts only where
+    that is at most ``CLOCK_FALSE_ALARM`` (e.g. two distinct values for 1 s, three for 0.1 s);
+    repeated values are one piece of evidence (four models whose tokenizer takes 0.25 s each
+    say nothing about a 0.25 s clock)."""
+    vals = {round(abs(v), 9) for v in values if v}
+    for grid in CLOCK_GRIDS:
+        if all(abs(v / grid - round(v / grid)) < 1e-6 * max(1.0, v / grid) for v in vals):
+            if vals and (CLOCK_GRIDS[-1] / grid) ** len(vals) <= CLOCK_FALSE_ALARM:
+                return grid
+            return None  # on this grid, but it could be chance; finer grids say less
+    return None
+
+
+@dataclass(frozen=True)
+class ClockError:
+    """What a coarse clock does to one ratio bucket (see ``clock_error``)."""
+
+    bucket: str
+    resolution_s: float
+    measured_s: float
+    error_s: float
+
+    def describe(self) -> str:
+        return (f"{self.bucket} ({self.measured_s:.2f} s on a {self.resolution_s:g} s clock: "
+                f"{self.error_s:.2f} s)")
+
+
+def clock_error(file: StartupModelFile, bucket: str, runs: Mapping[str, Sequence[float]],
+                ratio: float) -> ClockError | None:
+    """The error a coarse clock puts into a ratio bucket's prediction at the training median,
+    in the new machine's seconds; None when ``runs`` (model -> that bucket's seconds in each
+    of its runs) are finer than ``CLOCK_GRIDS``.
+
+    Error propagation: a duration between two timestamps rounded to ``q`` is off by the
+    difference of two uniform errors, standard deviation ``q / sqrt(6)``; a model's mean of
+    ``k`` runs, ``q / sqrt(6 k)``. The ratio ``r = sum(y) / sum(base)`` is then off by the
+    relative error ``e = q sqrt(sum_i 1 / (6 k_i)) / sum(y)``, and the bucket's prediction at
+    the training median (``r x m`` seconds) by ``e r m``."""
+    runs = {m: vs for m, vs in runs.items() if vs}
+    q = clock_resolution([v for vs in runs.values() for v in vs])
+    measured = sum(statistics.fmean(vs) for vs in runs.values())
+    if q is None or measured <= 0 or ratio <= 0:
+        return None
+    e = q * math.sqrt(sum(1 / (6 * len(vs)) for vs in runs.values())) / measured
+    spec = file.buckets[bucket]
+    median = sum(c * (1.0 if t == INTERCEPT else file.feature_medians.get(t, 0.0))
+                 for t, c in zip(spec.terms, spec.coef, strict=True))
+    return ClockError(bucket, q, measured, e * ratio * median)
+
+
+def clock_verdict(file: StartupModelFile, errors: Sequence[ClockError],
+                  total_ratio: float) -> str | None:
+    """None when the clock errors of the ratio buckets together (root-sum-square) are at most
+    the base model's own error of the total, moved to the new machine (its LOMO RMSE, else the
+    buckets' residual spreads, times ``total_ratio``, the new machine's total over the base
+    prediction): the coarse clock then at most doubles the error variance of a prediction.
+    Otherwise the reason, for the user."""
+    if not errors:
+        return None
+    own = (file.lomo.total.rmse if file.lomo is not None else
+           math.sqrt(sum(spec.residual_sd ** 2 for spec in file.buckets.values())))
+    budget = own * total_ratio
+    clock = math.sqrt(sum(e.error_s ** 2 for e in errors))
+    if clock <= budget:
+        return None
+    return (f"the coarse clock puts {clock:.2f} s of error into a typical prediction "
+            f"({', '.join(e.describe() for e in errors)}), more than the base model's own "
+            f"{budget:.2f} s on this machine")
+
+
+def _clock_errors(file: StartupModelFile, runs: Sequence[Observation],
+                  models: Sequence[ModelFeatures],
+                  ratios: Mapping[str, float] | None = None) -> tuple[list[ClockError], float]:
+    """Clock errors of the size-driven buckets calibrated from ``runs`` of ``models``, and the
+    new machine's total over the base prediction for them. ``ratios``: the calibrated ratios
+    (else computed here the same way)."""
+    names = {m.name for m in models}
+    runs = [o for o in runs if o.model in names]
+    base_total = {m.name: {b: sum(c.values()) for b, c in core.explain(file, m).items()}
+                  for m in models}
+    errors = []
+    for b in size_driven(file):
+        measured = {n: [float(v) for o in runs if o.model == n
+                        for v in [o.buckets.get(b)] if v is not None] for n in names}
+        if not all(measured.values()):
+            continue
+        if ratios is not None and b in ratios:
+            ratio = ratios[b]
+        else:
+            base_s = sum(base_total[n][b] for n in names)
+            if base_s <= 0:
+                continue
+            ratio = sum(statistics.fmean(vs) for vs in measured.values()) / base_s
+        err = clock_error(file, b, measured, ratio)
+        if err is not None:
+            errors.append(err)
+    new = sum(statistics.fmean(o.total_s for o in runs if o.model == n) for n in names
+              if any(o.model == n for o in runs))
+    old = sum(sum(base_total[n].values()) for n in names if any(o.model == n for o in runs))
+    return errors, (new / old if old > 0 else 1.0)
 
 
 def size_driven(file: StartupModelFile) -> list[str]:
@@ -195,6 +309,13 @@ def calibrate(base: StartupModelFile, observations: Sequence[Observation], *,
                     "widened accordingly")
         stages[b] = StageTransfer(kind=kind, value=value, per_model=per, spread=spread,
                                   identified=identified, note=note)
+    errors, total_ratio = _clock_errors(
+        base, obs, [r.features for r in rows],
+        {b: t.value for b, t in stages.items() if t.kind == "ratio"})
+    verdict = clock_verdict(base, errors, total_ratio)
+    if verdict is not None:
+        warnings.append(f"{verdict}: calibrate with larger models or more runs of each "
+                        "(coldscope calibrate --suggest --store)")
     env = dict(environment)
     storage = env.get("storage")
     calibration = Calibration(
@@ -261,11 +382,14 @@ def size_guidance(file: StartupModelFile) -> dict[str, Any]:
             "duplicate_tolerance": DUPLICATE_TOLERANCE}
 
 
-def suggest(file: StartupModelFile, candidates: Sequence[ModelFeatures]) -> list[Suggestion]:
+def suggest(file: StartupModelFile, candidates: Sequence[ModelFeatures],
+            runs: Sequence[Observation] | None = None) -> list[Suggestion]:
     """Every pair of ``candidates`` ranked for calibration; ``accepted`` ones identify every
-    bucket (each model on its own) and are not near-duplicates. The score is the pair's
-    size-driven base seconds relative to the training median's (larger: each ratio is
-    measured over more seconds, so timer resolution and noise matter less)."""
+    bucket (each model on its own), are not near-duplicates, and - when ``runs`` of them on
+    the new machine are given (``--store``/``--paper``) - time every size-driven bucket
+    finely enough (``clock_verdict``). The score is the pair's size-driven base
+    seconds relative to the training median's (larger: each ratio is measured over more
+    seconds, so timer resolution and noise matter less)."""
     if len(candidates) < 2:
         raise ColdscopeError("--suggest needs at least two candidate models")
     names = [c.name for c in candidates]
@@ -281,6 +405,10 @@ def suggest(file: StartupModelFile, candidates: Sequence[ModelFeatures]) -> list
         missing = {m.name: identifies(file, m) for m in (a, b)}
         reasons = [f"{m} is too small to identify {', '.join(s)}"
                    for m, s in missing.items() if s]
+        if runs:
+            verdict = clock_verdict(file, *_clock_errors(file, runs, (a, b)))
+            if verdict:
+                reasons.append(verdict)
         if _near(a, b):
             reasons.append(f"{a.name} and {b.name} are near-duplicates (weights and layers "
                            f"within {DUPLICATE_TOLERANCE:.0%}): the second run adds little")
