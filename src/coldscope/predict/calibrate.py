@@ -21,6 +21,16 @@ A bucket is *identified* when some calibration model's size-driven part of it is
 one tiny model, where fixed costs dominate) the ratio is still used but a warning says so.
 ``suggest`` picks the calibration models to run: identifying every bucket, as large as
 available, and not near-duplicates of each other.
+
+A coarse clock (vLLM's default log timestamps have 1 s resolution) can make a ratio
+unreliable however large the models: ``clock_resolution`` reads the clock each stage was timed
+on from the runs themselves, ``clock_error`` propagates it into each ratio, and
+``clock_verdict`` rejects (``suggest``, given the runs) or warns (``calibrate``) when that
+error exceeds the base model's own. It cannot see what sinks calibration on the paper's Xeon
+node: there every size-driven stage is timed to 10 ms (only bootstrap, a fixed cost, is on the
+1 s clock), and the misses come from fixed costs that differ from model to model (standard
+deviation 0.41 s, vs 0.13 s on the L40S node), which two runs cannot average out and no feature
+foretells (``benches/bench_calibrate.py`` prints both).
 """
 
 from __future__ import annotations
