@@ -22,7 +22,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from coldscope.stages import BUCKETS
-from coldscope.timeline import Span, Timeline
+from coldscope.timeline import Span, Timeline, timeline_dict
 
 #: Version of the ``Run`` JSON; the store's schema version follows it.
 RUN_SCHEMA_VERSION: Final = 2
@@ -326,14 +326,9 @@ class Run(_Record):
 
 
 def timeline_fields(tl: Timeline) -> dict[str, Any]:
-    """The Run fields that carry a reconciled timeline, from ``tl`` (typed)."""
-    return {
-        "time_to_ready_s": tl.time_to_ready,
-        "origin_unix": tl.origin_unix,
-        "stages": {b: tl.stages.get(b) for b in BUCKETS},
-        "not_applicable": sorted(tl.not_applicable),
-        "substeps": dict(tl.substeps),
-        "sources": dict(tl.sources),
-        "intervals": [SpanRecord(**s.to_dict()) for s in tl.spans],
-        "segments": [Segment(bucket=b, start=lo, end=hi) for b, lo, hi in tl.segments],
-    }
+    """The Run fields that carry a reconciled timeline, from ``tl`` (typed): the JSON shape of
+    ``timeline_dict`` with its intervals and segments as records, ready for ``model_copy``."""
+    fields = timeline_dict(tl)
+    fields["intervals"] = [SpanRecord(**s) for s in fields["intervals"]]
+    fields["segments"] = [Segment(**s) for s in fields["segments"]]
+    return fields
