@@ -211,8 +211,11 @@ def test_a_new_engine_gets_findings_and_fleet_watching_through_its_adapter_alone
     from coldscope.findings import findings_from_log
     from coldscope.serve.service import ServeConfig, Service
 
-    monkeypatch.setattr(engines, "ENGINES", (ToyEngine(), *engines.ENGINES))
-    assert isinstance(ToyEngine(), Engine)
+    toy = ToyEngine()
+    monkeypatch.setattr(engines, "ENGINES", (toy, *engines.ENGINES))
+    assert isinstance(toy, Engine)
+    # a default the plug-in keeps asks the other engines, never itself (no recursion)
+    assert set(toy.probe_hooks()) == set(VLLM().probe_hooks())
     run = run_from_log(TOY_LOG, name="toy.log")
     assert run.engine.name == "toy" and run.status == "ok" and run.time_to_ready_s == 5.0
     warnings = [f for f in run.findings if f.id == "engine_warning"]
