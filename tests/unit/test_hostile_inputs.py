@@ -86,6 +86,13 @@ COMMANDS = {
                                   _file(t, b, "p.yaml"), "--json"],
     "plan-startup-model": lambda t, b: ["plan", "--params", "7B", "--startup-model",
                                         _file(t, b, "m.json"), "--json"],
+    "plan-tuned": lambda t, b: ["plan", "--params", "7B", "--tuned", _file(t, b, "tune.json"),
+                                "--json"],
+    "plan-traffic": lambda t, b: ["plan", "--params", "7B", "--traffic",
+                                  _file(t, b, "traffic.yaml"), "--json"],
+    # a bundle is checked before anything is launched: the engine command never runs
+    "profile-bundle": lambda t, b: ["profile", "--bundle", _file(t, b, "b.tar.gz"), "--store",
+                                    str(t / "p.db"), "--", "python", "-c", "pass"],
     "simulate-trace": lambda t, b: ["simulate", "--trace", _file(t, b, "tr.csv"), "--json"],
     "simulate-sweep": lambda t, b: ["simulate", "--trace", _file(t, b"0,1,1\n", "ok.csv"),
                                     "--sweep", _file(t, b, "sw.yaml"), "--json"],
