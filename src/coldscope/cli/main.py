@@ -68,7 +68,7 @@ class LazyGroup(click.Group):
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="coldscope")
 def cli() -> None:
-    """Measure, explain, predict and plan the cold start of LLM inference servers."""
+    """Measure, explain, cut, predict and plan the cold start of LLM inference servers."""
 
 
 def main(argv: list[str] | None = None) -> int:
