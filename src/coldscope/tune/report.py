@@ -7,6 +7,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from coldscope.errors import ColdscopeError
 from coldscope.tune.knob import apply_all
 from coldscope.tune.search import Outcome
 
@@ -22,9 +23,9 @@ def _run_json(store, run_id: str | None) -> dict | None:
         return None
     try:
         run = store.run(run_id)
-    except Exception:  # a run that is not in this store: the document still stands
+    except ColdscopeError:  # a run that is not in this store: the document still stands
         return {"id": run_id}
-    return run.to_json() if hasattr(run, "to_json") else dict(run)
+    return run.to_json()
 
 
 def waterfall(spec, outcome: Outcome) -> list[dict]:
