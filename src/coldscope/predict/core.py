@@ -29,11 +29,10 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from coldscope.errors import ColdscopeError
 from coldscope.predict.formulas import FEATURES, INTERCEPT, term_value
 from coldscope.predict.modelfile import StartupModelFile, StorageSetting
+from coldscope.stages import MODEL_LOADING
 
 if TYPE_CHECKING:
     from coldscope.features import ModelFeatures
-
-MODEL_LOADING = "model_loading"
 
 #: Model loading from a hot page cache when no bandwidth is given: the paper's figure 13 case 0
 #: (DRAM page cache, H100 node) measured 0.122 s per GB, i.e. about 8.2 GB/s.
