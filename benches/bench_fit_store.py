@@ -20,46 +20,31 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = ROOT.parent / "shared" / "fixtures" / "model-configs"
+sys.path.insert(0, str(ROOT))  # tests.shapes
 
 
 def build(base: Path, n: int, template: dict) -> Path:
-    from coldscope.stages import BUCKETS
+    """A store of ``n`` runs over eight config-only shapes, written in one transaction
+    (``Store.add_runs``); kept between invocations."""
+    from tests.shapes import shape_run, write_shape
+
     from coldscope.store import Store
 
     db = base / "big.db"
     if db.exists():
         return db
-    shapes = []
-    for i, layers in enumerate((2, 4, 6, 8, 10, 12, 14, 16)):
-        d = base / f"shape{i}"
-        d.mkdir(parents=True, exist_ok=True)
-        config = json.loads((CONFIGS / "llama-3.2-1b" / "config.json").read_text())
-        config.update(num_hidden_layers=layers, hidden_size=256, intermediate_size=512,
-                      num_attention_heads=4, num_key_value_heads=1, head_dim=64,
-                      vocab_size=1000)
-        (d / "config.json").write_text(json.dumps(config))
-        (d / "tokenizer.json").write_text("t" * (1000 * (i + 1)))
-        shapes.append((d, layers))
-    Store(db).close()  # the schema
-    conn = sqlite3.connect(db)
-    rows = []
-    for k in range(n):
+    shapes = [(write_shape(base / f"shape{i}", layers, i), layers)
+              for i, layers in enumerate((2, 4, 6, 8, 10, 12, 14, 16))]
+
+    def run(k: int):
         d, layers = shapes[k % len(shapes)]
-        stages = {b: None for b in BUCKETS}
-        stages.update(bootstrap=30.0 + k % 7 * 0.1, tokenizer=0.2, model_loading=1.0,
-                      torch_compile=20.0 + 5.0 * layers, kv_cache_profiling=2.0,
-                      server_ready=1.0, unattributed=0.5)
-        rec = dict(template, id=f"run{k:06d}", status="ok", cache="cold", origin="profile",
-                   started_at=f"2026-11-{1 + k // 86400 % 28:02d}T00:00:00Z", stages=stages,
-                   time_to_ready_s=sum(v for v in stages.values() if v),
-                   model={"path": str(d), "name": d.name}, campaign=None, storage={})
-        rec["engine"] = dict(rec.get("engine") or {}, model=str(d))
-        rows.append((rec["id"], 2, "profile", rec["started_at"], "ok", None, "cold", None, None,
-                     str(d), None, rec["time_to_ready_s"], None, json.dumps(rec)))
-    conn.executemany("INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
-    conn.commit()
-    conn.close()
+        return shape_run(f"run{k:06d}", d, layers, bootstrap=30.0 + k % 7 * 0.1,
+                         started_at=f"2026-11-{1 + k // 86400 % 28:02d}T00:00:00Z",
+                         template=template, origin="profile", campaign=None, storage={},
+                         engine=dict(template.get("engine") or {"name": "vllm"}, model=str(d)))
+
+    with Store(db) as store:
+        store.add_runs((run(k), None) for k in range(n))
     return db
 
 

@@ -22,7 +22,7 @@ import json
 import os
 import sqlite3
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -249,35 +249,49 @@ class Store:
         ``otel``, ``launch``) so its timeline can be rebuilt later. A run stored earlier with
         status ``running`` (recorded before its engine started) is replaced; any other run with
         the same id is an integrity error."""
+        self.add_runs([(run, evidence)])
+        return run
+
+    def add_runs(self, items: Iterable[tuple[Run, Mapping[str, object] | None]]) -> int:
+        """Store many runs (each with its evidence, or None) in one transaction: all or none.
+        For imports and fleets, where a commit per run would cost a sync per run. Returns how
+        many were stored."""
         if self.readonly:
             raise ColdscopeError(f"{self.path} was opened read-only")
+        n = 0
+        with self._tx() as cur:
+            for run, evidence in items:
+                self._insert(cur, run, evidence)
+                n += 1
+        return n
+
+    @staticmethod
+    def _insert(cur: sqlite3.Cursor, run: Run, evidence: Mapping[str, object] | None) -> None:
         if not isinstance(run, Run):  # a programming error, not bad user input
             raise TypeError(f"Store.add_run takes a Run, not {type(run).__name__}")
-        with self._tx() as cur:
-            cur.execute("DELETE FROM runs WHERE id = ? AND status = 'running'", (run.id,))
-            cur.execute(
-                "INSERT INTO runs (id, schema_version, origin, started_at, status, reason, cache,"
-                " label, config_key, model_path, engine_version, time_to_ready_s, first_token_s,"
-                " record) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    run.id, SCHEMA_VERSION, run.origin, run.started_at, run.status, run.reason,
-                    run.cache, run.label, run.config_key, run.model.path, run.engine.version,
-                    run.time_to_ready_s, run.first_token_s, json.dumps(run.to_json()),
-                ),
-            )
-            cur.executemany(
-                "INSERT INTO stages (run_id, stage, seconds, source) VALUES (?,?,?,?)",
-                [(run.id, b, run.stages.get(b), run.sources.get(b)) for b in BUCKETS],
-            )
-            cur.executemany(
-                "INSERT INTO substeps (run_id, name, seconds) VALUES (?,?,?)",
-                [(run.id, k, v) for k, v in run.substeps.items()],
-            )
-            cur.executemany(
-                "INSERT INTO evidence (run_id, kind, data) VALUES (?,?,?)",
-                [(run.id, k, json.dumps(v)) for k, v in (evidence or {}).items()],
-            )
-        return run
+        cur.execute("DELETE FROM runs WHERE id = ? AND status = 'running'", (run.id,))
+        cur.execute(
+            "INSERT INTO runs (id, schema_version, origin, started_at, status, reason, cache,"
+            " label, config_key, model_path, engine_version, time_to_ready_s, first_token_s,"
+            " record) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                run.id, SCHEMA_VERSION, run.origin, run.started_at, run.status, run.reason,
+                run.cache, run.label, run.config_key, run.model.path, run.engine.version,
+                run.time_to_ready_s, run.first_token_s, json.dumps(run.to_json()),
+            ),
+        )
+        cur.executemany(
+            "INSERT INTO stages (run_id, stage, seconds, source) VALUES (?,?,?,?)",
+            [(run.id, b, run.stages.get(b), run.sources.get(b)) for b in BUCKETS],
+        )
+        cur.executemany(
+            "INSERT INTO substeps (run_id, name, seconds) VALUES (?,?,?)",
+            [(run.id, k, v) for k, v in run.substeps.items()],
+        )
+        cur.executemany(
+            "INSERT INTO evidence (run_id, kind, data) VALUES (?,?,?)",
+            [(run.id, k, json.dumps(v)) for k, v in (evidence or {}).items()],
+        )
 
     # -- reading -----------------------------------------------------------------------------
 

@@ -134,51 +134,22 @@ def test_demo_shows_progress_for_both_runs(tmp_path):
     assert "now:" not in err and len(json.loads(out)["runs"]) == 2
 
 
-def store_of_runs(tmp_path: Path, n: int, configs: Path) -> Path:
-    """A real store of ``n`` successful runs over four config-only Llama shapes (rows written
-    in one transaction: add_run's fsync per run would make a large store slow to build)."""
-    import sqlite3
-
-    from coldscope.records import Run
-    from coldscope.stages import BUCKETS
+def store_of_runs(tmp_path: Path, n: int) -> Path:
+    """A real store of ``n`` successful runs over four config-only Llama shapes, written in
+    one transaction (``Store.add_runs``: a commit per run would make a large store slow to
+    build)."""
     from coldscope.store import Store
+    from tests.shapes import shape_run, write_shape
 
     db = tmp_path / "big.db"
-    Store(db).close()
-    rows = []
-    for k in range(n):
-        i, layers = k % 4, 2 + 2 * (k % 4)
-        d = tmp_path / f"shape{i}"
-        if not d.exists():
-            d.mkdir()
-            config = json.loads((configs / "llama-3.2-1b" / "config.json").read_text())
-            config.update(num_hidden_layers=layers, hidden_size=256, intermediate_size=512,
-                          num_attention_heads=4, num_key_value_heads=1, head_dim=64,
-                          vocab_size=1000)
-            (d / "config.json").write_text(json.dumps(config))
-            (d / "tokenizer.json").write_text("t" * (1000 * (i + 1)))
-        stages = {b: None for b in BUCKETS}
-        stages.update(bootstrap=30.0, tokenizer=0.2, model_loading=1.0,
-                      torch_compile=20.0 + 5.0 * layers, kv_cache_profiling=2.0,
-                      server_ready=1.0, unattributed=0.5)
-        run = Run.from_json({
-            "id": f"run{k:05d}", "status": "ok", "started_at": "2026-11-29T10:00:00Z",
-            "cache": "cold", "time_to_ready_s": sum(v for v in stages.values() if v),
-            "stages": stages, "environment": {"cpu_model": "x"},
-            "engine": {"name": "vllm", "version": "0.32.0", "compile": True},
-            "model": {"path": str(d), "name": d.name}})
-        rows.append((run.id, 2, "profile", run.started_at, "ok", None, "cold", None, None,
-                     str(d), None, run.time_to_ready_s, None, json.dumps(run.to_json())))
-    with sqlite3.connect(db) as conn:
-        conn.executemany("INSERT INTO runs (id, schema_version, origin, started_at, status, "
-                         "reason, cache, label, config_key, model_path, engine_version, "
-                         "time_to_ready_s, first_token_s, record) "
-                         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+    shapes = [(write_shape(tmp_path / f"shape{i}", 2 + 2 * i, i), 2 + 2 * i) for i in range(4)]
+    with Store(db) as store:
+        store.add_runs((shape_run(f"run{k:05d}", *shapes[k % 4]), None) for k in range(n))
     return db
 
 
 def test_fit_shows_a_progress_bar_while_reading_and_fitting(tmp_path, shared):
-    db = store_of_runs(tmp_path, 250, shared / "fixtures" / "model-configs")
+    db = store_of_runs(tmp_path, 250)
     argv = [CLI, "fit", "--store", str(db), "--out", str(tmp_path / "m.json")]
     code, out, err = on_terminal(argv, tmp_path)
     assert code == 0, err
