@@ -8,6 +8,7 @@ import sys
 import click
 
 from coldscope.errors import ColdscopeError
+from coldscope.safeio import dumps_json
 
 store_option = click.option(
     "--store", "store_path", type=click.Path(dir_okay=False), default=None,
@@ -17,8 +18,8 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 
 
 def print_json(obj) -> None:
-    json.dump(obj, sys.stdout, indent=2, default=str)
-    sys.stdout.write("\n")
+    """Always valid JSON: a non-finite number (a prediction that overflowed) prints as null."""
+    sys.stdout.write(dumps_json(obj) + "\n")
 
 
 def console():
