@@ -52,11 +52,12 @@ def run_from_log(lines: Sequence[str], *, name: str, origin: str = "log",
                              "(no known line found)")
     engine, reading = found
     info = reading.info
-    ready = reading.timeline.time_to_ready is not None
+    ready = reading.timeline.time_to_ready is not None and reading.failure is None
+    reason = reading.failure or ("the log never shows the engine ready (truncated, or it "
+                                 "failed during start-up)")
     run = Run(
         id=name, status="ok" if ready else "failed",
-        reason=None if ready else "the log never shows the engine ready (truncated, or it "
-                                  "failed during start-up)",
+        reason=None if ready else reason,
         cache="unknown", origin=origin,  # type: ignore[arg-type]
         started_at=started_at or dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
         tool=Tool(version=__version__),
@@ -65,5 +66,6 @@ def run_from_log(lines: Sequence[str], *, name: str, origin: str = "log",
         log_info=info, log_tail="\n".join(lines[-40:]),
         paper_metrics=reading.paper_metrics, missed_by_paper_parser=reading.missed,
         findings=findings_from_log(list(lines), found),
+        notes=list(reading.notes),
     )
     return run.with_timeline(reading.timeline)

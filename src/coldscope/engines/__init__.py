@@ -74,6 +74,13 @@ class LogReading:
     time_to_ready_from: str | None = None
     paper_metrics: dict[str, float | None] | None = None
     missed: list[MissedItem] = field(default_factory=list)
+    failure: str | None = None
+    """Why the start-up did not finish, quoted from the log (a traceback's last line, an
+    ``ERROR`` after engine init, "cut off after ..."); None when it reached its ready line.
+    A reading with a failure is a ``failed`` run, never ``ok``, whatever its timeline shows."""
+    notes: list[str] = field(default_factory=list)
+    """How the adapter read the log: which line won where evidence overlapped or contradicted,
+    lines it ignored (another service's, a repeated summary), the rank it reported."""
 
 
 @dataclass(frozen=True)
