@@ -21,7 +21,7 @@ from coldscope.predict.paper import (
     paper_features,
 )
 from coldscope.predict.store import observations_from_runs
-from coldscope.predictor import StartupModel, estimate_startup, t_quantile
+from coldscope.predictor import StartupModel, estimate_startup, t_quantile, term_value
 from coldscope.records import Run
 from coldscope.stages import BUCKETS, STAGES, UNATTRIBUTED
 
@@ -150,9 +150,15 @@ def test_warnings_for_out_of_range_and_out_of_domain(paper_model: StartupModel) 
     hybrid = paper_model.predict(features["granite4.0-h-3b"])
     assert any("hybrid" in w and "out of domain" in w for w in hybrid.warnings)
     falcon = paper_model.predict(features["falcon-11b"])
-    layers_used = any("layers" in t for b in paper_model.to_dict()["buckets"].values()
-                      for t in b["terms"])
-    assert layers_used == any("training range 24-48" in w for w in falcon.warnings)
+    assert falcon.formulas is not None
+    ranges = paper_model.file_.feature_ranges
+    for term in {t for f in falcon.formulas.values() for t in f.terms} - {"1"}:
+        value = term_value(term, features["falcon-11b"], SETTINGS)
+        assert value is not None
+        outside = not ranges[term][0] <= value <= ranges[term][1]
+        named = any(w.startswith(f"{term} = ") and "outside the training range" in w
+                    for w in falcon.warnings)
+        assert outside == named, term
     assert paper_model.predict(features["qwen-7b"]).warnings == []
 
 

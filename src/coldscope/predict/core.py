@@ -3,14 +3,20 @@
 Given a ``StartupModelFile`` and a model's features, ``predict`` returns per-bucket seconds,
 the total, their prediction intervals and warnings. The steps, in order:
 
-1. the base formulas (``predict.fit`` explains how they were chosen) and their intervals:
+1. the formula serving each bucket (``served``): the one chosen by leave-one-model-out error,
+   unless it extrapolates for this model and a candidate of comparable error (not
+   significantly worse, ``predict.fit._comparable``) stays closer to the data - the range
+   rule, which serves the candidate with the smallest ``hypot(LOMO rmse, contribution beyond
+   the training range)``; then the base formulas' intervals:
    classical OLS prediction intervals per bucket ``s +- t sqrt(sigma_ss (1 + a'(X'X)^-1 a))``,
    the total from the cross-bucket residual covariance (every bucket is fitted on the same
    models, so their errors are correlated), or CV+ (jackknife+ with one fold per model) where
    the training set is large enough;
 2. extrapolation: a term whose value lies outside its training range widens its bucket's
    interval by that term's contribution beyond the range (``|coef| x excess``) on both sides,
-   so a prediction far from the data is visibly uncertain rather than confidently wrong;
+   so a prediction far from the data is visibly uncertain rather than confidently wrong -
+   except model loading's weight term where the training data show one marginal rate across
+   its sizes (``LoadingRate.constant``): there it widens by the rate's uncertainty only;
 3. calibration (``predict.calibrate``): each bucket moves to the calibrated machine by a ratio
    or an offset; its interval is scaled alike and widened by what the calibration runs
    disagreed on (``disagreement_t x spread``, in quadrature);
@@ -27,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from coldscope.errors import ColdscopeError
-from coldscope.predict.formulas import FEATURES, INTERCEPT, term_value
+from coldscope.predict.formulas import FEATURES, INTERCEPT, formula_text, term_value
 from coldscope.predict.modelfile import StartupModelFile, StorageSetting
 from coldscope.stages import MODEL_LOADING
 
@@ -75,6 +81,28 @@ class LoadingSetting:
     bandwidth_bps: float | None = None
 
 
+@dataclass(frozen=True)
+class Served:
+    """The formula serving one bucket for one model: terms, coefficients, and why.
+
+    ``candidate``: its index in the bucket's candidates when the range rule switched to it,
+    else None (the LOMO choice, ``BucketFormula.terms``). ``beyond_s``: its contribution
+    beyond the training range of its inputs (seconds).
+    """
+
+    terms: list[str]
+    coef: list[float]
+    formula: str
+    candidate: int | None
+    beyond_s: float
+    why: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"formula": self.formula, "terms": list(self.terms),
+                "switched": self.candidate is not None,
+                "beyond_range_s": round(self.beyond_s, 4), "why": self.why}
+
+
 @dataclass
 class Prediction:
     """A start-up prediction: per-bucket seconds, the total, intervals, and warnings."""
@@ -87,6 +115,7 @@ class Prediction:
     model: str = ""
     storage: dict[str, Any] | None = None
     calibrated_on: list[str] | None = None
+    formulas: dict[str, Served] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract of ``coldscope predict --json`` (and ``serve``'s /v1/predict)."""
@@ -99,6 +128,8 @@ class Prediction:
                        for k, v in self.stages.items()},
             "storage": self.storage,
             "calibrated_on": self.calibrated_on,
+            "formulas": ({b: v.to_dict() for b, v in self.formulas.items()}
+                         if self.formulas is not None else None),
             "warnings": list(self.warnings),
         }
 
@@ -113,10 +144,90 @@ def settings_of(file: StartupModelFile, **overrides: Any) -> dict[str, Any]:
 
 
 def term_values(file: StartupModelFile, features: ModelFeatures, settings: Mapping[str, Any],
-                missing: set[str] | None = None) -> dict[str, list[float]]:
-    """Each bucket's term values; an unknown feature takes its training median (reported)."""
-    return {b: [_value(file, t, features, settings, missing) for t in spec.terms]
+                missing: set[str] | None = None,
+                formulas: Mapping[str, Served] | None = None) -> dict[str, list[float]]:
+    """Each bucket's term values (of ``formulas``, else the LOMO choices); an unknown feature
+    takes its training median (reported)."""
+    return {b: [_value(file, t, features, settings, missing)
+                for t in (formulas[b].terms if formulas else spec.terms)]
             for b, spec in file.buckets.items()}
+
+
+def served(file: StartupModelFile, features: ModelFeatures,
+           **settings: Any) -> dict[str, Served]:
+    """The formula that serves each bucket for ``features``, and why (the range rule).
+
+    Each bucket's LOMO choice serves unless it extrapolates (a term outside its training
+    range); then every candidate of comparable LOMO error (``Candidate.comparable``, with its
+    own CV+ ingredients saved) competes on ``hypot(lomo_rmse, beyond)``, ``beyond`` being its
+    contribution beyond the training range (``|coef| x excess``, summed over its terms): the
+    part of a prediction the data do not support, counted as error. Inside the data every
+    ``beyond`` is 0 and the LOMO choice wins.
+    """
+    return _served(file, features, settings_of(file, **settings))
+
+
+def _served(file: StartupModelFile, features: ModelFeatures,
+            settings: Mapping[str, Any]) -> dict[str, Served]:
+    rule = file.interval.method == "cv+"
+    out: dict[str, Served] = {}
+    for b, spec in file.buckets.items():
+        base_beyond, base_why = _beyond(file, spec.terms, spec.coef, features, settings)
+        best = Served(list(spec.terms), list(spec.coef),
+                      formula_text(b, spec.terms, spec.coef), None, base_beyond, "")
+        best_score = math.hypot(spec.lomo_rmse, base_beyond)
+        rivals = []
+        if rule and base_beyond > 0:
+            for k, c in enumerate(spec.candidates):
+                if not c.comparable or c.coef is None or c.folds is None \
+                        or c.terms == spec.terms:
+                    continue
+                beyond, _ = _beyond(file, c.terms, c.coef, features, settings)
+                score = math.hypot(c.lomo_rmse, beyond)
+                rivals.append(("+".join(c.terms), c.lomo_rmse, beyond))
+                if score < best_score - 1e-9:
+                    best_score = score
+                    best = Served(list(c.terms), list(c.coef),
+                                  formula_text(b, c.terms, c.coef), k, beyond, "")
+        if base_beyond == 0:
+            why = (f"lowest leave-one-model-out error ({spec.lomo_rmse:.3f} s rmse); its "
+                   "inputs are inside the training range")
+        elif best.candidate is None:
+            why = (f"lowest leave-one-model-out error ({spec.lomo_rmse:.3f} s rmse); it "
+                   f"extrapolates ({base_why}: {base_beyond:.2f} s beyond the range)")
+            why += ("; no candidate of comparable error stays closer to the data" if rivals
+                    else "; no candidate of comparable error to switch to" if rule
+                    else "; the range rule needs CV+ intervals (at least "
+                         "9 training runs)")
+        else:
+            c = spec.candidates[best.candidate]
+            why = (f"range rule: the LOMO choice {'+'.join(spec.terms)} "
+                   f"({spec.lomo_rmse:.3f} s rmse) extrapolates ({base_why}: "
+                   f"{base_beyond:.2f} s beyond the range); {'+'.join(c.terms)} has comparable "
+                   f"error ({c.lomo_rmse:.3f} s rmse, not significantly worse) and "
+                   + (f"only {best.beyond_s:.2f} s beyond the range" if best.beyond_s > 0
+                      else "its inputs inside the training range"))
+        out[b] = Served(best.terms, best.coef, best.formula, best.candidate, best.beyond_s, why)
+    return out
+
+
+def _beyond(file: StartupModelFile, terms: list[str], coef: list[float],
+            features: ModelFeatures, settings: Mapping[str, Any]) -> tuple[float, str]:
+    """A formula's contribution beyond the training range (seconds), and which inputs."""
+    total = 0.0
+    notes = []
+    for t, c in zip(terms, coef, strict=True):
+        if t == INTERCEPT or t not in file.feature_ranges:
+            continue
+        value = term_value(t, features, settings)
+        if value is None:
+            continue
+        lo, hi = file.feature_ranges[t]
+        excess = max(value - hi, lo - value, 0.0)
+        if excess > 0:
+            total += abs(c) * excess
+            notes.append(f"{t} = {value:.4g} outside {lo:.4g}-{hi:.4g}")
+    return total, ", ".join(notes)
 
 
 def _value(file: StartupModelFile, term: str, features: ModelFeatures,
@@ -135,10 +246,13 @@ def _value(file: StartupModelFile, term: str, features: ModelFeatures,
 
 def explain(file: StartupModelFile, features: ModelFeatures,
             **settings: Any) -> dict[str, dict[str, float]]:
-    """Each base bucket's terms and their contributions in seconds (they sum to the bucket)."""
-    values = term_values(file, features, settings_of(file, **settings), set())
-    return {b: {t: c * v for t, c, v in zip(spec.terms, spec.coef, values[b], strict=True)}
-            for b, spec in file.buckets.items()}
+    """Each base bucket's terms and their contributions in seconds (they sum to the bucket),
+    of the formula that serves it for ``features`` (``served`` says which and why)."""
+    merged = settings_of(file, **settings)
+    formulas = _served(file, features, merged)
+    values = term_values(file, features, merged, set(), formulas)
+    return {b: {t: c * v for t, c, v in zip(f.terms, f.coef, values[b], strict=True)}
+            for b, f in formulas.items()}
 
 
 def predict(file: StartupModelFile, features: ModelFeatures, capture_sizes: int | None = None,
@@ -147,10 +261,11 @@ def predict(file: StartupModelFile, features: ModelFeatures, capture_sizes: int 
     settings = settings_of(file, capture_sizes=capture_sizes)
     order = list(file.buckets)
     missing: set[str] = set()
-    a = term_values(file, features, settings, missing)
-    means = {b: _dot(file.buckets[b].coef, a[b]) for b in order}
+    formulas = _served(file, features, settings)
+    a = term_values(file, features, settings, missing, formulas)
+    means = {b: _dot(formulas[b].coef, a[b]) for b in order}
     if file.interval.method == "cv+":
-        intervals = _cv_plus(file, features, settings)
+        intervals = _cv_plus(file, features, settings, formulas)
     else:
         intervals = _ols_intervals(file, a)
     # half-widths below / above each mean (the interval methods centre differently)
@@ -161,12 +276,13 @@ def predict(file: StartupModelFile, features: ModelFeatures, capture_sizes: int 
     t_hi = max(intervals["total"][1] - total_mean, 0.0)
 
     warnings = [f"{name} ({FEATURES[name].unit}) is unknown for {features.name}: the "
-                f"training median was used, so the {', '.join(_users(file, name))} "
+                f"training median was used, so the {', '.join(_users(file, name, formulas))} "
                 "prediction is only typical" for name in sorted(missing)]
-    warnings += domain_warnings(file, features, settings)
+    warnings += domain_warnings(file, features, settings, formulas)
+    warnings += [f"{b}: {f.why}" for b, f in formulas.items() if f.candidate is not None]
 
     # 2. extrapolation widens
-    extra = _extrapolation(file, features, settings)
+    extra = _extrapolation(file, features, settings, formulas)
     for b, e in extra.items():
         lo_hw[b] += e
         hi_hw[b] += e
@@ -223,7 +339,8 @@ def predict(file: StartupModelFile, features: ModelFeatures, capture_sizes: int 
     interval = Interval(max(min(total - t_lo, total), 0.0), max(total + t_hi, total))
     return Prediction(total, interval, stages, warnings, file.interval.level,
                       model=features.name, storage=storage,
-                      calibrated_on=list(cal.models) if cal is not None else None)
+                      calibrated_on=list(cal.models) if cal is not None else None,
+                      formulas=formulas)
 
 
 def _total_spread(cal: Any, base_means: Mapping[str, float]) -> float:
@@ -303,17 +420,33 @@ def _reload(file: StartupModelFile, features: ModelFeatures, means: dict[str, fl
     return setting, note
 
 
-def _users(file: StartupModelFile, name: str) -> list[str]:
-    return [b for b, spec in file.buckets.items() if name in spec.terms]
+def _users(file: StartupModelFile, name: str,
+           formulas: Mapping[str, Served] | None = None) -> list[str]:
+    return [b for b, spec in file.buckets.items()
+            if name in (formulas[b].terms if formulas else spec.terms)]
+
+
+def _rate_holds(file: StartupModelFile, bucket: str, term: str) -> bool:
+    rate = file.loading_rate
+    return (bucket == MODEL_LOADING and term == "weight_gb" and rate is not None
+            and rate.constant and file.calibration is None)
 
 
 def _extrapolation(file: StartupModelFile, features: ModelFeatures,
-                   settings: Mapping[str, Any]) -> dict[str, float]:
-    """Per bucket: the contribution of its terms beyond their training range (seconds)."""
+                   settings: Mapping[str, Any],
+                   formulas: Mapping[str, Served] | None = None) -> dict[str, float]:
+    """Per bucket: the contribution of its terms beyond their training range (seconds).
+
+    Model loading's weight term, where the training data keep one marginal rate across their
+    sizes, counts only the rate's uncertainty beyond the range: ``t x se x excess`` of the
+    nearer half of the training sizes (``LoadingRate``).
+    """
     out: dict[str, float] = {}
     for b, spec in file.buckets.items():
         extra = 0.0
-        for t, c in zip(spec.terms, spec.coef, strict=True):
+        terms, coef = (formulas[b].terms, formulas[b].coef) if formulas else (spec.terms,
+                                                                               spec.coef)
+        for t, c in zip(terms, coef, strict=True):
             if t == INTERCEPT or t not in file.feature_ranges:
                 continue
             value = term_value(t, features, settings)
@@ -321,14 +454,21 @@ def _extrapolation(file: StartupModelFile, features: ModelFeatures,
                 continue
             lo, hi = file.feature_ranges[t]
             excess = max(value - hi, lo - value, 0.0)
-            extra += abs(c) * excess
+            if excess and _rate_holds(file, b, t):
+                rate = file.loading_rate
+                assert rate is not None
+                se = rate.upper_se if value > hi else rate.lower_se
+                extra += rate.t * se * excess
+            else:
+                extra += abs(c) * excess
         if extra:
             out[b] = extra
     return out
 
 
 def domain_warnings(file: StartupModelFile, features: ModelFeatures,
-                    settings: Mapping[str, Any]) -> list[str]:
+                    settings: Mapping[str, Any],
+                    formulas: Mapping[str, Served] | None = None) -> list[str]:
     """Out-of-domain kind, out-of-range features, incomparable graph sizes, nominal sizes."""
     warnings: list[str] = []
     kinds = file.trained_on.kinds
@@ -338,14 +478,25 @@ def domain_warnings(file: StartupModelFile, features: ModelFeatures,
             f"{'/'.join(kinds)} models only: out of domain (MoE/hybrid KV-cache "
             "profiling and loading do not scale like dense models)"
         )
-    used = sorted({t for spec in file.buckets.values() for t in spec.terms} - {INTERCEPT})
+    used = sorted({t for b, spec in file.buckets.items()
+                   for t in (formulas[b].terms if formulas else spec.terms)} - {INTERCEPT})
     for name in used:
         value = FEATURES[name].get(features, settings)
         if value is None or name not in file.feature_ranges:
             continue
         lo, hi = file.feature_ranges[name]
         if value < lo * (1 - 1e-9) or value > hi * (1 + 1e-9):
-            users = _users(file, name)
+            users = _users(file, name, formulas)
+            rate = file.loading_rate
+            if users == [MODEL_LOADING] and _rate_holds(file, MODEL_LOADING, name) \
+                    and rate is not None:
+                warnings.append(
+                    f"{name} = {value:.4g} is outside the training range {lo:.4g}-{hi:.4g} "
+                    f"({FEATURES[name].unit}): model_loading follows the marginal rate the "
+                    f"training data keep across their sizes ({rate.lower_rate:.4g} s/GB on "
+                    f"the smaller half, {rate.upper_rate:.4g} on the larger), and its interval "
+                    "is widened by that rate's uncertainty beyond the range")
+                continue
             warnings.append(
                 f"{name} = {value:.4g} is outside the training range {lo:.4g}-{hi:.4g} "
                 f"({FEATURES[name].unit}): the {', '.join(users)} "
@@ -366,18 +517,41 @@ def domain_warnings(file: StartupModelFile, features: ModelFeatures,
     return warnings
 
 
-def _cv_plus(file: StartupModelFile, features: ModelFeatures,
-             settings: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
-    """CV+ intervals: fold predictions -/+ each held-out residual, order statistics."""
+def _cv_plus(file: StartupModelFile, features: ModelFeatures, settings: Mapping[str, Any],
+             formulas: Mapping[str, Served] | None = None) -> dict[str, tuple[float, float]]:
+    """CV+ intervals: fold predictions -/+ each held-out residual, order statistics.
+
+    A bucket the range rule switched uses its candidate's fold coefficients and held-out
+    residuals; the total's residuals swap that bucket's part (the bucket residuals of a run
+    add up to its total residual, ``unattributed`` being the remainder).
+    """
     assert file.folds is not None and file.cv_residuals is not None
+    swapped = {b: file.buckets[b].candidates[f.candidate]
+               for b, f in (formulas or {}).items() if f.candidate is not None}
     fold_means = []
-    for fold in file.folds:
+    for i, fold in enumerate(file.folds):
         row = {}
         for b, spec in fold.buckets.items():
-            values = [_value(file, t, features, settings) for t in spec.terms]
-            row[b] = _dot(spec.coef, values)
+            terms, coef = spec.terms, spec.coef
+            if b in swapped:
+                cand = swapped[b]
+                assert cand.folds is not None
+                terms, coef = cand.terms, cand.folds[i]
+            values = [_value(file, t, features, settings) for t in terms]
+            row[b] = _dot(coef, values)
         fold_means.append(row)
     residuals = file.cv_residuals
+    if swapped:
+        swapped_res = []
+        for j, r in enumerate(residuals):
+            buckets = dict(r.buckets)
+            total = r.total
+            for b, cand in swapped.items():
+                assert cand.cv_residuals is not None
+                total += cand.cv_residuals[j] - buckets[b]
+                buckets[b] = cand.cv_residuals[j]
+            swapped_res.append(r.model_copy(update={"total": total, "buckets": buckets}))
+        residuals = swapped_res
     n = len(residuals)
     alpha = 1.0 - file.interval.level
     k_low = max(math.floor(alpha * (n + 1) + 1e-9), 1)

@@ -33,7 +33,7 @@ from coldscope.predict.formulas import (
     term_value,
 )
 from coldscope.predict.modelfile import FILE_KIND, SCHEMA_VERSION, StartupModelFile
-from coldscope.stages import BUCKETS, UNATTRIBUTED
+from coldscope.stages import BUCKETS, MODEL_LOADING, UNATTRIBUTED
 
 __all__ = ["FitOptions", "Observation", "cv_plus_min_points", "fit_startup_model"]
 
@@ -92,12 +92,19 @@ def fit_startup_model(model: FitOptions, observations: list[Observation],
         if not usable:
             usable = [(INTERCEPT,)]
         scored = []
+        held_out = []
         for terms in usable:
-            res = _lomo_residuals(_design(terms, rows, settings), rows.y[b])
+            X = _design(terms, rows, settings)
+            res = _lomo_residuals(X, rows.y[b])
+            held_out.append(res)
             scored.append({"terms": list(terms), "lomo_rmse": _rms(res),
-                           "lomo_max_abs": float(np.max(np.abs(res)))})
-        best = min(scored, key=lambda s: (round(s["lomo_rmse"], 9), len(s["terms"])))
-        chosen[b] = tuple(best["terms"])
+                           "lomo_max_abs": float(np.max(np.abs(res))),
+                           "coef": _ols(X, rows.y[b])[0].tolist()})
+        k_best = min(range(len(scored)),
+                     key=lambda k: (round(scored[k]["lomo_rmse"], 9), len(scored[k]["terms"])))
+        for k, entry in enumerate(scored):
+            entry["comparable"] = k == k_best or _comparable(held_out[k], held_out[k_best])
+        chosen[b] = tuple(scored[k_best]["terms"])
         reports[b] = scored
 
     designs = {b: _design(chosen[b], rows, settings) for b in buckets}
@@ -157,6 +164,8 @@ def fit_startup_model(model: FitOptions, observations: list[Observation],
             "pcc": _pcc_row(rows.y[b], rows, settings) if source != _FOLD else {},
             "mean_s": float(np.mean(rows.y[b])),
         }
+    if MODEL_LOADING in buckets:
+        state["loading_rate"] = _loading_rate(rows, level)
     if depth >= 1 and n >= 4:
         report, folds, residuals = _cross_validate(model, used, rows, environment, settings,
                                                    depth - 1)
@@ -165,6 +174,10 @@ def fit_startup_model(model: FitOptions, observations: list[Observation],
             state["interval"]["method"] = "cv+"
             state["folds"] = folds
             state["cv_residuals"] = residuals
+            _candidate_folds(state, rows, used, settings)
+        if source != _FOLD:
+            state["extrapolation"] = _extrapolate(model, used, rows, environment, settings,
+                                                  state)
     state["interval"]["description"] = INTERVAL_METHODS[state["interval"]["method"]] + (
         "; plus pooled within-model run-to-run covariance" if within and
         state["interval"]["method"] == "ols" else "")
@@ -367,6 +380,7 @@ def _cross_validate(model: FitOptions, observations: list[Observation], rows: _R
         names = list(fold.buckets)
         folds.append({"left_out": m, "buckets": {
             b: {"terms": v.terms, "coef": v.coef} for b, v in fold.buckets.items()}})
+        # the held-out model is predicted as users' models are: with the range rule
         fitted = {b: sum(c.values()) for b, c in core.explain(fold, rows.features[i]).items()}
         for o in observations:
             if o.model == m:
@@ -393,3 +407,157 @@ def _cross_validate(model: FitOptions, observations: list[Observation], rows: _R
     if checked:
         total["coverage"] = f"{covered}/{checked}"
     return {"total": total, "per_model": per_model}, folds, residuals
+
+
+# -- the range rule's ingredients -------------------------------------------------------------
+
+
+def _comparable(res: np.ndarray, best: np.ndarray, alpha: float = 0.05) -> bool:
+    """Whether a candidate's LOMO error is not significantly worse than the best's.
+
+    One-sided paired t-test on the per-model squared held-out errors (a Diebold-Mariano test
+    on leave-one-model-out losses): comparable unless the mean excess squared error exceeds
+    ``t_{1-alpha}(n-1)`` standard errors of that mean.
+    """
+    d = np.square(res) - np.square(best)
+    n = len(d)
+    mean = float(np.mean(d))
+    if mean <= 0:
+        return True
+    if n < 3:
+        return False
+    se = float(np.std(d, ddof=1)) / math.sqrt(n)
+    return mean <= t_quantile(1 - alpha, n - 1) * se
+
+
+def _candidate_folds(state: dict[str, Any], rows: _Rows, observations: list[Observation],
+                     settings: Mapping[str, Any]) -> None:
+    """CV+ ingredients of every comparable alternative: per-fold coefficients (fold ``i``
+    leaves out ``rows.models[i]``, the order of ``state["folds"]``) and per-run held-out
+    residuals (the order of ``state["cv_residuals"]``)."""
+    names = list(state["buckets"])
+    runs = [(i, _bucket_vector(o, names)) for i, m in enumerate(rows.models)
+            for o in observations if o.model == m]
+    for j, b in enumerate(names):
+        spec = state["buckets"][b]
+        for cand in spec["candidates"]:
+            if not cand.get("comparable") or cand["terms"] == spec["terms"]:
+                continue
+            X = _design(tuple(cand["terms"]), rows, settings)
+            coefs = []
+            for i in range(len(rows.models)):
+                keep = np.arange(len(rows.models)) != i
+                coefs.append(np.linalg.lstsq(X[keep], rows.y[b][keep], rcond=None)[0])
+            cand["folds"] = [c.tolist() for c in coefs]
+            cand["cv_residuals"] = [float(v[j] - X[i] @ coefs[i]) for i, v in runs]
+
+
+def _loading_rate(rows: _Rows, level: float) -> dict[str, Any] | None:
+    """The marginal loading rate (s/GB) on the smaller and the larger half of the models."""
+    try:
+        gb = _design(("weight_gb",), rows, {})[:, 0]
+    except _Missing:
+        return None
+    n = len(gb)
+    half = (n + 1) // 2
+    if half < 3:
+        return None
+    order = np.argsort(gb, kind="stable")
+    y = rows.y[MODEL_LOADING]
+    out: dict[str, Any] = {}
+    dof = half - 2
+    for side, idx in (("lower", order[:half]), ("upper", order[n - half:])):
+        X = np.column_stack([np.ones(half), gb[idx]])
+        coef, ginv, resid = _ols(X, y[idx])
+        s2 = float(resid @ resid) / max(dof, 1)
+        out[f"{side}_rate"] = float(coef[1])
+        out[f"{side}_se"] = math.sqrt(max(s2 * ginv[1, 1], 0.0))
+        out[f"{side}_models"] = [rows.models[i] for i in idx]
+    t = t_quantile(1 - (1 - level) / 2, 2 * max(dof, 1))
+    out["t"] = t
+    diff = abs(out["upper_rate"] - out["lower_rate"])
+    out["constant"] = diff <= t * math.hypot(out["lower_se"], out["upper_se"])
+    return out
+
+
+def extreme_models(rows_models: list[str], features: list[ModelFeatures]) -> dict[str, list[str]]:
+    """model -> which extremes it is: the deepest (most layers, then parameters), the largest
+    and the smallest (parameters, else weight bytes) of the training models."""
+    def size(f: ModelFeatures) -> float | None:
+        return f.params if f.params is not None else f.weight_bytes
+
+    out: dict[str, list[str]] = {}
+    picks = []
+    layered = [(f.num_layers, size(f) or 0, m) for m, f in zip(rows_models, features, strict=True)
+               if f.num_layers is not None]
+    if layered:
+        picks.append(("deepest", max(layered)[2]))
+    sized = [(size(f), m) for m, f in zip(rows_models, features, strict=True)
+             if size(f) is not None]
+    if sized:
+        picks.append(("largest", max(sized)[1]))
+        picks.append(("smallest", min(sized)[1]))
+    for label, m in picks:
+        out.setdefault(m, []).append(label)
+    return out
+
+
+def _extrapolate(model: FitOptions, observations: list[Observation], rows: _Rows,
+                 environment: Mapping[str, Any], settings: Mapping[str, Any],
+                 state: dict[str, Any]) -> dict[str, Any] | None:
+    """Extrapolation folds: hold out each extreme training model, refit on the rest.
+
+    Per candidate formula (refitted alone): its held-out error, into the candidate's
+    ``extrap_rmse`` / ``extrap_max_abs``. The whole fit (formula choice, range rule, CV+
+    intervals of its own) on the rest: the held-out total's error and whether it fell inside
+    its interval - the check that the range rule and the intervals hold where users need them.
+    """
+    extremes = extreme_models(rows.models, rows.features)
+    if len(rows.models) < 5 or not extremes:
+        return None
+    index = {m: i for i, m in enumerate(rows.models)}
+    errors: dict[tuple[str, int], list[float]] = {}
+    per_model: dict[str, Any] = {}
+    covered = checked = 0
+    for m, labels in extremes.items():
+        i = index[m]
+        keep = np.arange(len(rows.models)) != i
+        for b, spec in state["buckets"].items():
+            for k, cand in enumerate(spec["candidates"]):
+                X = _design(tuple(cand["terms"]), rows, settings)
+                if np.linalg.matrix_rank(X[keep]) < X.shape[1]:
+                    continue
+                coef = np.linalg.lstsq(X[keep], rows.y[b][keep], rcond=None)[0]
+                errors.setdefault((b, k), []).append(float(X[i] @ coef - rows.y[b][i]))
+        rest = [o for o in observations if o.model != m]
+        fold = fit_startup_model(model, rest, environment, settings, _FOLD, depth=1)
+        pred = core.predict(fold, rows.features[i])
+        served = core.served(fold, rows.features[i])
+        actual = float(rows.total[i])
+        entry: dict[str, Any] = {
+            "extremes": labels, "actual_s": actual, "predicted_s": pred.total_s,
+            "error_s": pred.total_s - actual,
+            "stages": {b: {"actual_s": float(rows.y[b][i]), "predicted_s": sp.s}
+                       for b, sp in pred.stages.items() if b in rows.y},
+            "served": {b: v.formula for b, v in served.items()},
+        }
+        if fold.interval.method == "cv+":
+            entry["interval"] = {"low": pred.interval.low, "high": pred.interval.high}
+            entry["inside"] = pred.interval.low <= actual <= pred.interval.high
+            inside = [pred.stages[b].interval.low - 1e-9 <= rows.y[b][i]
+                      <= pred.stages[b].interval.high + 1e-9
+                      for b in pred.stages if b in rows.y]
+            entry["stages_inside"] = f"{sum(inside)}/{len(inside)}"
+            covered += entry["inside"]
+            checked += 1
+        per_model[m] = entry
+    for (b, k), errs in errors.items():
+        e = np.array(errs)
+        state["buckets"][b]["candidates"][k]["extrap_rmse"] = _rms(e)
+        state["buckets"][b]["candidates"][k]["extrap_max_abs"] = float(np.max(np.abs(e)))
+    e = np.array([v["error_s"] for v in per_model.values()])
+    total: dict[str, Any] = {"mse": float(np.mean(e**2)), "rmse": _rms(e),
+                             "max_abs": float(np.max(np.abs(e)))}
+    if checked:
+        total["coverage"] = f"{covered}/{checked}"
+    return {"total": total, "per_model": per_model}

@@ -64,9 +64,26 @@ class IntervalSpec(_Record):
 
 
 class Candidate(_Record):
+    """One candidate formula of a bucket and how it validated.
+
+    ``comparable``: its leave-one-model-out error is not significantly worse than the chosen
+    formula's (one-sided paired t-test on the held-out squared errors, 5 %), so the range rule
+    may serve it where the chosen one extrapolates; ``coef`` is then its fit on every model and
+    ``folds`` / ``cv_residuals`` its CV+ ingredients (one coefficient vector per LOMO fold, in
+    the file's fold order; one held-out residual per training run, in ``cv_residuals`` order).
+    ``extrap_*``: its error on the extrapolation folds (the deepest, largest and smallest
+    training model held out in turn, the formula refitted on the rest).
+    """
+
     terms: list[str]
     lomo_rmse: float
     lomo_max_abs: float
+    comparable: bool | None = None
+    extrap_rmse: float | None = None
+    extrap_max_abs: float | None = None
+    coef: list[float] | None = None
+    folds: list[list[float]] | None = None
+    cv_residuals: list[float] | None = None
 
 
 class BucketFormula(_Record):
@@ -121,6 +138,41 @@ class LomoModel(_Record):
     inside: bool | None = None
 
 
+class ExtrapolationModel(_Record):
+    """One extrapolation fold: a training extreme held out, the whole fit redone on the rest."""
+
+    extremes: list[str] = Field(description="deepest, largest and/or smallest")
+    actual_s: float
+    predicted_s: float
+    error_s: float
+    stages: dict[str, LomoStage]
+    interval: Interval | None = None
+    inside: bool | None = None
+    stages_inside: str | None = Field(None, description="stages inside their interval, k/n")
+    served: dict[str, str] = Field(default_factory=dict,
+                                   description="the formula that served each bucket")
+
+
+class LoadingRate(_Record):
+    """Does model loading keep one marginal rate (seconds per GB) across the training sizes?
+
+    Least squares ``loading = a + rate x weight_gb`` on the smaller and on the larger half of the
+    training models; the rate is ``constant`` when the two agree within ``t`` times their
+    combined standard error. Then a model beyond the weight range is predicted along that rate
+    and its interval widens by ``t x se x excess`` of the nearer half instead of by the whole
+    contribution beyond the range.
+    """
+
+    lower_rate: float
+    lower_se: float
+    lower_models: list[str]
+    upper_rate: float
+    upper_se: float
+    upper_models: list[str]
+    t: float = Field(gt=0)
+    constant: bool
+
+
 class LomoTotal(_Record):
     mse: float
     rmse: float
@@ -131,6 +183,11 @@ class LomoTotal(_Record):
 class Lomo(_Record):
     total: LomoTotal
     per_model: dict[str, LomoModel]
+
+
+class Extrapolation(_Record):
+    total: LomoTotal
+    per_model: dict[str, ExtrapolationModel]
 
 
 class StageTransfer(_Record):
@@ -170,6 +227,17 @@ class StagePredictionOut(_Record):
     interval: Interval
 
 
+class ServedFormula(_Record):
+    """The formula that served one bucket of a prediction, and why (the range rule)."""
+
+    formula: str
+    terms: list[str]
+    switched: bool = Field(description="the range rule replaced the LOMO choice")
+    beyond_range_s: float = Field(ge=0, description="its contribution beyond the training "
+                                                    "range of its inputs (seconds)")
+    why: str
+
+
 class PredictionReport(_Record):
     """What ``coldscope predict --json`` prints and ``serve``'s POST /v1/predict returns."""
 
@@ -182,6 +250,8 @@ class PredictionReport(_Record):
         None, description="the storage setting model_loading was predicted for")
     calibrated_on: list[str] | None = Field(
         None, description="the calibration models, for a calibrated startup model")
+    formulas: dict[str, ServedFormula] | None = Field(
+        None, description="per bucket, the formula that served it and why")
     warnings: list[str]
 
 
@@ -204,6 +274,8 @@ class StartupModelFile(_Record):
     feature_ranges: dict[str, tuple[float, float]]
     feature_medians: dict[str, float]
     lomo: Lomo | None = None
+    extrapolation: Extrapolation | None = None
+    loading_rate: LoadingRate | None = None
     folds: list[Fold] | None = None
     cv_residuals: list[CvResidual] | None = None
     calibration: Calibration | None = None
@@ -232,6 +304,17 @@ class StartupModelFile(_Record):
         for r in self.cv_residuals or []:
             if self.folds is None or r.fold >= len(self.folds):
                 raise ValueError(f"cv_residuals name fold {r.fold}, which does not exist")
+        for b, spec in self.buckets.items():
+            for c in spec.candidates:
+                if c.coef is not None and len(c.coef) != len(c.terms):
+                    raise ValueError(f"a {b} candidate has {len(c.coef)} coefficients for "
+                                     f"{len(c.terms)} terms")
+                if c.folds is not None and (
+                        len(c.folds) != len(self.folds or [])
+                        or any(len(f) != len(c.terms) for f in c.folds)
+                        or len(c.cv_residuals or []) != len(self.cv_residuals or [])):
+                    raise ValueError(f"a {b} candidate's folds or cv_residuals do not match "
+                                     "the file's")
         if self.calibration is not None:
             missing = [b for b in names if b not in self.calibration.stages]
             if missing:
