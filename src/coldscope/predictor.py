@@ -133,8 +133,14 @@ class StartupModel:
     # -- prediction ---------------------------------------------------------------------------
 
     def explain(self, features: ModelFeatures, **settings: Any) -> dict[str, dict[str, float]]:
-        """Each base bucket's terms and their contributions in seconds (they sum to it)."""
+        """Each base bucket's terms and their contributions in seconds (they sum to it), of
+        the formula that serves this model (``served`` says which and why)."""
         return core.explain(self._fitted(), features, **settings)
+
+    def served(self, features: ModelFeatures, **settings: Any) -> dict[str, core.Served]:
+        """Per bucket, the formula that serves ``features`` and why (the range rule): the
+        LOMO choice, or a candidate of comparable error that stays inside the data."""
+        return core.served(self._fitted(), features, **settings)
 
     def predict(self, features: ModelFeatures, capture_sizes: int | None = None,
                 storage_bandwidth: float | None = None,

@@ -134,6 +134,8 @@ def fit_summary(state: dict[str, Any], out_path: str, notes: list[str]) -> dict[
                                            "lomo_rmse", "candidates", "pcc")}
                     for b, v in state["buckets"].items()},
         "lomo": state.get("lomo"),
+        "extrapolation": state.get("extrapolation"),
+        "loading_rate": state.get("loading_rate"),
         "notes": notes,
     }
 
@@ -146,11 +148,15 @@ def render_fit(s: dict[str, Any]) -> str:
     lines += ["", f"{'stage':<20} {'resid sd':>8} {'LOMO rmse':>9}  formula (seconds)"]
     for b, v in s["buckets"].items():
         lines.append(f"{b:<20} {v['residual_sd']:>8.3f} {v['lomo_rmse']:>9.3f}  {v['formula']}")
-    lines += ["", "candidates (LOMO rmse, s):"]
+    lines += ["", "candidates (LOMO rmse / extrapolation-fold rmse, s; * comparable to the "
+                  "choice: the range rule may serve it where the choice extrapolates):"]
     for b, v in s["buckets"].items():
         if len(v["candidates"]) > 1:
-            cands = ", ".join(f"{'+'.join(c['terms'])}: {c['lomo_rmse']:.3f}"
-                              for c in v["candidates"])
+            cands = ", ".join(
+                f"{'+'.join(c['terms'])}{'*' if c.get('comparable') else ''}: "
+                f"{c['lomo_rmse']:.3f}"
+                + (f" / {c['extrap_rmse']:.3f}" if c.get("extrap_rmse") is not None else "")
+                for c in v["candidates"])
             lines.append(f"  {b:<20} {cands}")
     feats = [f for f in next(iter(s["buckets"].values()))["pcc"]]
     lines += ["", "Pearson correlation of each stage with each feature:",
@@ -171,6 +177,26 @@ def render_fit(s: dict[str, Any]) -> str:
             extra = f"  [{interval['low']:.2f}, {interval['high']:.2f}]" if interval else ""
             lines.append(f"  {m:<32} actual {v['actual_s']:7.2f}  predicted "
                          f"{v['predicted_s']:7.2f}  error {v['error_s']:+6.2f}{extra}")
+    extra = s.get("extrapolation")
+    if extra:
+        tot = extra["total"]
+        cover = f", {tot['coverage']} inside their interval" if "coverage" in tot else ""
+        lines += ["", f"extrapolation folds (deepest, largest, smallest held out, fit redone): "
+                      f"MSE {tot['mse']:.3f} s^2, max |error| {tot['max_abs']:.3f} s{cover}"]
+        for m, v in extra["per_model"].items():
+            interval = v.get("interval")
+            span = f"  [{interval['low']:.2f}, {interval['high']:.2f}]" if interval else ""
+            lines.append(f"  {'/'.join(v['extremes']):<17} {m:<28} actual {v['actual_s']:7.2f}"
+                         f"  predicted {v['predicted_s']:7.2f}  error {v['error_s']:+6.2f}{span}")
+    rate = s.get("loading_rate")
+    if rate:
+        verdict = ("constant: beyond the weight range, loading follows it and its interval "
+                   "widens by the rate's uncertainty" if rate["constant"] else
+                   "not constant: beyond the weight range, loading's interval widens by its "
+                   "whole contribution there")
+        lines += ["", f"loading rate: {rate['lower_rate']:.4g} s/GB (smaller half, "
+                      f"se {rate['lower_se']:.2g}) vs {rate['upper_rate']:.4g} s/GB (larger "
+                      f"half, se {rate['upper_se']:.2g}): {verdict}"]
     lines += ["", f"intervals: {s['interval']['description']}"]
     lines += [f"note: {n}" for n in s["notes"]]
     lines.append(f"wrote {s['out']}")
@@ -242,6 +268,9 @@ def predict_cmd(path: str, startup_model: str, capture_sizes: int | None,
                f"{p['interval']['high']:.2f}]")
     if p["calibrated_on"]:
         click.echo(f"calibrated on: {', '.join(p['calibrated_on'])}")
+    for b, f in (p.get("formulas") or {}).items():
+        if f["switched"]:
+            click.echo(f"served: {f['formula']}")
     for w in p["warnings"]:
         click.echo(f"warning: {w}")
 

@@ -172,7 +172,7 @@ def _served(file: StartupModelFile, features: ModelFeatures,
     rule = file.interval.method == "cv+"
     out: dict[str, Served] = {}
     for b, spec in file.buckets.items():
-        base_beyond, base_why = _beyond(file, spec.terms, spec.coef, features, settings)
+        base_beyond, base_why = _beyond(file, b, spec.terms, spec.coef, features, settings)
         best = Served(list(spec.terms), list(spec.coef),
                       formula_text(b, spec.terms, spec.coef), None, base_beyond, "")
         best_score = math.hypot(spec.lomo_rmse, base_beyond)
@@ -182,7 +182,7 @@ def _served(file: StartupModelFile, features: ModelFeatures,
                 if not c.comparable or c.coef is None or c.folds is None \
                         or c.terms == spec.terms:
                     continue
-                beyond, _ = _beyond(file, c.terms, c.coef, features, settings)
+                beyond, _ = _beyond(file, b, c.terms, c.coef, features, settings)
                 score = math.hypot(c.lomo_rmse, beyond)
                 rivals.append(("+".join(c.terms), c.lomo_rmse, beyond))
                 if score < best_score - 1e-9:
@@ -211,9 +211,16 @@ def _served(file: StartupModelFile, features: ModelFeatures,
     return out
 
 
-def _beyond(file: StartupModelFile, terms: list[str], coef: list[float],
+def _beyond(file: StartupModelFile, bucket: str, terms: list[str], coef: list[float],
             features: ModelFeatures, settings: Mapping[str, Any]) -> tuple[float, str]:
-    """A formula's contribution beyond the training range (seconds), and which inputs."""
+    """A formula's contribution beyond the training range (seconds), and which inputs.
+
+    ``|coef| x excess`` per term outside its range - the part of the prediction the data do
+    not support - except model loading's weight term where the training data keep one
+    marginal rate across their sizes (``LoadingRate.constant``): there only the rate's
+    uncertainty, ``t x se x excess`` of the nearer half of the training sizes. The same
+    quantity picks the serving formula (``served``) and widens the interval.
+    """
     total = 0.0
     notes = []
     for t, c in zip(terms, coef, strict=True):
@@ -224,9 +231,15 @@ def _beyond(file: StartupModelFile, terms: list[str], coef: list[float],
             continue
         lo, hi = file.feature_ranges[t]
         excess = max(value - hi, lo - value, 0.0)
-        if excess > 0:
+        if excess <= 0:
+            continue
+        if _rate_holds(file, bucket, t):
+            rate = file.loading_rate
+            assert rate is not None
+            total += rate.t * (rate.upper_se if value > hi else rate.lower_se) * excess
+        else:
             total += abs(c) * excess
-            notes.append(f"{t} = {value:.4g} outside {lo:.4g}-{hi:.4g}")
+        notes.append(f"{t} = {value:.4g} outside {lo:.4g}-{hi:.4g}")
     return total, ", ".join(notes)
 
 
@@ -435,32 +448,12 @@ def _rate_holds(file: StartupModelFile, bucket: str, term: str) -> bool:
 def _extrapolation(file: StartupModelFile, features: ModelFeatures,
                    settings: Mapping[str, Any],
                    formulas: Mapping[str, Served] | None = None) -> dict[str, float]:
-    """Per bucket: the contribution of its terms beyond their training range (seconds).
-
-    Model loading's weight term, where the training data keep one marginal rate across their
-    sizes, counts only the rate's uncertainty beyond the range: ``t x se x excess`` of the
-    nearer half of the training sizes (``LoadingRate``).
-    """
+    """Per bucket: the contribution of its formula beyond the training range (``_beyond``)."""
     out: dict[str, float] = {}
     for b, spec in file.buckets.items():
-        extra = 0.0
         terms, coef = (formulas[b].terms, formulas[b].coef) if formulas else (spec.terms,
                                                                                spec.coef)
-        for t, c in zip(terms, coef, strict=True):
-            if t == INTERCEPT or t not in file.feature_ranges:
-                continue
-            value = term_value(t, features, settings)
-            if value is None:
-                continue
-            lo, hi = file.feature_ranges[t]
-            excess = max(value - hi, lo - value, 0.0)
-            if excess and _rate_holds(file, b, t):
-                rate = file.loading_rate
-                assert rate is not None
-                se = rate.upper_se if value > hi else rate.lower_se
-                extra += rate.t * se * excess
-            else:
-                extra += abs(c) * excess
+        extra, _ = _beyond(file, b, terms, coef, features, settings)
         if extra:
             out[b] = extra
     return out
