@@ -66,6 +66,8 @@ def test_fit_json_reports_formulas_correlations_and_lomo(
 def test_fit_text(fitted: tuple[Path, str]) -> None:
     out = fitted[1]
     assert "leave-one-model-out total" in out and "Pearson correlation" in out
+    assert "extrapolation folds (deepest, largest, smallest held out" in out
+    assert "loading rate:" in out and "constant" in out
     assert "excluded (other kinds): deepseek-v2-lite-16b" in out
 
 
@@ -81,6 +83,15 @@ def test_predict_json_contract(startup_model: Path, tmp_path: Path,
     assert all(set(v) == {"s", "interval"} for v in p["stages"].values())
     assert p["interval"]["low"] <= p["total_s"] <= p["interval"]["high"]
     assert any("outside the training range" in w for w in p["warnings"])  # 60 layers
+    # which formula served each stage, and why: compile switched to the graph formula
+    assert set(p["formulas"]) == set(p["stages"])
+    compile_ = p["formulas"]["torch_compile"]
+    assert compile_["switched"] and compile_["terms"] == ["1", "graph_mib"]
+    assert "layers = 60 outside 24-48" in compile_["why"]
+    assert not p["formulas"]["model_loading"]["switched"]
+    from coldscope.predictor import PredictionReport
+
+    PredictionReport.model_validate(p)  # the published schema accepts it
 
 
 def test_predict_text_for_a_model_directory(startup_model: Path,

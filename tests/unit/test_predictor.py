@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -327,3 +328,170 @@ def test_store_refuses_mixed_storage_and_records_the_shared_one() -> None:
     obs, env, _ = observations_from_runs([hot, cold, unknown], features_of=feats,
                                          page_cache="cold")
     assert [o.model for o in obs] == ["b"] and env["storage"]["page_cache"] == "cold"
+
+
+# -- the range rule, extrapolation folds and the loading rate ---------------------------------
+
+
+def _graph_features(name: str, layers: int, graph_mib: float, gb: float) -> ModelFeatures:
+    return _features(name, layers, gb).model_copy(
+        update={"graph_size": int(graph_mib * 2**20), "graph_size_source": "published"})
+
+
+def _compile_campaign(seed: int = 5) -> list[Observation]:
+    """12 models whose compile time is 0.3 s per layer (plus noise) and whose graph size is
+    0.03 MiB per layer (plus noise): layers and graph size both describe compile."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(12):
+        layers = 16 + 2 * i
+        f = _graph_features(f"m{i}", layers, 0.03 * layers + 0.02 * rng.standard_normal(),
+                            2.0 + i)
+        b = {"bootstrap": 5.0, "tokenizer": 0.1, "model_loading": 2.0 * (2.0 + i),
+             "torch_compile": 0.3 * layers + 0.15 * rng.standard_normal(),
+             "kv_cache_profiling": 0.5}
+        out.append(Observation(f.name, f, {**b, "cuda_graph_capture": None},
+                               sum(b.values()) + 0.1))
+    return out
+
+
+def _loo(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Held-out residuals and fold coefficients, each fold refitted by lstsq."""
+    res, coefs = [], []
+    for i in range(len(y)):
+        keep = np.arange(len(y)) != i
+        coef = np.linalg.lstsq(X[keep], y[keep], rcond=None)[0]
+        coefs.append(coef)
+        res.append(y[i] - X[i] @ coef)
+    return np.array(res), coefs
+
+
+def test_comparable_is_a_one_sided_paired_t_test_on_lomo_losses() -> None:
+    obs = _compile_campaign()
+    model = StartupModel().fit(obs, {}, {})
+    spec = model.file_.buckets["torch_compile"]
+    y = np.array([o.buckets["torch_compile"] for o in obs])
+    columns = {"1": np.ones(12), "layers": np.array([o.features.num_layers for o in obs]),
+               "graph_mib": np.array([o.features.graph_size / 2**20 for o in obs])}
+    design = {tuple(c.terms): np.column_stack([columns[t] for t in c.terms])
+              for c in spec.candidates}
+    losses = {k: _loo(X, y)[0] ** 2 for k, X in design.items()}
+    best = min(losses, key=lambda k: losses[k].mean())
+    assert list(best) == spec.terms == ["layers"]
+    for c in spec.candidates:
+        d = losses[tuple(c.terms)] - losses[best]
+        t = d.mean() / (d.std(ddof=1) / math.sqrt(12)) if d.any() else 0.0
+        assert c.comparable == (t <= 1.7959), c.terms  # t(0.95, 11), textbook table
+        assert c.lomo_rmse == pytest.approx(math.sqrt(losses[tuple(c.terms)].mean()))
+
+
+def test_range_rule_serves_the_comparable_formula_that_stays_inside_the_data() -> None:
+    obs = _compile_campaign()
+    model = StartupModel().fit(obs, {}, {})
+    spec = model.file_.buckets["torch_compile"]
+    graph = next(c for c in spec.candidates if c.terms == ["1", "graph_mib"])
+    assert spec.terms == ["layers"] and graph.comparable  # the premise of this test
+    y = np.array([o.buckets["torch_compile"] for o in obs])
+    G = np.column_stack([np.ones(12), [o.features.graph_size / 2**20 for o in obs]])
+    # inside the data the LOMO choice serves
+    inside = _graph_features("inside", 30, 0.9, 6.0)
+    assert model.served(inside)["torch_compile"].candidate is None
+    assert model.predict(inside).formulas["torch_compile"].terms == ["layers"]
+    # 60 layers lie beyond 16-38, a 0.9 MiB graph inside: the graph formula serves
+    deep = _graph_features("deep", 60, 0.9, 6.0)
+    served = model.served(deep)["torch_compile"]
+    assert served.terms == ["1", "graph_mib"] and served.beyond_s == 0.0
+    assert "range rule" in served.why and "layers = 60 outside 16-38" in served.why
+    pred = model.predict(deep)
+    coef = np.linalg.lstsq(G, y, rcond=None)[0]
+    assert pred.stages["torch_compile"].s == pytest.approx(coef @ [1.0, 0.9])
+    # its interval is the jackknife+ of the graph formula, computed here from scratch
+    res, coefs = _loo(G, y)
+    lows = sorted(c @ [1.0, 0.9] - abs(r) for c, r in zip(coefs, res, strict=True))
+    highs = sorted(c @ [1.0, 0.9] + abs(r) for c, r in zip(coefs, res, strict=True))
+    k_low, k_high = math.floor(0.1 * 13), math.ceil(0.9 * 13)
+    assert pred.stages["torch_compile"].interval == pytest.approx(
+        (lows[k_low - 1], highs[k_high - 1]))
+    assert pred.to_dict()["formulas"]["torch_compile"]["switched"] is True
+    explained = model.explain(deep)["torch_compile"]
+    assert set(explained) == {"1", "graph_mib"}
+    assert sum(explained.values()) == pytest.approx(pred.stages["torch_compile"].s)
+    # a graph beyond the range too: the layers formula extrapolates less in seconds and stays
+    both = _graph_features("both", 40, 3.0, 6.0)
+    assert model.served(both)["torch_compile"].candidate is None
+
+
+def test_extrapolation_folds_score_each_candidate_like_numpy(paper_model: StartupModel) -> None:
+    obs = [o for o in observations_from_paper(PAPER) if o.features.kind == "dense"]
+    feats = {o.model: o.features for o in obs}
+    held = {max(feats, key=lambda m: (feats[m].num_layers, feats[m].params)),
+            max(feats, key=lambda m: feats[m].params), min(feats, key=lambda m: feats[m].params)}
+    assert held == {"yi-9b", "qwen-14b", "qwen-0.5b"}
+    extra = paper_model.file_.extrapolation
+    assert extra is not None and set(extra.per_model) == held
+    models = sorted(feats)
+    y = np.array([next(o.buckets["torch_compile"] for o in obs if o.model == m) for m in models])
+    layers = np.array([[feats[m].num_layers] for m in models], dtype=float)
+    errors = []
+    for m in held:
+        keep = np.array([x != m for x in models])
+        coef = np.linalg.lstsq(layers[keep], y[keep], rcond=None)[0]
+        errors.append(float(layers[models.index(m)] @ coef - y[models.index(m)]))
+    cand = next(c for c in paper_model.file_.buckets["torch_compile"].candidates
+                if c.terms == ["layers"])
+    assert cand.extrap_rmse == pytest.approx(math.sqrt(np.mean(np.square(errors))))
+    assert cand.extrap_max_abs == pytest.approx(max(abs(e) for e in errors))
+    for entry in extra.per_model.values():
+        assert entry.error_s == pytest.approx(entry.predicted_s - entry.actual_s)
+        assert entry.inside == (entry.interval.low <= entry.actual_s <= entry.interval.high)
+
+
+def test_paper_falcon_compile_is_served_by_the_graph_formula(paper_model: StartupModel) -> None:
+    """falcon-11b's 60 layers lie beyond 24-48; its compiled graph (1.676 MiB) only 1.4 %
+    beyond 0.68-1.65 MiB; graph_mib's LOMO error is not significantly worse than layers'."""
+    features = paper_features(PAPER)
+    served = paper_model.served(features["falcon-11b"])
+    assert served["torch_compile"].terms == ["1", "graph_mib"]
+    assert served["torch_compile"].beyond_s < 0.25
+    for name in ("mistral-7b", "llama3-3b", "qwen-7b"):  # inside the data: nothing switches
+        assert all(f.candidate is None for f in paper_model.served(features[name]).values())
+
+
+def _loading_campaign(rate_of: Any) -> list[Observation]:
+    out = []
+    for i in range(10):
+        gb = 2.0 + 3.0 * i
+        f = _features(f"w{i}", 16 + 2 * i, gb)
+        b = {"bootstrap": 5.0, "tokenizer": 0.1, "model_loading": rate_of(gb) + 0.01 * (-1) ** i,
+             "torch_compile": 0.3 * (16 + 2 * i), "kv_cache_profiling": 0.5}
+        out.append(Observation(f.name, f, {**b, "cuda_graph_capture": None},
+                               sum(b.values()) + 0.1))
+    return out
+
+
+def test_loading_rate_check_matches_numpy_and_narrows_loading_beyond_the_range() -> None:
+    obs = _loading_campaign(lambda gb: 0.3 + 1.8 * gb)  # one marginal rate, a fixed cost
+    model = StartupModel().fit(obs, {}, {})
+    rate = model.file_.loading_rate
+    assert rate is not None and rate.constant
+    gb = np.array([o.features.weight_bytes / 1e9 for o in obs])
+    y = np.array([o.buckets["model_loading"] for o in obs])
+    for side, idx in (("lower", slice(0, 5)), ("upper", slice(5, 10))):
+        (slope, icpt), cov = np.polyfit(gb[idx], y[idx], 1, cov="unscaled")
+        resid = y[idx] - (icpt + slope * gb[idx])
+        se = math.sqrt(resid @ resid / 3 * cov[0, 0])
+        assert getattr(rate, f"{side}_rate") == pytest.approx(slope)
+        assert getattr(rate, f"{side}_se") == pytest.approx(se)
+    # 10 GB beyond the largest (29 GB): loading widens by t x se x 10, not by 1.8 s/GB x 10
+    big = _features("big", 30, 39.0)
+    pred = model.predict(big)
+    inside = model.predict(_features("top", 30, 29.0))
+    widening = (pred.stages["model_loading"].interval.high - pred.stages["model_loading"].s) \
+        - (inside.stages["model_loading"].interval.high - inside.stages["model_loading"].s)
+    assert widening == pytest.approx(rate.t * rate.upper_se * 10.0, abs=0.02)
+    assert any("marginal rate" in w for w in pred.warnings)
+    # a rate that slows with size is not constant: the whole part beyond the range widens
+    bent = StartupModel().fit(_loading_campaign(lambda gb: 4.0 * gb ** 0.7), {}, {})
+    assert bent.file_.loading_rate is not None and not bent.file_.loading_rate.constant
+    far = bent.predict(big).stages["model_loading"]
+    assert far.interval.high - far.s > 0.9 * 10.0 * bent.file_.buckets["model_loading"].coef[-1]

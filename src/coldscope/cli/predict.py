@@ -177,13 +177,13 @@ def render_fit(s: dict[str, Any]) -> str:
             extra = f"  [{interval['low']:.2f}, {interval['high']:.2f}]" if interval else ""
             lines.append(f"  {m:<32} actual {v['actual_s']:7.2f}  predicted "
                          f"{v['predicted_s']:7.2f}  error {v['error_s']:+6.2f}{extra}")
-    extra = s.get("extrapolation")
-    if extra:
-        tot = extra["total"]
+    folds = s.get("extrapolation")
+    if folds:
+        tot = folds["total"]
         cover = f", {tot['coverage']} inside their interval" if "coverage" in tot else ""
         lines += ["", f"extrapolation folds (deepest, largest, smallest held out, fit redone): "
                       f"MSE {tot['mse']:.3f} s^2, max |error| {tot['max_abs']:.3f} s{cover}"]
-        for m, v in extra["per_model"].items():
+        for m, v in folds["per_model"].items():
             interval = v.get("interval")
             span = f"  [{interval['low']:.2f}, {interval['high']:.2f}]" if interval else ""
             lines.append(f"  {'/'.join(v['extremes']):<17} {m:<28} actual {v['actual_s']:7.2f}"
@@ -268,7 +268,7 @@ def predict_cmd(path: str, startup_model: str, capture_sizes: int | None,
                f"{p['interval']['high']:.2f}]")
     if p["calibrated_on"]:
         click.echo(f"calibrated on: {', '.join(p['calibrated_on'])}")
-    for b, f in (p.get("formulas") or {}).items():
+    for f in (p.get("formulas") or {}).values():
         if f["switched"]:
             click.echo(f"served: {f['formula']}")
     for w in p["warnings"]:

@@ -481,15 +481,17 @@ def domain_warnings(file: StartupModelFile, features: ModelFeatures,
         if value < lo * (1 - 1e-9) or value > hi * (1 + 1e-9):
             users = _users(file, name, formulas)
             rate = file.loading_rate
-            if users == [MODEL_LOADING] and _rate_holds(file, MODEL_LOADING, name) \
+            if MODEL_LOADING in users and _rate_holds(file, MODEL_LOADING, name) \
                     and rate is not None:
+                users.remove(MODEL_LOADING)
                 warnings.append(
                     f"{name} = {value:.4g} is outside the training range {lo:.4g}-{hi:.4g} "
                     f"({FEATURES[name].unit}): model_loading follows the marginal rate the "
                     f"training data keep across their sizes ({rate.lower_rate:.4g} s/GB on "
                     f"the smaller half, {rate.upper_rate:.4g} on the larger), and its interval "
                     "is widened by that rate's uncertainty beyond the range")
-                continue
+                if not users:
+                    continue
             warnings.append(
                 f"{name} = {value:.4g} is outside the training range {lo:.4g}-{hi:.4g} "
                 f"({FEATURES[name].unit}): the {', '.join(users)} "
