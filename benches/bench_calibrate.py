@@ -170,10 +170,13 @@ def main() -> int:
     from coldscope.predict.paper import paper_features
 
     falcon = paper_features(paper)["falcon-11b"]  # 60 layers; its timings are withheld
-    c = base.predict(falcon).stages["torch_compile"]
+    fp = base.predict(falcon)
+    c = fp.stages["torch_compile"]
+    served = (fp.formulas or {}).get("torch_compile")
     print(f"  falcon-11b (60 layers, training 24-48): torch_compile {c.s:.2f} s "
-          f"[{c.interval.low:.2f}, {c.interval.high:.2f}] (issue 13: the formula over-predicts "
-          "by 2.5 s; the interval now reaches that far)")
+          f"[{c.interval.low:.2f}, {c.interval.high:.2f}] served by "
+          f"{served.formula if served else 'the LOMO choice'} (issue 13: the layer formula, "
+          "19.37 s, over-predicts by 2.5 s; issue 24's range rule serves what stays in range)")
     return 0 if all_ok else 1
 
 

@@ -115,6 +115,35 @@ def accuracy(model, observations, environment, settings) -> None:
         f"{b} " + "/".join(f"{e:+.2f}" for e in errs) for b, errs in stage_err.items()))
 
 
+def loading_rates() -> None:
+    """Item 3 of the check: one marginal loading rate across sizes, per storage setting."""
+    from coldscope.predict.paper import (
+        PAPER_CAPTURE_SIZES,
+        PAPER_STORAGE,
+        observations_from_paper,
+        paper_environment,
+    )
+    from coldscope.predictor import StartupModel
+
+    print("loading rate (s/GB) on the smaller vs the larger half of each table's dense models:")
+    for table, storage in PAPER_STORAGE.items():
+        timings = PAPER / "figures" / table / "avg_comparison_results.json"
+        try:
+            obs = observations_from_paper(PAPER, timings)
+            fitted = StartupModel().fit(obs, paper_environment(PAPER, timings),
+                                        {"capture_sizes": PAPER_CAPTURE_SIZES}, source=table)
+        except Exception as exc:  # a table this loader cannot read (figure-14's formats)
+            print(f"  {table:<16} skipped: {str(exc)[:90]}")
+            continue
+        rate = getattr(fitted.file_, "loading_rate", None)
+        if rate is None:
+            print(f"  {table:<16} too few models for two halves of three")
+            continue
+        print(f"  {table:<16} page cache {storage['page_cache']:<4} {rate.lower_rate:.4f} "
+              f"(se {rate.lower_se:.4f}) vs {rate.upper_rate:.4f} (se {rate.upper_se:.4f}): "
+              f"{'constant' if rate.constant else 'NOT constant'}")
+
+
 def validation(truths_path: str | None, tmp: Path) -> None:
     paper_json = json.loads((PAPER / "models_config.json").read_text())
     params = json.loads((PAPER / "params.json").read_text())
@@ -201,6 +230,8 @@ def main() -> None:
           f"{(time.perf_counter() - t0) * 1000:.0f} ms  [code: {SRC}]")
     dense = [o for o in observations if o.features.kind == "dense"]
     accuracy(model, dense, environment, settings)
+    if getattr(model.file_, "loading_rate", "absent") != "absent":
+        loading_rates()
     with tempfile.TemporaryDirectory() as tmp:
         validation(args.truths, Path(tmp))
         if not args.no_speed:
