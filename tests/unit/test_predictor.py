@@ -413,6 +413,11 @@ def test_range_rule_serves_the_comparable_formula_that_stays_inside_the_data() -
     assert pred.stages["torch_compile"].interval == pytest.approx(
         (lows[k_low - 1], highs[k_high - 1]))
     assert pred.to_dict()["formulas"]["torch_compile"]["switched"] is True
+    # the total's CV+ swaps compile's part of each run's residual: they add up to the total
+    for r in model.file_.cv_residuals or []:
+        assert r.total == pytest.approx(sum(r.buckets.values()), abs=1e-9)
+    assert pred.interval.low <= pred.total_s <= pred.interval.high
+    assert pred.total_s == pytest.approx(sum(sp.s for sp in pred.stages.values()))
     explained = model.explain(deep)["torch_compile"]
     assert set(explained) == {"1", "graph_mib"}
     assert sum(explained.values()) == pytest.approx(pred.stages["torch_compile"].s)

@@ -4,6 +4,13 @@ Training data is a list of ``Observation`` (one measured start-up of one model, 
 seconds and total). Replicate runs of a model are averaged into one row, so every model weighs
 the same and leave-one-model-out (LOMO) leaves out all of a model's runs at once.
 
+Besides LOMO, ``_extrapolate`` scores every candidate formula and the whole fit on
+extrapolation folds (the deepest, the largest and the smallest training model held out in
+turn); ``_comparable`` marks the candidates whose LOMO error is not significantly worse than
+the choice, and ``_candidate_folds`` saves their CV+ ingredients, so that ``core.served`` can
+serve one of them where the choice would extrapolate (the range rule); ``_loading_rate``
+checks whether model loading keeps one marginal rate across the training sizes.
+
 Which buckets: those with a value in every row. ``unattributed`` is always the remainder
 ``total - sum(other buckets)``, so the buckets of a prediction add up to the predicted total.
 """
@@ -480,7 +487,7 @@ def _loading_rate(rows: _Rows, level: float) -> dict[str, Any] | None:
     return out
 
 
-def extreme_models(rows_models: list[str], features: list[ModelFeatures]) -> dict[str, list[str]]:
+def _extreme_models(rows_models: list[str], features: list[ModelFeatures]) -> dict[str, list[str]]:
     """model -> which extremes it is: the deepest (most layers, then parameters), the largest
     and the smallest (parameters, else weight bytes) of the training models."""
     def size(f: ModelFeatures) -> float | None:
@@ -512,7 +519,7 @@ def _extrapolate(model: FitOptions, observations: list[Observation], rows: _Rows
     intervals of its own) on the rest: the held-out total's error and whether it fell inside
     its interval - the check that the range rule and the intervals hold where users need them.
     """
-    extremes = extreme_models(rows.models, rows.features)
+    extremes = _extreme_models(rows.models, rows.features)
     if len(rows.models) < 5 or not extremes:
         return None
     index = {m: i for i, m in enumerate(rows.models)}
