@@ -518,6 +518,8 @@ def _extrapolate(model: FitOptions, observations: list[Observation], rows: _Rows
     ``extrap_rmse`` / ``extrap_max_abs``. The whole fit (formula choice, range rule, CV+
     intervals of its own) on the rest: the held-out total's error and whether it fell inside
     its interval - the check that the range rule and the intervals hold where users need them.
+    The fold fits have depth 1 (their own CV+ residuals come from un-nested folds), which
+    keeps ``fit`` fast; ``benches/bench_predict.py`` redoes them at full depth.
     """
     extremes = _extreme_models(rows.models, rows.features)
     if len(rows.models) < 5 or not extremes:
