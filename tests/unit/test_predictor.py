@@ -495,6 +495,10 @@ def test_loading_rate_check_matches_numpy_and_narrows_loading_beyond_the_range()
         - (inside.stages["model_loading"].interval.high - inside.stages["model_loading"].s)
     assert widening == pytest.approx(rate.t * rate.upper_se * 10.0, abs=0.02)
     assert any("marginal rate" in w for w in pred.warnings)
+    # one weight size only: no rate to measure, so no claim that it is constant
+    same = [Observation(o.model, o.features.model_copy(update={"weight_bytes": int(2e9)}),
+                        o.buckets, o.total_s) for o in obs]
+    assert StartupModel().fit(same, {}, {}).file_.loading_rate is None
     # a rate that slows with size is not constant: the whole part beyond the range widens
     bent = StartupModel().fit(_loading_campaign(lambda gb: 4.0 * gb ** 0.7), {}, {})
     assert bent.file_.loading_rate is not None and not bent.file_.loading_rate.constant

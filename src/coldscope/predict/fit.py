@@ -475,6 +475,8 @@ def _loading_rate(rows: _Rows, level: float) -> dict[str, Any] | None:
     dof = half - 2
     for side, idx in (("lower", order[:half]), ("upper", order[n - half:])):
         X = np.column_stack([np.ones(half), gb[idx]])
+        if np.linalg.matrix_rank(X) < 2:  # one size in this half: no rate to measure
+            return None
         coef, ginv, resid = _ols(X, y[idx])
         s2 = float(resid @ resid) / max(dof, 1)
         out[f"{side}_rate"] = float(coef[1])
