@@ -2,7 +2,7 @@
 adapters' entry point, span names, the log facts and advice of the findings rules, the lines
 that open, finish or fail a start-up, probe hooks, mitigations).
 
-The log adapters themselves (version-aware rule tables) are in ``coldscope.capture.logs``,
+The log grammar (version-aware rule tables) is in ``coldscope.engines.vllm_log``,
 reached only from here; the mitigation catalogue's content is in
 ``coldscope.engines.vllm_knobs``.
 """
@@ -251,14 +251,14 @@ class VLLM(GenericEngine):
         return ["--otlp-traces-endpoint", endpoint], env
 
     def log_spans(self, lines: Sequence[tuple[float, str]]) -> tuple[list[Span], LogInfo | None]:
-        from coldscope.capture.logs import log_spans, parse_vllm_log
+        from coldscope.engines.vllm_log import log_spans, parse_vllm_log
 
         parsed = parse_vllm_log([text for _, text in lines])
         spans = log_spans(parsed, [t for t, _ in lines])
         return spans, _info(parsed)
 
     def read_log(self, lines: Sequence[str]) -> LogReading | None:
-        from coldscope.capture.logs import (
+        from coldscope.engines.vllm_log import (
             log_time_to_ready,
             log_timeline,
             missed,
@@ -305,7 +305,7 @@ class VLLM(GenericEngine):
     def log_facts(self, lines: Sequence[str]) -> LogFacts | None:
         """The findings' facts of a vLLM log; None when no line means anything to vLLM's
         adapter (then every fact would be empty anyway)."""
-        from coldscope.capture.logs import parse_vllm_log
+        from coldscope.engines.vllm_log import parse_vllm_log
 
         lines = list(lines)
         ev = parse_vllm_log(lines)
@@ -330,7 +330,7 @@ class VLLM(GenericEngine):
         server's version banner). A cheap substring test runs first; only candidate lines go
         through the parser, so the cost stays low for the thousands of lines a start-up
         prints."""
-        from coldscope.capture.logs import APP_STARTUP_COMPLETE, HARNESS_END, parse_vllm_log
+        from coldscope.engines.vllm_log import APP_STARTUP_COMPLETE, HARNESS_END, parse_vllm_log
 
         if STARTUP_FAILED.search(line):
             return FAILED
@@ -364,7 +364,7 @@ def _info(parsed: Any) -> LogInfo:
 def _load_failure(lines: Sequence[str], clock: Sequence[float | None]) -> dict[str, Any]:
     """The first compile-cache load failure line, and the seconds on the log's clock from it to
     the first later line with a time that says the new compile was done."""
-    from coldscope.capture.logs import _split
+    from coldscope.engines.vllm_log import _split
 
     at = next((i for i, t in enumerate(lines) if LOAD_FAILED.search(t)), None)
     if at is None:
@@ -385,7 +385,7 @@ def _load_failure(lines: Sequence[str], clock: Sequence[float | None]) -> dict[s
 def _memory_profiling(ev: Any) -> dict[str, Any]:
     """The line reporting memory profiling (the first that gives seconds, else the last
     one), and its seconds."""
-    from coldscope.capture.logs import MEMORY_PROFILING_END
+    from coldscope.engines.vllm_log import MEMORY_PROFILING_END
 
     rec = next((r for r in ev.records if r.name.endswith("memory_profiling_end")
                 and r.duration is not None), ev.last(MEMORY_PROFILING_END))
@@ -409,7 +409,7 @@ def _warnings(lines: Sequence[str]) -> tuple[EngineWarning, ...]:
 def _child_process_gaps(lines: Sequence[str], clock: Sequence[float | None]) -> dict[str, float]:
     """Per child process (engine core, worker): seconds on the log's clock between the last
     timestamped line before its first timestamped line and that line."""
-    from coldscope.capture.logs import _split
+    from coldscope.engines.vllm_log import _split
 
     if not clock:
         return {}
