@@ -110,7 +110,7 @@ def facts_from_log(lines: Iterable[str],
     tl: dict[str, Any] = {"stages": {}, "substeps": {}}
     if read is not None:  # the engine whose adapter reads the log: its timeline and facts
         engine, tl = read[0], timeline_dict(read[1].timeline)
-        facts = engine.log_facts(lines)
+        facts = read[1].facts if read[1].facts is not None else engine.log_facts(lines)
     elif (known := engines.log_facts(lines)) is not None:
         engine, facts = known
     if facts is None:

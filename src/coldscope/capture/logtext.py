@@ -73,7 +73,8 @@ class CleanLines:
             out.append(f"skipped {self.dropped['separator']} '==> file <==' separators of "
                        "several tailed files")
         if self.dropped.get("repeat"):
-            out.append(f"counted {self.dropped['repeat']} lines seen twice (same time and "
+            n = self.dropped["repeat"]
+            out.append(f"counted {n} line{'s' if n > 1 else ''} seen twice (same time and "
                        "text) once")
         return out
 
@@ -84,6 +85,15 @@ def _as_text(line: object) -> str:
     if isinstance(line, bytes | bytearray):
         return bytes(line).decode("utf-8", errors="replace")
     return ""
+
+
+def split_lines(text: str) -> list[str]:
+    """The physical lines of a whole text: split at newlines only (``str.splitlines`` would
+    also split at the carriage returns of a progress bar's redraws and shift line numbers)."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
 
 
 def strip_outer_prefix(text: str) -> tuple[str, bool]:
@@ -118,7 +128,7 @@ def normalise(lines: Iterable[object], *, drop_repeats: bool = True) -> CleanLin
     ``without_repeats`` after its own judgement.
     """
     if isinstance(lines, str | bytes | bytearray):
-        lines = _as_text(lines).splitlines()
+        lines = split_lines(_as_text(lines))
     kept: list[str] = []
     source: list[int] = []
     dropped: dict[str, int] = {}
@@ -163,4 +173,4 @@ def without_repeats(clean: CleanLines) -> CleanLines:
     return CleanLines(tuple(lines), tuple(source), dropped, clean.prefixed)
 
 
-__all__ = ["CleanLines", "normalise", "redraws", "strip_outer_prefix", "without_repeats"]
+__all__ = ["CleanLines", "normalise", "redraws", "split_lines", "strip_outer_prefix", "without_repeats"]

@@ -258,22 +258,21 @@ class VLLM(GenericEngine):
         return spans, _info(parsed)
 
     def read_log(self, lines: Sequence[str]) -> LogReading | None:
-        from coldscope.engines.vllm_log import (
-            log_time_to_ready,
-            log_timeline,
-            missed,
-            paper_metrics,
-            parse_vllm_log,
-        )
+        """A saved log read once (``vllm_log.read_startup``): the timeline, the failure or the
+        refusal, the notes, and the findings' facts of the same reading."""
+        from coldscope.engines.vllm_log import missed, paper_metrics, read_startup
 
-        parsed = parse_vllm_log(lines)
-        if not parsed.records and parsed.version is None:
+        st = read_startup(lines)
+        ev = st.evidence
+        if not ev.records and ev.version is None:
             return None
         return LogReading(
-            timeline=log_timeline(parsed), info=_info(parsed),
-            time_to_ready_from=log_time_to_ready(parsed)[1],
-            paper_metrics=paper_metrics(parsed),
-            missed=[MissedItem(**m) for m in missed(parsed)],
+            timeline=st.timeline, info=_info(ev),
+            time_to_ready_from=st.time_to_ready_from,
+            paper_metrics=paper_metrics(ev),
+            missed=[MissedItem(**m) for m in missed(ev)],
+            failure=st.failure, notes=list(st.notes), refused=st.refused,
+            facts=_facts(st), model=st.model,
         )
 
     def otel_spans(self, spans: Sequence[OtelSpan], *, origin_unix: float,
@@ -305,22 +304,9 @@ class VLLM(GenericEngine):
     def log_facts(self, lines: Sequence[str]) -> LogFacts | None:
         """The findings' facts of a vLLM log; None when no line means anything to vLLM's
         adapter (then every fact would be empty anyway)."""
-        from coldscope.engines.vllm_log import parse_vllm_log
+        from coldscope.engines.vllm_log import read_startup
 
-        lines = list(lines)
-        ev = parse_vllm_log(lines)
-        facts = LogFacts(
-            compile_enabled=ev.compile_enabled,
-            compile_cache=ev.compile_cache,
-            capture_sizes=ev.capture_sizes,
-            device=ev.device,
-            child_process_gaps=_child_process_gaps(lines, ev.line_clock),
-            model=next((m.group("m") for t in lines if (m := MODEL_ARG.search(t))), None),
-            ready_line=next((i for i, t in enumerate(lines) if READY_LINES.search(t)), None),
-            **_load_failure(lines, ev.line_clock),
-            **_memory_profiling(ev),
-            warnings=_warnings(lines),
-        )
+        facts = _facts(read_startup(lines))
         return None if facts == LogFacts() else facts
 
     def startup_boundary(self, line: str) -> str | None:
@@ -359,6 +345,65 @@ def _info(parsed: Any) -> LogInfo:
     cache = parsed.compile_cache if parsed.compile_cache in ("hit", "miss") else None
     return LogInfo(version=parsed.version, family=parsed.family, device=parsed.device,
                    enforce_eager=parsed.enforce_eager, compile_cache=cache)
+
+
+#: Lines saying compiled artefacts were written to the compile cache (inductor graphs, the AOT
+#: function of 0.20+, the computation graph).
+COMPILE_CACHE_SAVED = re.compile(
+    r"saved AOT compiled function|Cache the graph (?:of|for) .*? for later use"
+    r"|Computation graph saved to|Store the \d+-th graph .*? from inductor"
+)
+STARTUP_PLAN_LINE = re.compile(
+    r"Applying persisted startup plan|skipped memory profiling|Memory profiling will be skipped"
+)
+
+
+def _facts(st: Any) -> LogFacts:
+    """The findings' facts of one reading (``vllm_log.Startup``); line numbers are the log's
+    own physical lines (0-based), so evidence quotes the line the user sees."""
+    from coldscope.engines.vllm_log import DOWNLOAD, _total
+
+    lines, ev, src = list(st.lines), st.evidence, st.source
+
+    def phys(i: int | None) -> int | None:
+        return None if i is None else src[i]
+
+    def first(pattern: re.Pattern[str]) -> LogLine | None:
+        at = next((i for i, t in enumerate(lines) if pattern.search(t)), None)
+        return None if at is None else LogLine(src[at], _message(lines[at]))
+
+    failed = _load_failure(lines, ev.line_clock)
+    if failed.get("compile_cache_load_failed") is not None:
+        line = failed["compile_cache_load_failed"]
+        failed["compile_cache_load_failed"] = LogLine(src[line.line_no], line.message)
+    memory = _memory_profiling(ev)
+    if memory:
+        memory["memory_profiling_line"] = phys(memory["memory_profiling_line"])
+    download = ev.last(DOWNLOAD)
+    return LogFacts(
+        compile_enabled=ev.compile_enabled,
+        compile_cache=ev.compile_cache,
+        capture_sizes=ev.capture_sizes,
+        device=ev.device,
+        child_process_gaps=_child_process_gaps(lines, ev.line_clock),
+        model=st.model,
+        ready_line=phys(st.ready_line),
+        warnings=tuple(EngineWarning(src[w.line_no], w.level, w.where, w.message)
+                       for w in _warnings(lines)),
+        compile_saved=first(COMPILE_CACHE_SAVED),
+        weights_download=None if download is None else
+        LogLine(src[download.line_no], _message(lines[download.line_no])),
+        weights_download_s=_total(ev, DOWNLOAD),
+        startup_plan=first(STARTUP_PLAN_LINE),
+        **failed,
+        **memory,
+    )
+
+
+def _message(text: str) -> str:
+    from coldscope.engines.vllm_log import _split
+
+    return _split(text).message or text
 
 
 def _load_failure(lines: Sequence[str], clock: Sequence[float | None]) -> dict[str, Any]:
