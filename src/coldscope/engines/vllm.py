@@ -151,6 +151,11 @@ FINDING_ADVICE: dict[str, str] = {
     "compile_cache_cold":
         "ship a pre-seeded compile cache (`coldscope bundle`), or trade serving speed for "
         "start-up with --enforce-eager; `coldscope tune` measures both.",
+    "weights_downloaded":
+        "pre-seed the weights in the image or a node-local cache (HF_HOME / a hostPath or "
+        "shared volume the node's replicas mount, with HF_HUB_OFFLINE=1), or stream them "
+        "(--load-format runai_streamer from object storage) so no start-up waits for a "
+        "download.",
     "model_inspect_uncached":
         "keep the engine's cache directory (vLLM: VLLM_CACHE_ROOT/modelinfos) between "
         "start-ups or bake it into the image (`coldscope bundle`).",

@@ -1079,14 +1079,44 @@ def _clip(text: str, limit: int = _QUOTE) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
+def _leading_repeats(clean, parsed) -> int:
+    """How many leading lines are a block whose every timed line comes again later, out of
+    time order (a summary a harness printed before the full log): the largest ``i`` such that
+    each timed line before ``i`` has a copy at or after ``i`` and the block holds a line later
+    than the first timed line after it; 0 when there is none."""
+    last: dict[str, int] = {}
+    for i, (text, p) in enumerate(zip(clean.lines, parsed, strict=True)):
+        if p.wallclock:
+            last[text] = i
+    best, reach, timed = 0, len(parsed), False
+    for i, (text, p) in enumerate(zip(clean.lines, parsed, strict=True)):
+        if timed and reach >= i:
+            best = i
+        if p.wallclock:
+            timed = True
+            reach = min(reach, last[text] if last[text] > i else -1)
+        if reach < i:
+            break
+    # Only a block out of time order is a summary; a line an engine itself prints twice at
+    # the same time (a banner's blank line) is not.
+    times = [_wallclock_seconds(p.wallclock) if p.wallclock else None for p in parsed]
+    block = [t for t in times[:best] if t is not None]
+    after = next((t for t in times[best:] if t is not None), None)
+    return best if block and after is not None and max(block) > after else 0
+
+
 def _drop_out_of_order(clean, parsed):
     """(kept indexes, notes, refusal): a block before the point where the log's clock goes back
     whose timed lines all come again after it is a harness's summary printed before the full
     log; a block after that point whose lines all came before is one printed after it. Either
     is skipped; a step back that is neither is refused (the lines cannot be put in order)."""
     secs = [_wallclock_seconds(p.wallclock) if p.wallclock else None for p in parsed]
-    keep = list(range(len(parsed)))
+    lead = _leading_repeats(clean, parsed)
+    keep = list(range(lead, len(parsed)))
     notes: list[str] = []
+    if lead:
+        notes.append(f"lines {clean.source[0] + 1}-{clean.source[lead - 1] + 1} repeat lines "
+                     "of the full log that follows (a summary printed before it): skipped")
     for _ in range(8):  # a few blocks at most; each pass removes one
         peak = None
         jump = None
