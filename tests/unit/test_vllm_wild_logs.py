@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from coldscope.assemble import run_from_log
 from coldscope.engines import read_log
+from coldscope.engines.vllm import VLLM
 from coldscope.engines.vllm_log import read_startup
 from coldscope.errors import ColdscopeError
 from coldscope.findings import findings_from_log
@@ -284,3 +285,39 @@ def test_read_startup_accepts_a_whole_text_with_redraws():
     physical = text.split("\n")
     at = next(i for i, t in enumerate(physical) if "Time spent downloading" in t)
     assert f"(line {at + 1})" in next(n for n in st_.notes if "download" in n)
+
+
+def test_the_root_cause_is_quoted_not_a_later_process_repeating_it():
+    lines = engine_lines()
+    load = line_index(lines, "Loading weights took")
+    core = "(EngineCore pid=3380462) ERROR 06-25 17:21:52 [core.py:1] "
+    api = "(APIServer pid=3380144) "
+    crashed = lines[:load + 1] + [
+        core + "EngineCore failed to start.",
+        core + "Traceback (most recent call last):",
+        core + "  File \"gpu_model_runner.py\", line 9, in load_model",
+        core + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        api + "Traceback (most recent call last):",
+        api + "RuntimeError: Engine core initialization failed. See root cause above.",
+    ]
+    run = run_from_log(crashed, name="oom.log")
+    assert run.status == "failed"
+    assert run.reason.startswith("crashed during start-up: torch.OutOfMemoryError: CUDA out")
+    assert f"(line {load + 5})" in run.reason
+
+
+def test_an_error_the_start_up_went_on_after_is_not_its_failure():
+    lines = engine_lines()
+    start = line_index(lines, "Starting to load model")
+    err = "(EngineCore pid=3380462) ERROR 06-25 17:21:46 [config.py:1] Error retrieving x"
+    cut = lines[:start] + [err] + lines[start:line_index(lines, "Graph capturing finished")]
+    run = run_from_log(cut, name="cut.log")
+    assert run.status == "failed" and run.reason.startswith("cut off")
+    ok = lines[:start] + [err] + lines[start:]
+    assert run_from_log(ok, name="ok.log").status == "ok"
+
+
+def test_sglang_logs_are_not_read_as_vllm():
+    for name in sorted(p.name for p in WILD.glob("sglang-*.log")):
+        assert VLLM().read_log(list(lines_of(name))) is None
+        assert VLLM().log_facts(list(lines_of(name))) is None

@@ -269,7 +269,7 @@ class VLLM(GenericEngine):
 
         st = read_startup(lines)
         ev = st.evidence
-        if not ev.records and ev.version is None:
+        if not _is_vllm(ev):
             return None
         return LogReading(
             timeline=st.timeline, info=_info(ev),
@@ -311,7 +311,10 @@ class VLLM(GenericEngine):
         adapter (then every fact would be empty anyway)."""
         from coldscope.engines.vllm_log import read_startup
 
-        facts = _facts(read_startup(lines))
+        st = read_startup(lines)
+        if not _is_vllm(st.evidence):
+            return None
+        facts = _facts(st)
         return None if facts == LogFacts() else facts
 
     def startup_boundary(self, line: str) -> str | None:
@@ -361,6 +364,16 @@ COMPILE_CACHE_SAVED = re.compile(
 STARTUP_PLAN_LINE = re.compile(
     r"Applying persisted startup plan|skipped memory profiling|Memory profiling will be skipped"
 )
+
+
+def _is_vllm(ev: Any) -> bool:
+    """Whether a log shows vLLM's own markers: its version line, or a meaningful line in vLLM's
+    own format (level, MM-DD time, [file:line]). uvicorn's "Application startup complete" is any
+    Python server's, and SGLang prints vLLM's compile lines in its own format."""
+    from coldscope.engines.vllm_log import APP_STARTUP_COMPLETE
+
+    return ev.version is not None or any(
+        r.wallclock is not None and r.name != APP_STARTUP_COMPLETE for r in ev.records)
 
 
 def _facts(st: Any) -> LogFacts:

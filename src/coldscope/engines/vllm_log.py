@@ -1222,22 +1222,28 @@ def _ready(ev: LogEvidence, api_pid: int | None, served: bool) -> LogRecord | No
 
 
 def _failure(lines: Sequence[str], parsed, ev: LogEvidence, source: Sequence[int]) -> str:
-    """Why a start-up never reached its ready line, quoted from the log."""
+    """Why a start-up never reached its ready line, quoted from the log: after the engine's
+    last step, the first traceback's exception (the root cause; later tracebacks of other
+    processes repeat it), else the first line saying the start-up failed, else the first
+    ERROR line; an error the start-up went on after is not the reason. With none of these the
+    log was cut off (or the engine got stuck) after its last step."""
+    after = ev.records[-1].line_no if ev.records else -1
     exc = failed = error = None
     in_traceback = False
     for i, ln in enumerate(parsed):
         msg = ln.message.strip()
-        if not msg:
+        if i <= after or not msg:
             continue
         if _TRACEBACK.search(msg):
             in_traceback = True
             continue
         if in_traceback and _EXCEPTION.match(msg):
-            exc, in_traceback = i, False
+            in_traceback = False
+            exc = i if exc is None else exc
         if _STARTUP_FAILED.search(msg):
-            failed = i
-        elif _ERROR_LEVEL.match(lines[i]):
-            error = i
+            failed = i if failed is None else failed
+        elif _ERROR_LEVEL.match(lines[i]) and not _TRACEBACK.search(msg):
+            error = i if error is None else error
     stage = "after engine init" if ev.named(KV_CACHE_END) else "during start-up"
     for i in (exc, failed, error):
         if i is not None:
@@ -1304,8 +1310,8 @@ def _overlap_notes(ev: LogEvidence, stages: dict[str, float], substeps: dict[str
     return notes
 
 
-def _fit(stages: dict[str, float], ttr: float, coarse: bool, ev: LogEvidence,
-         sources: dict[str, str]) -> tuple[dict[str, float], list[str], str | None]:
+def _fit(stages: dict[str, float], ttr: float, coarse: bool,
+         ev: LogEvidence) -> tuple[dict[str, float], list[str], str | None]:
     """Stages whose sum does not exceed time to ready: what the log's clock measured
     (bootstrap, server_ready) gives way first, then the derived remainder
     (kv_cache_profiling), then, within the clock's resolution, the largest stage; beyond it the
@@ -1323,11 +1329,10 @@ def _fit(stages: dict[str, float], ttr: float, coarse: bool, ev: LogEvidence,
         cut = min(stages[name], excess)
         stages[name] = _us(stages[name] - cut) or 0.0
         excess -= cut
-        why = "the log's clock" if sources.get(name) != "log" or name != KV_CACHE_PROFILING \
-            else "a remainder"
-        notes.append(f"{name} shortened by {cut:.2f} s: the printed durations of the stages "
-                     f"around it overlap it on the log's clock ({why} gives way to printed "
-                     "figures)")
+        what = "a remainder of 'init engine ... took'" if name == KV_CACHE_PROFILING else \
+            "timed on the log's clock"
+        notes.append(f"{name} shortened by {cut:.2f} s: the durations the engine printed for the "
+                     f"stages around it overlap it, and it is {what} (printed figures win)")
     if excess > tolerance:
         parts = ", ".join(f"{k} {v:.2f}" for k, v in stages.items() if v)
         return stages, notes, (f"its printed stage durations add up to {sum(stages.values()):.2f} "
@@ -1399,10 +1404,9 @@ def read_startup(lines: Iterable[object]) -> Startup:
         notes.append("the log begins after the engine started (its first line is not the "
                      "start): time to ready counts from its first line, a lower bound; "
                      "bootstrap unknown")
-    sources = {k: ("log-clock" if k == BOOTSTRAP else "log") for k in stages}
     if ttr is not None and refused is None:
         coarse = bool(ev.first_wallclock) and "." not in (ev.first_wallclock or "")
-        stages, fit_notes, refused = _fit(stages, ttr, coarse, ev, sources)
+        stages, fit_notes, refused = _fit(stages, ttr, coarse, ev)
         notes += fit_notes
     notes += _overlap_notes(ev, stages, substeps, source)
     tl = from_durations(stages, source="log", time_to_ready=ttr, substeps=substeps,
