@@ -44,6 +44,15 @@ def test_collector_timestamp_prefixes_are_removed():
     assert out.prefixed == 5
 
 
+def test_cri_partial_pieces_are_joined():
+    line = ENGINE[1]
+    pieces = ["2026-06-07T13:27:19.1Z stdout P " + line[:30],
+              "2026-06-07T13:27:19.1Z stdout P " + line[30:60],
+              "2026-06-07T13:27:19.1Z stdout F " + line[60:], ENGINE[2]]
+    out = normalise(pieces)
+    assert out.lines == (line, ENGINE[2]) and out.source == (2, 3)
+
+
 def test_python_logging_text_with_its_own_stamp_is_kept():
     text = "2026-08-02 10:30:12,584 - INFO - autotuner.py:651 - flashinfer.jit: starts"
     assert strip_outer_prefix(text) == (text, False)

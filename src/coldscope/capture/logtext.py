@@ -37,6 +37,8 @@ _OUTER_PREFIXES = (
     # (not Python logging's own "2024-01-01 12:00:00,123 - name - LEVEL" text, which is kept)
     re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2}) (?!- )"),
 )
+#: A CRI log file writes a long line as partial pieces (``P``) ended by a full one (``F``).
+_CRI_PARTIAL = re.compile(rf"^{_ISO_T} (?:stdout|stderr) P ?")
 #: ``tail -f a.log b.log`` separates the files it follows with ``==> a.log <==``.
 _TAIL_SEPARATOR = re.compile(r"^==> .* <==$")
 #: A time of day anywhere in a line: only such lines are dropped as repeats (a line without a
@@ -49,7 +51,8 @@ class CleanLines:
     """The result of ``normalise``.
 
     ``lines`` are the kept lines, cleaned; ``source[i]`` is the 0-based index, in the lines
-    given, of the physical line ``lines[i]`` came from (a redrawn progress bar gives several
+    given, of the physical line ``lines[i]`` came from (for a CRI line written in partial
+    pieces, its last piece) (a redrawn progress bar gives several
     kept lines from one physical line), so that evidence can quote the user's own line numbers.
     ``dropped`` counts what was removed, by reason: ``separator`` (``==> file <==``),
     ``repeat`` (a line seen before with the same time and text), ``blank_redraw`` (an empty
@@ -133,9 +136,15 @@ def normalise(lines: Iterable[object], *, drop_repeats: bool = True) -> CleanLin
     source: list[int] = []
     dropped: dict[str, int] = {}
     prefixed = 0
+    partial = ""
     for i, raw in enumerate(lines):
-        text = _as_text(raw)
-        text, had_prefix = strip_outer_prefix(text.lstrip("\ufeff"))
+        text = _as_text(raw).lstrip("\ufeff")
+        if m := _CRI_PARTIAL.match(text):  # joined with the pieces that follow
+            partial += text[m.end():]
+            prefixed += 1
+            continue
+        text, had_prefix = strip_outer_prefix(text)
+        text, partial = partial + text, ""
         prefixed += had_prefix
         pieces = redraws(text)
         for n, piece in enumerate(pieces):
@@ -173,4 +182,5 @@ def without_repeats(clean: CleanLines) -> CleanLines:
     return CleanLines(tuple(lines), tuple(source), dropped, clean.prefixed)
 
 
-__all__ = ["CleanLines", "normalise", "redraws", "split_lines", "strip_outer_prefix", "without_repeats"]
+__all__ = ["CleanLines", "normalise", "redraws", "split_lines", "strip_outer_prefix",
+           "without_repeats"]
