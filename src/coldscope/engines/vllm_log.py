@@ -1115,8 +1115,9 @@ def _drop_out_of_order(clean, parsed):
     keep = list(range(lead, len(parsed)))
     notes: list[str] = []
     if lead:
-        notes.append(f"lines {clean.source[0] + 1}-{clean.source[lead - 1] + 1} repeat lines "
-                     "of the full log that follows (a summary printed before it): skipped")
+        notes.append(f"lines {clean.source[0] + 1}-{clean.source[lead - 1] + 1} skipped: a "
+                     "summary printed before the full log (its engine lines all come again "
+                     "after it, out of time order)")
     for _ in range(8):  # a few blocks at most; each pass removes one
         peak = None
         jump = None
