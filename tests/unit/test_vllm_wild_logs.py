@@ -334,3 +334,32 @@ def test_cpu_logs_are_ok_with_sums_that_hold(path):
     assert reading.timeline.time_to_ready == pytest.approx(stated_ttr(lines))
     check_sums(reading.timeline)
     assert reading.timeline.stages["cuda_graph_capture"] is None  # not applicable on CPU
+
+
+def test_a_clock_that_goes_back_without_a_repeat_is_refused():
+    lines = engine_lines()
+    half = line_index(lines, "Graph capturing finished")
+    swapped = lines[half:] + lines[:half]  # two halves of a log in the wrong order
+    with pytest.raises(ColdscopeError, match="refused: the log's clock goes back"):
+        run_from_log(swapped, name="swapped.log")
+
+
+def test_a_summary_printed_after_the_full_log_is_skipped():
+    lines = engine_lines()
+    timed = [t for t in lines if _STAMP.search(t)]
+    summary = [timed[20], timed[5], timed[30]]
+    reading = read_log(lines + ["--- summary ---", *summary])[1]
+    assert reading.timeline == read_log(lines)[1].timeline
+
+
+def test_a_few_lines_flushed_late_are_kept_and_a_failed_start_up_stays_failed():
+    lines = engine_lines()
+    load = line_index(lines, "Loading weights took")
+    late = "(EngineCore pid=3380462) WARNING 06-25 17:21:41 [x.py:1] buffered warning"
+    reading = read_log(lines[:load] + [late] + lines[load:])[1]
+    assert reading.refused is None and reading.failure is None
+    assert reading.timeline == read_log(lines)[1].timeline
+    assert any("flushed late" in n for n in reading.notes)
+    failed = "(EngineCore pid=3380462) ERROR 06-25 17:21:40 [core.py:1] EngineCore failed to start."
+    run = run_from_log(lines[:load] + [failed], name="x")
+    assert run.status == "failed" and "EngineCore failed to start" in run.reason

@@ -171,8 +171,9 @@ FINDING_ADVICE: dict[str, str] = {
         "capture, an upper bound.",
     "kv_profiling_every_start":
         "the profiling result is the same for the same model, GPU and settings: reuse it "
-        "(vLLM >= 0.32: VLLM_ENABLE_STARTUP_PLAN=1; older: --kv-cache-memory / "
-        "num_gpu_blocks_override from a previous run).",
+        "(vLLM 0.28+: VLLM_ENABLE_STARTUP_PLAN=1 persists it under VLLM_CACHE_ROOT/startup_plan "
+        "and later start-ups skip the profiling; any release: --kv-cache-memory BYTES from a "
+        "previous run, which skips memory profiling, where num_gpu_blocks_override does not).",
 }
 
 

@@ -1105,11 +1105,20 @@ def _leading_repeats(clean, parsed) -> int:
     return best if block and after is not None and max(block) > after else 0
 
 
+#: A run of at most this many timed lines stamped before the lines ahead of it is output a
+#: process flushed late (kept); a longer one is a block of the log out of order.
+_LATE_FLUSH_LINES = 20
+
+
 def _drop_out_of_order(clean, parsed):
-    """(kept indexes, notes, refusal): a block before the point where the log's clock goes back
-    whose timed lines all come again after it is a harness's summary printed before the full
-    log; a block after that point whose lines all came before is one printed after it. Either
-    is skipped; a step back that is neither is refused (the lines cannot be put in order)."""
+    """(kept indexes, notes, refusal) where the log's clock goes back.
+
+    A leading block whose timed lines all come again later, out of time order, is a harness's
+    summary printed before the full log; a block after the step back whose lines all came
+    before it is one printed after it: either is skipped. A short run of lines stamped earlier
+    than the lines ahead of it (up to ``_LATE_FLUSH_LINES`` timed lines, until the clock is
+    back where it was or the log ends) is output flushed late: kept, with a note. Any other
+    step back is refused: the lines cannot be put in order."""
     secs = [_wallclock_seconds(p.wallclock) if p.wallclock else None for p in parsed]
     lead = _leading_repeats(clean, parsed)
     keep = list(range(lead, len(parsed)))
@@ -1118,42 +1127,48 @@ def _drop_out_of_order(clean, parsed):
         notes.append(f"lines {clean.source[0] + 1}-{clean.source[lead - 1] + 1} skipped: a "
                      "summary printed before the full log (its engine lines all come again "
                      "after it, out of time order)")
-    for _ in range(8):  # a few blocks at most; each pass removes one
-        peak = None
+
+    def back(t: float | None, peak: float | None) -> bool:
+        return t is not None and peak is not None and \
+            peak - 180 * 86400 < t < peak - _BACK_TOLERANCE
+
+    pos, peak = 0, None
+    for _ in range(len(keep) + 1):
         jump = None
-        for pos, i in enumerate(keep):
-            t = secs[i]
-            if t is None:
-                continue
-            if peak is not None and peak - 180 * 86400 < t < peak - _BACK_TOLERANCE:
+        while pos < len(keep):
+            t = secs[keep[pos]]
+            if back(t, peak):
                 jump = pos
                 break
-            peak = t if peak is None else max(peak, t)
+            if t is not None:
+                peak = t if peak is None else max(peak, t)
+            pos += 1
         if jump is None:
             return keep, notes, None
         before, after = keep[:jump], keep[jump:]
-        timed_before = {clean.lines[i] for i in before if secs[i] is not None}
-        texts_after = {clean.lines[i] for i in after}
         line = clean.source[after[0]] + 1
-        if timed_before and timed_before <= texts_after:
-            notes.append(f"lines {clean.source[before[0]] + 1}-{clean.source[before[-1]] + 1} "
-                         f"repeat lines of the full log that follows (a summary printed before "
-                         f"it; the clock goes back at line {line}): skipped")
-            keep = after
-            continue
         texts_before = {clean.lines[i] for i in before}
         end = 0
         while end < len(after) and (secs[after[end]] is None
                                     or clean.lines[after[end]] in texts_before):
             end += 1
         if end and any(secs[i] is not None for i in after[:end]):
-            notes.append(f"lines {line}-{clean.source[after[end - 1]] + 1} repeat earlier lines "
-                         "out of order (a summary printed after them): skipped")
+            notes.append(f"lines {line}-{clean.source[after[end - 1]] + 1} skipped: they repeat "
+                         "earlier lines out of order (a summary printed after them)")
             keep = before + after[end:]
             continue
-        back = parsed[after[0]].wallclock
-        return keep, notes, (f"the log's clock goes back to {back} at line {line} and the lines "
-                             "around it are not a repeat: its lines are out of order")
+        late, timed = 0, 0
+        while late < len(after) and (secs[after[late]] is None or back(secs[after[late]], peak)):
+            timed += secs[after[late]] is not None
+            late += 1
+        if timed <= _LATE_FLUSH_LINES:
+            notes.append(f"lines {line}-{clean.source[after[late - 1]] + 1} are stamped before "
+                         "the lines ahead of them (output flushed late): kept in place")
+            pos = jump + late
+            continue
+        return keep, notes, (f"the log's clock goes back to {parsed[after[0]].wallclock} at line "
+                             f"{line} for {timed} timed lines and they are not a repeat: its "
+                             "lines are out of order")
     return keep, notes, None
 
 
@@ -1393,6 +1408,9 @@ def read_startup(lines: Iterable[object]) -> Startup:
     if ready is None:
         failure = _failure(own, parsed, ev, source)
         stages.pop(SERVER_READY, None)
+        if refused is not None:  # a failed start-up is reported failed; its clock is a note
+            notes.append(refused)
+            refused = None
     elif ready.name == HARNESS_END:
         ttr, ttr_from = ev.harness_total, "harness"
     elif ev.line_clock and ev.line_clock[ready.line_no] is not None:
