@@ -129,10 +129,6 @@ WARNING_LINE = re.compile(
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 #: Lines of a shutdown (after readiness or after a failure), never start-up warnings.
 SHUTDOWN = re.compile(r"\[shutdown\]|shutdown triggered|EngineDeadError|output_handler failed")
-#: Lines showing the server ready (the API server's, or its older wording).
-READY_LINES = re.compile(r"Application startup complete|Starting vLLM (?:API )?server on")
-#: The model argument as vLLM echoes its engine config (``model='/srv/run/tiny-llama'``).
-MODEL_ARG = re.compile(r"\bmodel='(?P<m>[^']+)'")
 #: Lines that say the start-up failed (vLLM V1 engine core, its API server, uvicorn).
 STARTUP_FAILED = re.compile(
     r"Engine core initialization failed|EngineCore failed to start|"
@@ -362,9 +358,6 @@ COMPILE_CACHE_SAVED = re.compile(
     r"saved AOT compiled function|Cache the graph (?:of|for) .*? for later use"
     r"|Computation graph saved to|Store the \d+-th graph .*? from inductor"
 )
-STARTUP_PLAN_LINE = re.compile(
-    r"Applying persisted startup plan|skipped memory profiling|Memory profiling will be skipped"
-)
 
 
 def _is_vllm(ev: Any) -> bool:
@@ -380,7 +373,7 @@ def _is_vllm(ev: Any) -> bool:
 def _facts(st: Any) -> LogFacts:
     """The findings' facts of one reading (``vllm_log.Startup``); line numbers are the log's
     own physical lines (0-based), so evidence quotes the line the user sees."""
-    from coldscope.engines.vllm_log import DOWNLOAD, _total
+    from coldscope.engines.vllm_log import DOWNLOAD, STARTUP_PLAN, _total
 
     lines, ev, src = list(st.lines), st.evidence, st.source
 
@@ -399,6 +392,7 @@ def _facts(st: Any) -> LogFacts:
     if memory:
         memory["memory_profiling_line"] = phys(memory["memory_profiling_line"])
     download = ev.last(DOWNLOAD)
+    plans = ev.named(STARTUP_PLAN)
     return LogFacts(
         compile_enabled=ev.compile_enabled,
         compile_cache=ev.compile_cache,
@@ -413,7 +407,8 @@ def _facts(st: Any) -> LogFacts:
         weights_download=None if download is None else
         LogLine(src[download.line_no], _message(lines[download.line_no])),
         weights_download_s=_total(ev, DOWNLOAD),
-        startup_plan=first(STARTUP_PLAN_LINE),
+        startup_plan=LogLine(src[plans[0].line_no], _message(lines[plans[0].line_no]))
+        if plans else None,
         **failed,
         **memory,
     )
