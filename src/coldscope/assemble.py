@@ -51,6 +51,8 @@ def run_from_log(lines: Sequence[str], *, name: str, origin: str = "log",
         raise ColdscopeError(f"{name} does not look like a log of a known engine "
                              "(no known line found)")
     engine, reading = found
+    if reading.refused is not None:
+        raise ColdscopeError(f"{name}: refused: {reading.refused}")
     info = reading.info
     ready = reading.timeline.time_to_ready is not None and reading.failure is None
     reason = reading.failure or ("the log never shows the engine ready (truncated, or it "
@@ -62,10 +64,28 @@ def run_from_log(lines: Sequence[str], *, name: str, origin: str = "log",
         started_at=started_at or dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
         tool=Tool(version=__version__),
         engine=EngineInfo(name=engine.name, version=info.version, family=info.family,
-                          device=info.device, enforce_eager=info.enforce_eager),
+                          device=info.device, enforce_eager=info.enforce_eager,
+                          model=reading.model),
+        model=_model_ref(reading.model),
         log_info=info, log_tail="\n".join(lines[-40:]),
         paper_metrics=reading.paper_metrics, missed_by_paper_parser=reading.missed,
         findings=findings_from_log(list(lines), found),
         notes=list(reading.notes),
     )
     return run.with_timeline(reading.timeline)
+
+
+def _model_ref(model: str | None) -> Any:
+    """The model a log names: its last part is the name (as ``serve`` names models: a hub id
+    ``Qwen/Qwen3-8B`` is ``Qwen3-8B``; the engine record keeps the argument as given); a local
+    path is also kept as the path."""
+    from pathlib import PurePosixPath
+
+    from coldscope.records import ModelRef
+
+    if not model:
+        return ModelRef()
+    name = PurePosixPath(model.rstrip("/")).name or model
+    if model.startswith(("/", "./", "../", "~")):
+        return ModelRef(path=model, name=name)
+    return ModelRef(name=name)

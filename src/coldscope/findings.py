@@ -11,8 +11,9 @@ The rules know no engine: the engine's adapter reads its log into ``engines.LogF
 line says the compile cache failed to load, the engine's warnings, ...) and may give its own
 advice for a finding (its flags and variables); the rules' own advice is engine-neutral.
 
-A log read on its own does not know whether a compile cache existed before the start-up, so it
-never yields ``compile_cache_cold``; a compile there is reported as ``compile_cache_unknown``.
+A log read on its own shows the compile cache's state only in its own words: a compile whose
+artefacts the log says were saved (and nothing loaded) is ``compile_cache_cold``; a compile the
+log says nothing more about is ``compile_cache_unknown``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ FINDING_IDS: tuple[str, ...] = (
     "compile_cache_load_failed",
     "compile_cache_cold",
     "compile_cache_unknown",
+    "weights_downloaded",
     "model_inspect_uncached",
     "repeated_imports",
     "single_core_bound",
@@ -110,7 +112,7 @@ def facts_from_log(lines: Iterable[str],
     tl: dict[str, Any] = {"stages": {}, "substeps": {}}
     if read is not None:  # the engine whose adapter reads the log: its timeline and facts
         engine, tl = read[0], timeline_dict(read[1].timeline)
-        facts = engine.log_facts(lines)
+        facts = read[1].facts if read[1].facts is not None else engine.log_facts(lines)
     elif (known := engines.log_facts(lines)) is not None:
         engine, facts = known
     if facts is None:
@@ -263,6 +265,18 @@ def rule_compile_cache(f: RunFacts) -> list[Finding]:
                            "serving speed for start-up by turning compilation off; "
                            "`coldscope tune` measures both."),
         )]
+    saved = ev.compile_saved if ev is not None else None
+    if f.cache is None and saved is not None and missed:
+        return [Finding(
+            id="compile_cache_cold", stage=TORCH_COMPILE, seconds_at_stake=compiled,
+            evidence=f"{what}, and the log says the result was saved to the compile cache "
+                     f"(line {saved.line_no + 1}: {_quote(_message(saved.message))}): nothing "
+                     "was loaded from it, so it was cold",
+            advice=_advice(f, "compile_cache_cold",
+                           "ship a pre-seeded compile cache (`coldscope bundle`), or trade "
+                           "serving speed for start-up by turning compilation off; "
+                           "`coldscope tune` measures both."),
+        )]
     if f.cache is None:
         return [Finding(
             id="compile_cache_unknown", stage=TORCH_COMPILE, seconds_at_stake=compiled,
@@ -399,6 +413,30 @@ def rule_weights_from_disk(f: RunFacts) -> list[Finding]:
     )]
 
 
+#: Shortest weight download (seconds) worth a finding.
+MIN_DOWNLOAD_S = 1.0
+
+
+def rule_weights_downloaded(f: RunFacts) -> list[Finding]:
+    """``weights_downloaded``: the engine downloaded its weights during the start-up (the log
+    says so and how long it took)."""
+    ev = f.log
+    secs = ev.weights_download_s if ev is not None else None
+    if ev is None or secs is None or secs < MIN_DOWNLOAD_S:
+        return []
+    line = ev.weights_download
+    quote = f"line {line.line_no + 1}: {_quote(line.message)}" if line is not None else \
+        f"weights downloaded for {secs:.1f} s"
+    return [Finding(
+        id="weights_downloaded", stage=MODEL_LOADING, seconds_at_stake=round(secs, 3),
+        evidence=f"{quote} (inside model_loading)",
+        advice=_advice(f, "weights_downloaded",
+                       "pre-seed the weights in the image or a node-local cache (a volume "
+                       "shared by the node's replicas), or stream them from storage with the "
+                       "engine's streaming loader, so no start-up waits for a download."),
+    )]
+
+
 def rule_cuda_graph_capture(f: RunFacts) -> list[Finding]:
     """``cuda_graph_capture_heavy``: many CUDA-graph capture sizes (GPU logs)."""
     ev = f.log
@@ -419,8 +457,8 @@ def rule_kv_profiling(f: RunFacts) -> list[Finding]:
     """``kv_profiling_every_start``: memory profiling ran on a GPU start-up where its result
     (the KV-cache size) could have been reused."""
     ev = f.log
-    if ev is None or ev.device in (None, "cpu"):
-        return []
+    if ev is None or ev.device in (None, "cpu") or ev.startup_plan is not None:
+        return []  # a persisted start-up plan (or a set KV-cache size) skipped the profiling
     secs = ev.memory_profiling_s if ev.memory_profiling_s is not None else \
         _stage(f, KV_CACHE_PROFILING)
     if secs is None or secs < MIN_GPU_STAGE_S:
@@ -464,8 +502,8 @@ def rule_engine_warnings(f: RunFacts) -> list[Finding]:
     return out
 
 
-RULES = (rule_compile_cache, rule_model_inspect, rule_repeated_imports, rule_single_core,
-         rule_weights_from_disk, rule_cuda_graph_capture, rule_kv_profiling,
+RULES = (rule_compile_cache, rule_weights_downloaded, rule_model_inspect, rule_repeated_imports,
+         rule_single_core, rule_weights_from_disk, rule_cuda_graph_capture, rule_kv_profiling,
          rule_engine_warnings)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from coldscope.capture.logs import (
+from coldscope.engines.vllm_log import (
     FAMILIES,
     PAPER_METRICS,
     family_of,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from coldscope.capture.logs import log_timeline, parse_vllm_log
+from coldscope.engines.vllm_log import log_timeline, parse_vllm_log
 from coldscope.serve.watcher import LogWatcher, Startup, classify, replica_name
 from coldscope.timeline import timeline_dict
 

@@ -188,7 +188,10 @@ def parse(log, save, vs_paper, store_path, as_json):
         data = Path(log).read_bytes()
     except OSError as exc:
         raise ColdscopeError(f"cannot read {log}: {exc.strerror}") from None
-    lines = data.decode("utf-8", "replace").splitlines()
+    from coldscope.capture.logtext import split_lines
+
+    # newline-separated lines only, so that quoted line numbers are the file's own
+    lines = split_lines(data.decode("utf-8", "replace"))
     run = run_from_log(lines, name=Path(log).name)
     if save:
         from coldscope.store import Store

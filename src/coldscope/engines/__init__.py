@@ -81,6 +81,14 @@ class LogReading:
     notes: list[str] = field(default_factory=list)
     """How the adapter read the log: which line won where evidence overlapped or contradicted,
     lines it ignored (another service's, a repeated summary), the rank it reported."""
+    refused: str | None = None
+    """Why the log's evidence cannot be reconciled into one timeline (one line); a refused
+    reading is reported as such, never as a run."""
+    facts: LogFacts | None = None
+    """What the same reading says for the findings rules, so that they do not read the log a
+    second time (None: the adapter gives none)."""
+    model: str | None = None
+    """The model the log names (the engine's arguments or banner)."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +150,16 @@ class LogFacts:
     i.e. its spawn and imports as the log sees them."""
     model: str | None = None
     """The model path the log names (an engine echoing its arguments), if any."""
+    compile_saved: LogLine | None = None
+    """The first line saying compiled artefacts were written to the compile cache: with a
+    compile and no cache hit, the log itself shows the cache was cold."""
+    weights_download: LogLine | None = None
+    """The line saying the engine downloaded its weights during start-up."""
+    weights_download_s: float | None = None
+    """The seconds that line reports (the slowest process's)."""
+    startup_plan: LogLine | None = None
+    """The line saying the KV-cache size came from a persisted start-up plan or a configured
+    size, so memory profiling was skipped."""
 
 
 #: What ``Engine.startup_boundary`` says of one line of a followed log.

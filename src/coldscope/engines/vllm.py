@@ -2,7 +2,7 @@
 adapters' entry point, span names, the log facts and advice of the findings rules, the lines
 that open, finish or fail a start-up, probe hooks, mitigations).
 
-The log adapters themselves (version-aware rule tables) are in ``coldscope.capture.logs``,
+The log grammar (version-aware rule tables) is in ``coldscope.engines.vllm_log``,
 reached only from here; the mitigation catalogue's content is in
 ``coldscope.engines.vllm_knobs``.
 """
@@ -129,10 +129,6 @@ WARNING_LINE = re.compile(
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 #: Lines of a shutdown (after readiness or after a failure), never start-up warnings.
 SHUTDOWN = re.compile(r"\[shutdown\]|shutdown triggered|EngineDeadError|output_handler failed")
-#: Lines showing the server ready (the API server's, or its older wording).
-READY_LINES = re.compile(r"Application startup complete|Starting vLLM (?:API )?server on")
-#: The model argument as vLLM echoes its engine config (``model='/srv/run/tiny-llama'``).
-MODEL_ARG = re.compile(r"\bmodel='(?P<m>[^']+)'")
 #: Lines that say the start-up failed (vLLM V1 engine core, its API server, uvicorn).
 STARTUP_FAILED = re.compile(
     r"Engine core initialization failed|EngineCore failed to start|"
@@ -151,6 +147,11 @@ FINDING_ADVICE: dict[str, str] = {
     "compile_cache_cold":
         "ship a pre-seeded compile cache (`coldscope bundle`), or trade serving speed for "
         "start-up with --enforce-eager; `coldscope tune` measures both.",
+    "weights_downloaded":
+        "pre-seed the weights in the image or a node-local cache (HF_HOME / a hostPath or "
+        "shared volume the node's replicas mount, with HF_HUB_OFFLINE=1), or stream them "
+        "(--load-format runai_streamer from object storage) so no start-up waits for a "
+        "download.",
     "model_inspect_uncached":
         "keep the engine's cache directory (vLLM: VLLM_CACHE_ROOT/modelinfos) between "
         "start-ups or bake it into the image (`coldscope bundle`).",
@@ -166,8 +167,9 @@ FINDING_ADVICE: dict[str, str] = {
         "capture, an upper bound.",
     "kv_profiling_every_start":
         "the profiling result is the same for the same model, GPU and settings: reuse it "
-        "(vLLM >= 0.32: VLLM_ENABLE_STARTUP_PLAN=1; older: --kv-cache-memory / "
-        "num_gpu_blocks_override from a previous run).",
+        "(vLLM 0.28+: VLLM_ENABLE_STARTUP_PLAN=1 persists it under VLLM_CACHE_ROOT/startup_plan "
+        "and later start-ups skip the profiling; any release: --kv-cache-memory BYTES from a "
+        "previous run, which skips memory profiling, where num_gpu_blocks_override does not).",
 }
 
 
@@ -251,29 +253,28 @@ class VLLM(GenericEngine):
         return ["--otlp-traces-endpoint", endpoint], env
 
     def log_spans(self, lines: Sequence[tuple[float, str]]) -> tuple[list[Span], LogInfo | None]:
-        from coldscope.capture.logs import log_spans, parse_vllm_log
+        from coldscope.engines.vllm_log import log_spans, parse_vllm_log
 
         parsed = parse_vllm_log([text for _, text in lines])
         spans = log_spans(parsed, [t for t, _ in lines])
         return spans, _info(parsed)
 
     def read_log(self, lines: Sequence[str]) -> LogReading | None:
-        from coldscope.capture.logs import (
-            log_time_to_ready,
-            log_timeline,
-            missed,
-            paper_metrics,
-            parse_vllm_log,
-        )
+        """A saved log read once (``vllm_log.read_startup``): the timeline, the failure or the
+        refusal, the notes, and the findings' facts of the same reading."""
+        from coldscope.engines.vllm_log import missed, paper_metrics, read_startup
 
-        parsed = parse_vllm_log(lines)
-        if not parsed.records and parsed.version is None:
+        st = read_startup(lines)
+        ev = st.evidence
+        if not _is_vllm(ev):
             return None
         return LogReading(
-            timeline=log_timeline(parsed), info=_info(parsed),
-            time_to_ready_from=log_time_to_ready(parsed)[1],
-            paper_metrics=paper_metrics(parsed),
-            missed=[MissedItem(**m) for m in missed(parsed)],
+            timeline=st.timeline, info=_info(ev),
+            time_to_ready_from=st.time_to_ready_from,
+            paper_metrics=paper_metrics(ev),
+            missed=[MissedItem(**m) for m in missed(ev)],
+            failure=st.failure, notes=list(st.notes), refused=st.refused,
+            facts=_facts(st), model=st.model,
         )
 
     def otel_spans(self, spans: Sequence[OtelSpan], *, origin_unix: float,
@@ -305,22 +306,12 @@ class VLLM(GenericEngine):
     def log_facts(self, lines: Sequence[str]) -> LogFacts | None:
         """The findings' facts of a vLLM log; None when no line means anything to vLLM's
         adapter (then every fact would be empty anyway)."""
-        from coldscope.capture.logs import parse_vllm_log
+        from coldscope.engines.vllm_log import read_startup
 
-        lines = list(lines)
-        ev = parse_vllm_log(lines)
-        facts = LogFacts(
-            compile_enabled=ev.compile_enabled,
-            compile_cache=ev.compile_cache,
-            capture_sizes=ev.capture_sizes,
-            device=ev.device,
-            child_process_gaps=_child_process_gaps(lines, ev.line_clock),
-            model=next((m.group("m") for t in lines if (m := MODEL_ARG.search(t))), None),
-            ready_line=next((i for i, t in enumerate(lines) if READY_LINES.search(t)), None),
-            **_load_failure(lines, ev.line_clock),
-            **_memory_profiling(ev),
-            warnings=_warnings(lines),
-        )
+        st = read_startup(lines)
+        if not _is_vllm(st.evidence):
+            return None
+        facts = _facts(st)
         return None if facts == LogFacts() else facts
 
     def startup_boundary(self, line: str) -> str | None:
@@ -330,7 +321,7 @@ class VLLM(GenericEngine):
         server's version banner). A cheap substring test runs first; only candidate lines go
         through the parser, so the cost stays low for the thousands of lines a start-up
         prints."""
-        from coldscope.capture.logs import APP_STARTUP_COMPLETE, HARNESS_END, parse_vllm_log
+        from coldscope.engines.vllm_log import APP_STARTUP_COMPLETE, HARNESS_END, parse_vllm_log
 
         if STARTUP_FAILED.search(line):
             return FAILED
@@ -361,10 +352,78 @@ def _info(parsed: Any) -> LogInfo:
                    enforce_eager=parsed.enforce_eager, compile_cache=cache)
 
 
+#: Lines saying compiled artefacts were written to the compile cache (inductor graphs, the AOT
+#: function of 0.20+, the computation graph).
+COMPILE_CACHE_SAVED = re.compile(
+    r"saved AOT compiled function|Cache the graph (?:of|for) .*? for later use"
+    r"|Computation graph saved to|Store the \d+-th graph .*? from inductor"
+)
+
+
+def _is_vllm(ev: Any) -> bool:
+    """Whether a log shows vLLM's own markers: its version line, or a meaningful line in vLLM's
+    own format (level, MM-DD time, [file:line]). uvicorn's "Application startup complete" is any
+    Python server's, and SGLang prints vLLM's compile lines in its own format."""
+    from coldscope.engines.vllm_log import APP_STARTUP_COMPLETE
+
+    return ev.version is not None or any(
+        r.wallclock is not None and r.name != APP_STARTUP_COMPLETE for r in ev.records)
+
+
+def _facts(st: Any) -> LogFacts:
+    """The findings' facts of one reading (``vllm_log.Startup``); line numbers are the log's
+    own physical lines (0-based), so evidence quotes the line the user sees."""
+    from coldscope.engines.vllm_log import DOWNLOAD, STARTUP_PLAN, _total
+
+    lines, ev, src = list(st.lines), st.evidence, st.source
+
+    def phys(i: int | None) -> int | None:
+        return None if i is None else src[i]
+
+    def first(pattern: re.Pattern[str]) -> LogLine | None:
+        at = next((i for i, t in enumerate(lines) if pattern.search(t)), None)
+        return None if at is None else LogLine(src[at], _message(lines[at]))
+
+    failed = _load_failure(lines, ev.line_clock)
+    if failed.get("compile_cache_load_failed") is not None:
+        line = failed["compile_cache_load_failed"]
+        failed["compile_cache_load_failed"] = LogLine(src[line.line_no], line.message)
+    memory = _memory_profiling(ev)
+    if memory:
+        memory["memory_profiling_line"] = phys(memory["memory_profiling_line"])
+    download = ev.last(DOWNLOAD)
+    plans = ev.named(STARTUP_PLAN)
+    return LogFacts(
+        compile_enabled=ev.compile_enabled,
+        compile_cache=ev.compile_cache,
+        capture_sizes=ev.capture_sizes,
+        device=ev.device,
+        child_process_gaps=_child_process_gaps(lines, ev.line_clock),
+        model=st.model,
+        ready_line=phys(st.ready_line),
+        warnings=tuple(EngineWarning(src[w.line_no], w.level, w.where, w.message)
+                       for w in _warnings(lines)),
+        compile_saved=first(COMPILE_CACHE_SAVED),
+        weights_download=None if download is None else
+        LogLine(src[download.line_no], _message(lines[download.line_no])),
+        weights_download_s=_total(ev, DOWNLOAD),
+        startup_plan=LogLine(src[plans[0].line_no], _message(lines[plans[0].line_no]))
+        if plans else None,
+        **failed,
+        **memory,
+    )
+
+
+def _message(text: str) -> str:
+    from coldscope.engines.vllm_log import _split
+
+    return _split(text).message or text
+
+
 def _load_failure(lines: Sequence[str], clock: Sequence[float | None]) -> dict[str, Any]:
     """The first compile-cache load failure line, and the seconds on the log's clock from it to
     the first later line with a time that says the new compile was done."""
-    from coldscope.capture.logs import _split
+    from coldscope.engines.vllm_log import _split
 
     at = next((i for i, t in enumerate(lines) if LOAD_FAILED.search(t)), None)
     if at is None:
@@ -385,7 +444,7 @@ def _load_failure(lines: Sequence[str], clock: Sequence[float | None]) -> dict[s
 def _memory_profiling(ev: Any) -> dict[str, Any]:
     """The line reporting memory profiling (the first that gives seconds, else the last
     one), and its seconds."""
-    from coldscope.capture.logs import MEMORY_PROFILING_END
+    from coldscope.engines.vllm_log import MEMORY_PROFILING_END
 
     rec = next((r for r in ev.records if r.name.endswith("memory_profiling_end")
                 and r.duration is not None), ev.last(MEMORY_PROFILING_END))
@@ -409,7 +468,7 @@ def _warnings(lines: Sequence[str]) -> tuple[EngineWarning, ...]:
 def _child_process_gaps(lines: Sequence[str], clock: Sequence[float | None]) -> dict[str, float]:
     """Per child process (engine core, worker): seconds on the log's clock between the last
     timestamped line before its first timestamped line and that line."""
-    from coldscope.capture.logs import _split
+    from coldscope.engines.vllm_log import _split
 
     if not clock:
         return {}

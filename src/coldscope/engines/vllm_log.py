@@ -42,6 +42,8 @@ from coldscope.timeline import Span, Timeline, from_durations, reconcile
 
 # Record names (the vocabulary of the log, mapped once onto the shared stage names).
 WEIGHTS = substep(MODEL_LOADING, "weights")
+#: "Time spent downloading weights for M: X seconds": inside vLLM's own "Model loading took".
+DOWNLOAD = substep(MODEL_LOADING, "download")
 INIT_MODEL = substep(MODEL_LOADING, "init_model")
 DYNAMO = substep(TORCH_COMPILE, "dynamo")
 INDUCTOR = substep(TORCH_COMPILE, "inductor")
@@ -63,6 +65,10 @@ KV_CACHE_END = "marker:kv_cache_end"
 #: V0 engines print "# GPU blocks: N" once the KV cache is sized.
 KV_CACHE_SIZED = "marker:kv_cache_sized"
 CAPTURE_START = "marker:cuda_graph_capture_start"
+#: "init engine (...) took X s (compilation: Y s)" (0.20+): Y is vLLM's own compile figure.
+INIT_COMPILATION = "marker:init_compilation"
+#: A persisted start-up plan (0.28+) or a configured KV-cache size: no memory profiling ran.
+STARTUP_PLAN = "marker:startup_plan"
 TORCH_COMPILE_START = "marker:torch_compile_start"
 SERVER_START = "marker:server_start"
 APP_STARTUP_COMPLETE = "marker:app_startup_complete"
@@ -76,6 +82,7 @@ _COMPILE_SUBSTEPS = (DYNAMO, INDUCTOR, GRAPH_LOAD)
 _ANCHORED = (
     TOKENIZER,
     MODEL_LOADING,
+    DOWNLOAD,
     WEIGHTS,
     INIT_MODEL,
     *_COMPILE_SUBSTEPS,
@@ -185,7 +192,9 @@ V0_6 = (
 _V1 = (
     _rules(
         (ENGINE_CORE_START, r"Initializing a V1 LLM engine \(v"),
-        (MODEL_LOADING_START, r"Starting to load model"),
+        # "Starting to load model M..."; the V2 model runner (0.28+): "Loading model from scratch"
+        (MODEL_LOADING_START, r"Starting to load model|Loading model from scratch"),
+        (DOWNLOAD, rf"Time spent downloading weights for .*?: {_SECONDS} seconds"),
         (WEIGHTS, rf"Loading weights took {_SECONDS} seconds"),
         (MODEL_LOADING_END, r"Loading weights took"),
         (MODEL_LOADING, rf"Model loading took [\d.]+ Gi?B(?: memory)? and {_SECONDS} seconds"),
@@ -204,7 +213,11 @@ _V1 = (
             KV_CACHE_END,
             rf"init engine \(profile, create kv cache, warmup model\) took {_SECONDS} s",
         ),
-        (SERVER_START, r"Starting vLLM (?:API )?server on"),
+        # "Starting vLLM API server 0 on" (up to 0.17), "Starting vLLM server on" (0.18+)
+        (SERVER_START, r"Starting vLLM (?:API )?server (?:\d+ )?on"),
+        (INIT_COMPILATION,
+         rf"init engine \(profile.*?\) took [\d.]+ s \(compilation: {_SECONDS} s\)"),
+        (STARTUP_PLAN, r"Applying persisted startup plan|skipped memory profiling"),
         (APP_STARTUP_COMPLETE, r"Application startup complete"),
     )
     + _HARNESS
@@ -341,19 +354,21 @@ class _Line:
     process: str | None
     pid: int | None
     wallclock: str | None
+    tag: str | None = None
 
 
 def _split(raw: object) -> _Line:
     text = _ANSI.sub("", _as_text(raw)).rstrip("\r\n")
-    rest, process, pid = text, None, None
+    rest, process, pid, tag = text, None, None, None
     m = _PREFIX.match(rest)
     if m:
-        process, pid = _process_of(m.group("tag")), int(m.group("pid"))
+        tag = m.group("tag")
+        process, pid = _process_of(tag), int(m.group("pid"))
         rest = rest[m.end() :]
     h = _HEADER.match(rest)
     if h:
-        return _Line(text, h.group("msg"), process, pid, h.group("ts"))
-    return _Line(text, rest, process, pid, None)
+        return _Line(text, h.group("msg"), process, pid, h.group("ts"), tag)
+    return _Line(text, rest, process, pid, None, tag)
 
 
 def _shows_start(parsed: Sequence[_Line], clock: Sequence[float | None]) -> int | None:
@@ -594,7 +609,7 @@ def stage_durations(ev: LogEvidence) -> tuple[dict[str, float], dict[str, float]
     clock = _clock_stages(ev)
     stages: dict[str, float | None] = {}
     substeps: dict[str, float] = {}
-    for name in (WEIGHTS, INIT_MODEL, *_COMPILE_SUBSTEPS, PROFILE_RUN):
+    for name in (DOWNLOAD, WEIGHTS, INIT_MODEL, *_COMPILE_SUBSTEPS, PROFILE_RUN):
         value = _total(ev, name)
         if value is not None:
             substeps[name] = value
@@ -1004,7 +1019,429 @@ def missed(ev: LogEvidence) -> list[dict]:
     return out
 
 
+# --------------------------------------------------------------------------------------------
+# One start-up as a saved log shows it: the engine's own lines, ready or failed, and a timeline
+# whose buckets sum to time to ready.
+
+#: The log's clock may step back this many seconds between two processes' lines (each process
+#: stamps its own lines; docker merges stdout and stderr); a longer step back is a block of
+#: lines out of order.
+_BACK_TOLERANCE = 2.0
+_TRACEBACK = re.compile(r"Traceback \(most recent call last\):")
+#: The last line of a traceback: ``RuntimeError: ...``, ``torch.OutOfMemoryError: ...``.
+_EXCEPTION = re.compile(
+    r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure)\b(?::\s*.*)?$"
+)
+#: Lines in which vLLM (its engine core, its API server) or uvicorn says the start-up failed.
+_STARTUP_FAILED = re.compile(
+    r"Engine core initialization failed|EngineCore failed to start|"
+    r"Engine process failed to start|Application startup failed"
+)
+_ERROR_LEVEL = re.compile(r"^(?:\([^)]*pid=\d+\)\s*)?(?:ERROR|CRITICAL)\s+\d{2}-\d{2} ")
+_INIT_ENGINE_LINE = re.compile(r"init engine \(profile")
+_MODEL_PATTERNS = (
+    re.compile(r"\bmodel='(?P<m>[^']+)'"),                  # the engine config
+    re.compile(r"""['"]model['"]:\s*['"](?P<m>[^'"]+)['"]"""),  # non-default args
+    re.compile(r"\u2588.*\bmodel\s+(?P<m>\S+)\s*$"),        # the 0.11+ banner
+)
+_QUOTE = 200
+
+
+@dataclass(frozen=True)
+class Startup:
+    """One vLLM start-up read from a saved log (``read_startup``).
+
+    ``lines`` are the lines the engine's evidence was read from (cleaned by
+    ``capture.logtext.normalise``; other services' lines blanked) and ``source[i]`` the 0-based
+    physical line of the log that ``lines[i]`` came from; ``evidence`` is ``parse_vllm_log`` of
+    ``lines``. ``ready_line`` (an index into ``lines``) is the engine's own ready line; when
+    there is none, ``failure`` says why, quoted from the log. ``refused`` is a one-line reason
+    when the log's evidence cannot be reconciled (then no timeline should be reported).
+    ``timeline`` has time to ready on the log's own clock, from the engine's first own line to
+    its ready line, and buckets that sum to it; ``notes`` say which line won where evidence
+    overlapped, what was skipped, and which rank is reported.
+    """
+
+    evidence: LogEvidence
+    lines: tuple[str, ...]
+    source: tuple[int, ...]
+    timeline: Timeline
+    time_to_ready_from: str | None
+    ready_line: int | None
+    failure: str | None
+    refused: str | None
+    notes: tuple[str, ...]
+    model: str | None
+
+
+def _clip(text: str, limit: int = _QUOTE) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def _leading_repeats(clean, parsed) -> int:
+    """How many leading lines are a block whose every timed line comes again later, out of
+    time order (a summary a harness printed before the full log): the largest ``i`` such that
+    each timed line before ``i`` has a copy at or after ``i`` and the block holds a line later
+    than the first timed line after it; 0 when there is none."""
+    last: dict[str, int] = {}
+    for i, (text, p) in enumerate(zip(clean.lines, parsed, strict=True)):
+        if p.wallclock:
+            last[text] = i
+    best, reach, timed = 0, len(parsed), False
+    for i, (text, p) in enumerate(zip(clean.lines, parsed, strict=True)):
+        if timed and reach >= i:
+            best = i
+        if p.wallclock:
+            timed = True
+            reach = min(reach, last[text] if last[text] > i else -1)
+        if reach < i:
+            break
+    # Only a block out of time order is a summary; a line an engine itself prints twice at
+    # the same time (a banner's blank line) is not.
+    times = [_wallclock_seconds(p.wallclock) if p.wallclock else None for p in parsed]
+    block = [t for t in times[:best] if t is not None]
+    after = next((t for t in times[best:] if t is not None), None)
+    return best if block and after is not None and max(block) > after else 0
+
+
+#: A run of at most this many timed lines stamped before the lines ahead of it is output a
+#: process flushed late (kept); a longer one is a block of the log out of order.
+_LATE_FLUSH_LINES = 20
+
+
+def _drop_out_of_order(clean, parsed):
+    """(kept indexes, notes, refusal) where the log's clock goes back.
+
+    A leading block whose timed lines all come again later, out of time order, is a harness's
+    summary printed before the full log; a block after the step back whose lines all came
+    before it is one printed after it: either is skipped. A short run of lines stamped earlier
+    than the lines ahead of it (up to ``_LATE_FLUSH_LINES`` timed lines, until the clock is
+    back where it was or the log ends) is output flushed late: kept, with a note. Any other
+    step back is refused: the lines cannot be put in order."""
+    secs = [_wallclock_seconds(p.wallclock) if p.wallclock else None for p in parsed]
+    lead = _leading_repeats(clean, parsed)
+    keep = list(range(lead, len(parsed)))
+    notes: list[str] = []
+    if lead:
+        notes.append(f"lines {clean.source[0] + 1}-{clean.source[lead - 1] + 1} skipped: a "
+                     "summary printed before the full log (its engine lines all come again "
+                     "after it, out of time order)")
+
+    def back(t: float | None, peak: float | None) -> bool:
+        return t is not None and peak is not None and \
+            peak - 180 * 86400 < t < peak - _BACK_TOLERANCE
+
+    pos, peak = 0, None
+    for _ in range(len(keep) + 1):
+        jump = None
+        while pos < len(keep):
+            t = secs[keep[pos]]
+            if back(t, peak):
+                jump = pos
+                break
+            if t is not None:
+                peak = t if peak is None else max(peak, t)
+            pos += 1
+        if jump is None:
+            return keep, notes, None
+        before, after = keep[:jump], keep[jump:]
+        line = clean.source[after[0]] + 1
+        texts_before = {clean.lines[i] for i in before}
+        end = 0
+        while end < len(after) and (secs[after[end]] is None
+                                    or clean.lines[after[end]] in texts_before):
+            end += 1
+        if end and any(secs[i] is not None for i in after[:end]):
+            notes.append(f"lines {line}-{clean.source[after[end - 1]] + 1} skipped: they repeat "
+                         "earlier lines out of order (a summary printed after them)")
+            keep = before + after[end:]
+            continue
+        late, timed = 0, 0
+        while late < len(after) and (secs[after[late]] is None or back(secs[after[late]], peak)):
+            timed += secs[after[late]] is not None
+            late += 1
+        if timed <= _LATE_FLUSH_LINES:
+            notes.append(f"lines {line}-{clean.source[after[late - 1]] + 1} are stamped before "
+                         "the lines ahead of them (output flushed late): kept in place")
+            pos = jump + late
+            continue
+        return keep, notes, (f"the log's clock goes back to {parsed[after[0]].wallclock} at line "
+                             f"{line} for {timed} timed lines and they are not a repeat: its "
+                             "lines are out of order")
+    return keep, notes, None
+
+
+def _engine_mask(parsed):
+    """Which lines are not this engine's (another service's), the engine's API-server pid, and
+    a note. The engine is the first vLLM API server that shows its start; another API server
+    process that prints its own start (banner, version, arguments) is another service, and so
+    is a second engine core of the same name that initialises its own engine."""
+    api_pid = None
+    other_pids: set[int] = set()
+    cores: dict[str, int] = {}
+    for ln in parsed:
+        if ln.pid is None:
+            continue
+        if ln.process == "api_server" and _START.search(ln.message):
+            if api_pid is None:
+                api_pid = ln.pid
+            elif ln.pid != api_pid:
+                other_pids.add(ln.pid)
+        if ln.process == "engine_core" and "LLM engine (v" in ln.message:
+            first = cores.setdefault(ln.tag or "", ln.pid)
+            if first != ln.pid:
+                other_pids.add(ln.pid)
+    if api_pid is None:
+        api_pid = next((ln.pid for ln in parsed if ln.process == "api_server"), None)
+    other = [ln.pid in other_pids for ln in parsed]
+    note = None
+    if any(other):
+        note = (f"{sum(other)} lines of another service's processes (pid "
+                f"{', '.join(str(p) for p in sorted(other_pids))}) are not this engine's: "
+                "skipped")
+    return other, api_pid, note
+
+
+def _model_of(lines: Sequence[str]) -> str | None:
+    for pattern in _MODEL_PATTERNS:
+        for text in lines:
+            if m := pattern.search(text):
+                return m.group("m")
+    return None
+
+
+def _ready(ev: LogEvidence, api_pid: int | None, served: bool) -> LogRecord | None:
+    """The engine's own ready line: the paper harness's ``initialize_engine took``; else the
+    API server's "Application startup complete" after the engine's init (its own process when
+    the line names one; an unnamed one only after the engine's "Starting vLLM server on"); else,
+    for an engine with no API server (``LLM(...)``), its "init engine ... took" line."""
+    harness = ev.last(HARNESS_END)
+    if harness is not None:
+        return harness
+    inits = ev.named(KV_CACHE_END)
+    after = inits[0].line_no if inits else -1
+    servers = [r for r in ev.named(SERVER_START) if r.line_no > after]
+    for r in ev.named(APP_STARTUP_COMPLETE):
+        if r.line_no <= after:
+            continue
+        if r.process is not None:
+            if r.process == "api_server" and (api_pid is None or r.pid == api_pid):
+                return r
+        elif servers and r.line_no > servers[0].line_no:
+            return r
+        elif not ev.named(SERVER_START) and not served and inits:
+            return r
+    if not served and inits:
+        return inits[-1]
+    return None
+
+
+def _failure(lines: Sequence[str], parsed, ev: LogEvidence, source: Sequence[int]) -> str:
+    """Why a start-up never reached its ready line, quoted from the log: after the engine's
+    last step, the first traceback's exception (the root cause; later tracebacks of other
+    processes repeat it), else the first line saying the start-up failed, else the first
+    ERROR line; an error the start-up went on after is not the reason. With none of these the
+    log was cut off (or the engine got stuck) after its last step."""
+    after = ev.records[-1].line_no if ev.records else -1
+    exc = failed = error = None
+    in_traceback = False
+    for i, ln in enumerate(parsed):
+        msg = ln.message.strip()
+        if i <= after or not msg:
+            continue
+        if _TRACEBACK.search(msg):
+            in_traceback = True
+            continue
+        if in_traceback and _EXCEPTION.match(msg):
+            in_traceback = False
+            exc = i if exc is None else exc
+        if _STARTUP_FAILED.search(msg):
+            failed = i if failed is None else failed
+        elif _ERROR_LEVEL.match(lines[i]) and not _TRACEBACK.search(msg):
+            error = i if error is None else error
+    stage = "after engine init" if ev.named(KV_CACHE_END) else "during start-up"
+    for i in (exc, failed, error):
+        if i is not None:
+            return f"crashed {stage}: {_clip(parsed[i].message)} (line {source[i] + 1})"
+    last = ev.records[-1] if ev.records else None
+    if last is None:
+        return "cut off: the log never shows the engine's start-up going past its first lines"
+    return (f"cut off: the log ends after '{_clip(parsed[last.line_no].message, 120)}' (line "
+            f"{source[last.line_no] + 1}) and never shows the engine ready")
+
+
+def _per_rank_notes(ev: LogEvidence, tags: dict[int | None, str | None]) -> list[str]:
+    notes = []
+    for name in (MODEL_LOADING, WEIGHTS, TORCH_COMPILE, CUDA_GRAPH_CAPTURE):
+        per: dict[int | None, float] = {}
+        for r in ev.records:
+            if r.name == name and r.duration is not None:
+                per[r.pid] = per.get(r.pid, 0.0) + r.duration
+        if len(per) > 1:
+            slow = max(per, key=lambda p: per[p])
+            notes.append(f"{name}: the slowest of {len(per)} processes is reported "
+                         f"({tags.get(slow) or 'pid'} pid={slow}, {per[slow]:.2f} s; fastest "
+                         f"{min(per.values()):.2f} s): tensor-parallel workers run at once")
+    return notes
+
+
+def _overlap_notes(ev: LogEvidence, stages: dict[str, float], substeps: dict[str, float],
+                   source: Sequence[int]) -> list[str]:
+    notes = []
+
+    def at(name: str) -> str:
+        r = ev.last(name)
+        return f" (line {source[r.line_no] + 1})" if r is not None else ""
+
+    total = _total(ev, TORCH_COMPILE)
+    parts = _sum_known(*(substeps.get(n) for n in _COMPILE_SUBSTEPS))
+    if total is not None and parts is not None and abs(total - parts) > 0.005:
+        won = "'torch.compile ... took/takes X s in total'" if total >= parts else \
+            "the sum of Dynamo, Inductor and graph-load lines"
+        notes.append(f"torch_compile: {max(total, parts):.2f} s from {won}; the other gives "
+                     f"{min(total, parts):.2f} s (the larger wins: vLLM's total leaves cache "
+                     "loads out, its parts leave other compile work out)")
+    init_compile = _total(ev, INIT_COMPILATION)
+    if init_compile is not None and stages.get(TORCH_COMPILE) is not None and \
+            abs(init_compile - stages[TORCH_COMPILE]) > 0.05:
+        notes.append(f"torch_compile: {stages[TORCH_COMPILE]:.2f} s from the compile lines, "
+                     f"not the {init_compile:.2f} s of 'init engine ... (compilation: Y s)'"
+                     f"{at(INIT_COMPILATION)}")
+    init = _total(ev, KV_CACHE_END)
+    if init is not None and KV_CACHE_PROFILING in stages:
+        inside = (stages.get(TORCH_COMPILE) or 0.0) + (stages.get(CUDA_GRAPH_CAPTURE) or 0.0)
+        clamp = " (they exceed it: kv_cache_profiling is 0)" if inside > init else ""
+        notes.append(f"kv_cache_profiling: what 'init engine ... took {init:g} s'{at(KV_CACHE_END)}"
+                     f" leaves after torch_compile and cuda_graph_capture{clamp}")
+    captures = [r for r in ev.named(CUDA_GRAPH_CAPTURE) if r.duration is not None]
+    if len({r.pid for r in captures}) == 1 and len(captures) > 1:
+        lines = ", ".join(str(source[r.line_no] + 1) for r in captures)
+        notes.append(f"cuda_graph_capture: {len(captures)} capture passes (lines {lines}) "
+                     "added up")
+    download = substeps.get(DOWNLOAD)
+    if download is not None:
+        notes.append(f"model_loading/download: {download:g} s of weight download{at(DOWNLOAD)}, "
+                     "inside vLLM's own 'Model loading took'")
+    return notes
+
+
+def _fit(stages: dict[str, float], ttr: float, coarse: bool,
+         ev: LogEvidence) -> tuple[dict[str, float], list[str], str | None]:
+    """Stages whose sum does not exceed time to ready: what the log's clock measured
+    (bootstrap, server_ready) gives way first, then the derived remainder
+    (kv_cache_profiling), then, within the clock's resolution, the largest stage; beyond it the
+    log is refused."""
+    stages = dict(stages)
+    notes: list[str] = []
+    excess = sum(stages.values()) - ttr
+    if excess <= 1e-6:
+        return stages, notes, None
+    captures = len([r for r in ev.named(CUDA_GRAPH_CAPTURE) if r.duration is not None])
+    tolerance = (1.0 if coarse else 0.1) + 0.5 * captures
+    for name in (BOOTSTRAP, SERVER_READY, KV_CACHE_PROFILING):
+        if excess <= 1e-6 or not stages.get(name):
+            continue
+        cut = min(stages[name], excess)
+        stages[name] = _us(stages[name] - cut) or 0.0
+        excess -= cut
+        what = "a remainder of 'init engine ... took'" if name == KV_CACHE_PROFILING else \
+            "timed on the log's clock"
+        notes.append(f"{name} shortened by {cut:.2f} s: the durations the engine printed for the "
+                     f"stages around it overlap it, and it is {what} (printed figures win)")
+    if excess > tolerance:
+        parts = ", ".join(f"{k} {v:.2f}" for k, v in stages.items() if v)
+        return stages, notes, (f"its printed stage durations add up to {sum(stages.values()):.2f} "
+                               f"s ({parts}), {excess:.2f} s more than the {ttr:.2f} s from its "
+                               "first line to its ready line: the lines cannot be reconciled")
+    if excess > 1e-6:
+        big = max(stages, key=lambda k: stages[k])
+        stages[big] = _us(stages[big] - excess) or 0.0
+        notes.append(f"{big} shortened by {excess:.2f} s to fit time to ready (within the "
+                     "resolution of the log's clock and of its printed figures)")
+    return stages, notes, None
+
+
+def read_startup(lines: Iterable[object]) -> Startup:
+    """One vLLM start-up from a saved log (the lines in order; a whole text is split).
+
+    The lines are cleaned (``capture.logtext.normalise``: colours, collector prefixes, tail
+    separators, progress redraws); a block a harness repeated out of order is skipped, then
+    lines repeated with the same time and text count once; other services' processes are left
+    out. Time to ready is on the log's own clock from the engine's first own line to its own
+    ready line (``_ready``). Stages are the durations the engine prints, the log's clock where
+    it prints none, fitted so that they never exceed time to ready (``_fit``); the rest is
+    ``unattributed``. A start-up without its ready line has a ``failure`` quoted from the log.
+    """
+    from coldscope.capture.logtext import normalise, split_lines, without_repeats
+
+    if isinstance(lines, str | bytes | bytearray):
+        lines = split_lines(_as_text(lines))
+    clean = normalise(lines, drop_repeats=False)
+    parsed = [_split(t) for t in clean.lines]
+    keep, notes, refused = _drop_out_of_order(clean, parsed)
+    ordered = type(clean)(tuple(clean.lines[i] for i in keep),
+                          tuple(clean.source[i] for i in keep), clean.dropped, clean.prefixed)
+    clean = without_repeats(ordered)
+    notes = clean.notes() + notes
+    parsed = [_split(t) for t in clean.lines]
+    other, api_pid, other_note = _engine_mask(parsed)
+    if other_note:
+        notes.append(other_note)
+    own = tuple("" if o else t for t, o in zip(clean.lines, other, strict=True))
+    parsed = [_split(t) for t in own]
+    ev = parse_vllm_log(own)
+    source = clean.source
+    first = next((i for i, p in enumerate(parsed) if p.wallclock), None)
+    if first is not None and first > 0:
+        skipped = sum(1 for t in own[:first] if t.strip())
+        if skipped:
+            notes.append(f"{skipped} lines before the engine's first own line (line "
+                         f"{source[first] + 1}) are a wrapper's or a shell's: not timed")
+    served = api_pid is not None or bool(ev.named(SERVER_START)) or any(
+        _START.search(p.message) and p.process in (None, "api_server") and "LLM engine" not in
+        p.message for p in parsed)
+    ready = _ready(ev, api_pid, served)
+    stages, substeps, na = stage_durations(ev)
+    ttr, ttr_from = None, None
+    failure = None
+    if ready is None:
+        failure = _failure(own, parsed, ev, source)
+        stages.pop(SERVER_READY, None)
+        if refused is not None:  # a failed start-up is reported failed; its clock is a note
+            notes.append(refused)
+            refused = None
+    elif ready.name == HARNESS_END:
+        ttr, ttr_from = ev.harness_total, "harness"
+    elif ev.line_clock and ev.line_clock[ready.line_no] is not None:
+        ttr, ttr_from = ev.line_clock[ready.line_no], "timestamps"
+    else:
+        failure = "the log has no timestamps: time to ready cannot be read"
+    tags = {p.pid: p.tag for p in parsed if p.pid is not None}
+    notes += _per_rank_notes(ev, tags)
+    if ready is not None and ev.start_line is None and ttr_from == "timestamps":
+        notes.append("the log begins after the engine started (its first line is not the "
+                     "start): time to ready counts from its first line, a lower bound; "
+                     "bootstrap unknown")
+    if ttr is not None and refused is None:
+        coarse = bool(ev.first_wallclock) and "." not in (ev.first_wallclock or "")
+        stages, fit_notes, refused = _fit(stages, ttr, coarse, ev)
+        notes += fit_notes
+    notes += _overlap_notes(ev, stages, substeps, source)
+    tl = from_durations(stages, source="log", time_to_ready=ttr, substeps=substeps,
+                        not_applicable=na)
+    if stages.get(BOOTSTRAP) is not None:
+        tl = replace(tl, sources={**tl.sources, BOOTSTRAP: LOG_CLOCK})
+    return Startup(evidence=ev, lines=own, source=source, timeline=tl,
+                   time_to_ready_from=ttr_from,
+                   ready_line=ready.line_no if ready is not None else None,
+                   failure=failure, refused=refused, notes=tuple(notes),
+                   model=_model_of([p.message for p in parsed]))
+
+
 __all__ = [
+    "Startup",
+    "read_startup",
     "FAMILIES",
     "LogEvidence",
     "LogRecord",
