@@ -64,6 +64,11 @@ STAMP = re.compile(
 LEVEL = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)"
                    r"(?::\s+| (?P<where>[\w.\-/]+\.py:\d+): )")
 
+#: Lines that say the start-up failed (the scheduler, the launcher, uvicorn).
+FATAL_RX = (r"Scheduler hit an exception|Initialization failed|scheduler is dead|"
+            r"Received sigquit from a child|Application startup failed|"
+            r"Exception in run_scheduler_process|Error in launch_server|"
+            r"\bscheduler_\d+ \(pid=\d+\) crashed with exit code")
 _S = r"(?P<s>\d+(?:\.\d+)?)\s*s\b"
 #: (event, pattern over the message of an own line). The first match names the line.
 RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
@@ -85,9 +90,7 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("server_process", r"^Started server process"),
         ("app_startup_complete", r"^Application startup complete"),
         ("ready", r"^The server is fired up and ready to roll"),
-        ("fatal", r"Scheduler hit an exception|Initialization failed|scheduler is dead|"
-                  r"Received sigquit from a child|Application startup failed|"
-                  r"Exception in run_scheduler_process|Error in launch_server"),
+        ("fatal", FATAL_RX),
     )
 )
 #: The release as a log states it (a container banner ``SGLang Version 0.5.11+05fb6a52``, a

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from coldscope.capture.sglang_logs import FATAL_RX, STAMP
 from coldscope.engines import (
     FAILED,
     OWN_LINE,
@@ -47,10 +48,7 @@ LIVE_STAGES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"Started server process|Application startup complete", SERVER_READY),
     )
 )
-#: SGLang's own stamped line, cheaply (``[2026-06-08 01:57:55] ...``, ``[... TP0] ...``).
-_OWN = re.compile(r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}[^\]]*\]")
-_FATAL = re.compile(r"Scheduler hit an exception|Initialization failed|scheduler is dead|"
-                    r"Received sigquit from a child|Application startup failed")
+_FATAL = re.compile(FATAL_RX)
 
 #: SGLang's own flags in the findings' advice.
 FINDING_ADVICE: dict[str, str] = {
@@ -169,7 +167,7 @@ class SGLang(GenericEngine):
         return ()
 
     def live_stage(self, line: str) -> str | None:
-        if "[" not in line or not _OWN.search(line):
+        if "[" not in line or not STAMP.search(line):
             return None
         for pattern, stage in LIVE_STAGES:
             if pattern.search(line):
@@ -202,11 +200,11 @@ class SGLang(GenericEngine):
         ready line (the warm-up request follows). Substring tests first."""
         if "ready to roll" in line:
             return READY
-        if "server_args=ServerArgs(" in line and _OWN.search(line):
+        if "server_args=ServerArgs(" in line and STAMP.search(line):
             return "start:server"
-        if "startup complete" in line and _OWN.search(line):
+        if "startup complete" in line and STAMP.search(line):
             return OWN_LINE
-        if _FATAL.search(line) and _OWN.search(line):
+        if _FATAL.search(line) and STAMP.search(line):
             return FAILED
         return None
 
