@@ -294,3 +294,32 @@ def test_sglang_command_line():
     assert sg_.model(argv) == "org/m"
     assert sg_.health_url(argv) == "http://127.0.0.1:30001/health"
     assert sg_.capture_sizes(argv) == 3 and sg_.compile_enabled(argv)
+
+
+def test_serve_watch_cuts_and_stores_sglang_startups(tmp_path):
+    """``serve --watch`` needs nothing but the registered adapter: a restart before
+    readiness, a start-up ready at its fired-up line (not at its uvicorn line), a crash."""
+    from coldscope.serve.service import ServeConfig, Service
+    from coldscope.store import Store
+
+    load = [sg(5, "Load weight begin. avail mem=70.00 GB"),
+            sg(20, "Load weight end. elapsed=15.00 s, type=LlamaForCausalLM")]
+    lines = [sg(0, ARGS), *load,  # restarted before ready
+             *startup(*load, end=40),
+             sg(50, ARGS), sg(55, "Load weight begin. avail mem=70.00 GB"),
+             sg(71, "Scheduler hit an exception: Traceback (most recent call last):"),
+             "torch.OutOfMemoryError: CUDA out of memory."]
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "replica-a.log").write_text("\n".join(lines) + "\n")
+    service = Service(ServeConfig(store=str(tmp_path / "s.db"), watch=[str(logs)]))
+    assert service.watcher is not None
+    service.watcher.poll_once()
+    runs = Store(tmp_path / "s.db").runs(status=None)
+    assert len(runs) == 3 and {r.engine.name for r in runs} == {"sglang"}
+    [ok] = [r for r in runs if r.status == "ok"]
+    assert ok.time_to_ready_s == 40 and ok.stages["model_loading"] == 15
+    assert ok.model.path == "org/m-7b"
+    reasons = sorted(r.reason for r in runs if r.status == "failed")
+    assert reasons[0].startswith("a new start-up began")
+    assert "Scheduler hit an exception" in reasons[1]

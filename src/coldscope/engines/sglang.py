@@ -183,7 +183,14 @@ class SGLang(GenericEngine):
             return None
         read = sglang_reading(ev)
         facts = describe(ev)
+        sizing = None  # load end -> KV pool allocated, without a hierarchical cache's host part
+        if read.timeline is not None and read.timeline.stages.get(KV_CACHE_PROFILING) is not None:
+            sizing = (read.timeline.stages[KV_CACHE_PROFILING] or 0.0) - \
+                read.timeline.substeps.get(f"{KV_CACHE_PROFILING}/host_cache", 0.0)
+        pool = ev.first("kv_allocated")
         return LogFacts(
+            memory_profiling_line=pool.line_no if pool is not None else None,
+            memory_profiling_s=sizing,
             compile_enabled=facts["compile_enabled"],
             capture_sizes=facts["capture_sizes"],
             device=facts["device"],
