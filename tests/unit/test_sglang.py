@@ -244,6 +244,9 @@ def test_a_crash_after_the_weights_loaded_is_failed_with_the_logs_reason():
     ]
     r = read(lines)
     assert r.failure is not None and "CUDA out of memory. Tried to allocate 20.00 GiB" in r.failure
+    # how far it got: the weights were loaded; no time to ready
+    assert r.timeline.time_to_ready is None and r.timeline.stages["model_loading"] == 15
+    assert r.timeline.stages["cuda_graph_capture"] is None
     run = run_from_log(lines, name="crash.log")
     assert run.status == "failed" and run.reason == r.failure
     assert run.engine.name == "sglang"

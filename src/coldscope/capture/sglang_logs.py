@@ -50,7 +50,7 @@ from coldscope.stages import (
     SERVER_READY,
     TORCH_COMPILE,
 )
-from coldscope.timeline import Span, Timeline, reconcile
+from coldscope.timeline import Span, Timeline, from_durations, reconcile
 
 #: The source name of stages timed on the log's own clock between lines (as vLLM's reading).
 LOG_CLOCK = "log-clock"
@@ -250,8 +250,9 @@ def _unstamped(ev: SGLangEvidence, i: int, seg: str, in_traceback: bool) -> bool
 
 @dataclass
 class SGLangReading:
-    """The timeline of one SGLang start-up read from its log (None when no time to ready),
-    why it failed (quoted from the log) and how it was read."""
+    """The timeline of one SGLang start-up read from its log (for one that never became ready:
+    the stages it got through, with no time to ready), why it failed (quoted from the log) and
+    how it was read."""
 
     timeline: Timeline | None
     failure: str | None
@@ -507,7 +508,8 @@ def sglang_reading(ev: SGLangEvidence) -> SGLangReading:
     start, end = _window(ev, notes)
     ready = _ready(ev, start, end, notes)
     if ready is None or ev.first_own is None or ready.t is None:
-        return SGLangReading(None, _failure(ev, start, end), notes, None, start, end)
+        return SGLangReading(_partial(ev, start, end, notes), _failure(ev, start, end), notes,
+                             None, start, end)
     t0 = ev.first_own[1]
     ttr = ready.t - t0
     if ttr < 0:
@@ -535,6 +537,25 @@ def sglang_reading(ev: SGLangEvidence) -> SGLangReading:
     if tl.stages.get(BOOTSTRAP) is not None:
         tl = replace(tl, sources={**tl.sources, BOOTSTRAP: LOG_CLOCK})
     return SGLangReading(tl, None, notes, ready, start, end)
+
+
+def _partial(ev: SGLangEvidence, start: int, end: int, notes: list[str]) -> Timeline | None:
+    """The stages a start-up that never became ready got through (no time to ready, so no
+    ``unattributed`` either), cut at its last own line."""
+    if ev.first_own is None:
+        return None
+    t0 = ev.first_own[1]
+    last = max((t for t in ev.line_clock[start:end] if t is not None), default=None)
+    if last is None or last <= t0:
+        return None
+
+    def clock(e: Event) -> float | None:
+        t = e.t if e.t is not None else _line_time(ev, e.line_no)
+        return None if t is None else t - t0
+
+    tl = reconcile(sglang_spans(ev, clock, start=start, end=end, notes=notes), last - t0)
+    known = {k: v for k, v in tl.stages.items() if k in tl.sources and v is not None}
+    return from_durations(known, source="log", substeps=tl.substeps)
 
 
 def _line_time(ev: SGLangEvidence, line_no: int) -> float | None:

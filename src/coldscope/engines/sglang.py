@@ -36,7 +36,7 @@ from coldscope.stages import (
     MODEL_LOADING,
     SERVER_READY,
 )
-from coldscope.timeline import Span
+from coldscope.timeline import Span, from_durations
 
 #: Output lines that show SGLang entering a stage, for live progress only.
 LIVE_STAGES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
@@ -150,7 +150,6 @@ class SGLang(GenericEngine):
     def read_log(self, lines: Sequence[str]) -> LogReading | None:
         """A saved SGLang log read alone; None unless a line only SGLang prints is there."""
         from coldscope.capture.sglang_logs import parse_sglang_log, sglang_reading
-        from coldscope.timeline import from_durations
 
         ev = parse_sglang_log(lines)
         if not ev.recognised:
@@ -159,7 +158,7 @@ class SGLang(GenericEngine):
         timeline = read.timeline if read.timeline is not None else \
             from_durations({}, source="log")
         return LogReading(timeline=timeline, info=_info(ev),
-                          time_to_ready_from="timestamps" if read.timeline else None,
+                          time_to_ready_from="timestamps" if read.failure is None else None,
                           failure=read.failure, notes=read.notes)
 
     def probe_hooks(self) -> tuple[tuple[str, str, str], ...]:
