@@ -326,3 +326,15 @@ def test_serve_watch_cuts_and_stores_sglang_startups(tmp_path):
     reasons = sorted(r.reason for r in runs if r.status == "failed")
     assert reasons[0].startswith("a new start-up began")
     assert "Scheduler hit an exception" in reasons[1]
+
+
+def test_wrapped_and_repeated_lines_give_the_same_timeline(shared):
+    """Docker/k8s timestamp prefixes and lines a harness repeated (same stamp and text) do not
+    change what the log says; a package list naming sglang in another log claims nothing."""
+    lines = lines_of(shared, V0511)
+    clean = read(lines).timeline
+    prefixed = [f"2026-06-08T01:57:00.000000000Z stdout F {x}" for x in lines]
+    assert read(prefixed).timeline.stages == clean.stages
+    twice = [y for x in lines for y in ((x, x) if STAMP.match(x) else (x,))]
+    assert read(twice).timeline.stages == clean.stages
+    assert SGLang().read_log(["pip freeze:", "sglang==0.5.7", "vllm==0.13.0"]) is None

@@ -147,11 +147,16 @@ class SGLangEvidence:
     def first(self, name: str) -> Event | None:
         return next((e for e in self.events if e.name == name), None)
 
+    repeated: int = 0
+    """Lines of the rules seen a second time with the same stamp and text (counted once)."""
+    banner: bool = False
+    """Whether SGLang's container banner (``SGLang Version X``) is there."""
+
     @property
     def recognised(self) -> bool:
-        """Whether the lines are SGLang's: a line only SGLang prints."""
-        return self.version is not None or any(
-            e.name in _OWN_MARKERS for e in self.events)
+        """Whether the lines are SGLang's: a line only SGLang prints, or its banner (a package
+        list naming ``sglang==X`` in another engine's log proves nothing)."""
+        return self.banner or any(e.name in _OWN_MARKERS for e in self.events)
 
 
 #: Events only SGLang logs (a uvicorn line or a traceback proves nothing).
@@ -184,12 +189,14 @@ def parse_sglang_log(lines: Sequence[str]) -> SGLangEvidence:
 def _parse_clean(lines: Sequence[str]) -> SGLangEvidence:
     ev = SGLangEvidence(line_clock=[None] * len(lines))
     in_traceback = False
+    seen: set[tuple[str, str]] = set()  # (stamp with tags, message) of the events read
     for i, line in enumerate(lines):
         for seg in line.split("\n"):
             if not seg.strip():
                 continue
             if ev.version is None and (v := VERSION.search(seg)):
                 ev.version = v.group("v")
+                ev.banner = v.group(0).lower().startswith("sglang version")
             m = STAMP.search(seg)
             if m is None:
                 in_traceback = _unstamped(ev, i, seg, in_traceback)
@@ -215,6 +222,11 @@ def _parse_clean(lines: Sequence[str]) -> SGLangEvidence:
                 r = rx.search(msg)
                 if r is None:
                     continue
+                key = (m.group(0)[: m.start("msg") - m.start()], msg)
+                if key in seen:  # a line a harness or a log shipper repeated counts once
+                    ev.repeated += 1
+                    break
+                seen.add(key)
                 groups = r.groupdict()
                 secs = float(groups["s"]) if groups.get("s") else None
                 phase = (groups.get("phase") or "").strip() or None
@@ -505,6 +517,8 @@ def sglang_reading(ev: SGLangEvidence) -> SGLangReading:
     own line to the ready line, stages from ``sglang_spans`` reconciled by
     ``coldscope.timeline.reconcile`` (so the buckets sum to time to ready exactly)."""
     notes: list[str] = []
+    if ev.repeated:
+        notes.append(f"{ev.repeated} repeated line(s) (same stamp and text) counted once")
     start, end = _window(ev, notes)
     ready = _ready(ev, start, end, notes)
     if ready is None or ev.first_own is None or ready.t is None:
