@@ -49,6 +49,8 @@ LIVE_STAGES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     )
 )
 _FATAL = re.compile(FATAL_RX)
+#: Words every ``FATAL_RX`` alternative holds: a substring test rejects most lines first.
+_FATAL_HINTS = ("xception", "failed", "dead", "sigquit", "crashed", "Error in")
 
 #: SGLang's own flags in the findings' advice.
 FINDING_ADVICE: dict[str, str] = {
@@ -210,7 +212,7 @@ class SGLang(GenericEngine):
             return "start:server"
         if "startup complete" in line and STAMP.search(line):
             return OWN_LINE
-        if _FATAL.search(line) and STAMP.search(line):
+        if any(h in line for h in _FATAL_HINTS) and _FATAL.search(line) and STAMP.search(line):
             return FAILED
         return None
 
