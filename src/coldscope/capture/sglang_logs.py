@@ -366,14 +366,14 @@ def sglang_spans(ev: SGLangEvidence, clock: Callable[[Event], float | None], *,
 
     spans: list[Span] = []
 
-    def add(name: str, a: float | None, b: float | None, e: Event | None = None) -> None:
+    def add(name: str, a: float | None, b: float | None) -> None:
         if a is not None and b is not None and b > a:
             spans.append(Span(name, a, b, "log", "engine"))
 
     loads = _loads(own)
     steps_end: list[float] = []
-    for i, (b, e, secs) in enumerate(loads):
-        window = _placed(at(b), at(e), secs)
+    for i, (begin, e, secs) in enumerate(loads):
+        window = _placed(at(begin), at(e), secs)
         if window is None:
             continue
         what = f"{MODEL_LOADING}/weights" if i == 0 else f"{MODEL_LOADING}/draft_weights"
@@ -395,19 +395,19 @@ def sglang_spans(ev: SGLangEvidence, clock: Callable[[Event], float | None], *,
     begins = [e for e in own if e.name == "capture_begin"]
     passes: list[tuple[Event | None, Event, tuple[float, float]]] = []
     for e in (x for x in own if x.name == "capture_end"):
-        b = next((x for x in reversed(begins) if x.line_no < e.line_no
-                  and (x.phase or "").lower() == (e.phase or "").lower()), None)
-        window = _placed(at(b), at(e), e.seconds)
+        pb = next((x for x in reversed(begins) if x.line_no < e.line_no
+                   and (x.phase or "").lower() == (e.phase or "").lower()), None)
+        window = _placed(at(pb), at(e), e.seconds)
         if window is not None:
-            passes.append((b, e, window))
+            passes.append((pb, e, window))
 
     # Compile inside a capture pass (the piecewise pass): its progress bar's whole seconds
     # from the pass's start (a bar drawn twice counts once), else the graph compile lines.
     compiles: list[tuple[float, float]] = []
     for bar in (e for e in own if e.name == "compile_bar"):
-        b = next((x for x in reversed(begins) if x.line_no <= bar.line_no), None)
-        window = next((w for pb, _, w in passes if pb is b), None)
-        tb = window[0] if window is not None else at(b)
+        bb = next((x for x in reversed(begins) if x.line_no <= bar.line_no), None)
+        window = next((w for pb, _, w in passes if pb is bb), None)
+        tb = window[0] if window is not None else at(bb)
         if tb is not None and bar.seconds:
             piece = (tb, tb + bar.seconds if window is None else min(window[1], tb + bar.seconds))
             if piece not in compiles:
@@ -421,14 +421,14 @@ def sglang_spans(ev: SGLangEvidence, clock: Callable[[Event], float | None], *,
             te = at(e)
             if te is not None and e.seconds:
                 compiles.append((te - e.seconds, te))
-    for a, b in compiles:
-        add(TORCH_COMPILE, a, b)
+    for lo, hi in compiles:
+        add(TORCH_COMPILE, lo, hi)
 
     for _, e, window in passes:
         phase = (e.phase or "decode").lower().replace(" ", "_")
-        for a, b2 in _subtract(window, compiles):
-            add(CUDA_GRAPH_CAPTURE, a, b2)
-            add(f"{CUDA_GRAPH_CAPTURE}/{phase}", a, b2)
+        for lo, hi in _subtract(window, compiles):
+            add(CUDA_GRAPH_CAPTURE, lo, hi)
+            add(f"{CUDA_GRAPH_CAPTURE}/{phase}", lo, hi)
         steps_end.append(window[1])
 
     host = next((x for x in own if x.name == "host_cache"), None)
@@ -446,13 +446,14 @@ def sglang_spans(ev: SGLangEvidence, clock: Callable[[Event], float | None], *,
 
     first_load = loads[0][0] if loads else next((x for x in own if x.name == "load_begin"),
                                                 None)
-    if ev.first(  # the log shows the start only with the server's arguments
-            "server_args") is not None and first_load is not None and ev.first_own is not None:
+    shows_start = ev.first("server_args") is not None  # else the log was cut at the front
+    if shows_start and first_load is not None and ev.first_own is not None:
         first = clock(Event(ev.first_own[0], "line", ev.first_own[1]))
         add(BOOTSTRAP, first, at(first_load))
         d = next((x for x in own if x.name == "init_dist_end"), None)
-        if d is not None and d.seconds and at(d) is not None:
-            add(f"{BOOTSTRAP}/init_distributed", at(d) - d.seconds, at(d))  # type: ignore[operator]
+        td = at(d)
+        if d is not None and d.seconds and td is not None:
+            add(f"{BOOTSTRAP}/init_distributed", td - d.seconds, td)
 
     if ready is not None and steps_end:
         tr = at(ready)

@@ -280,10 +280,9 @@ def _print_many(parsed, *, vs_paper: bool, saved: bool, as_json: bool) -> None:
 
     out = console()
     table = Table(title=f"{len(parsed)} logs", title_justify="left", box=box.SIMPLE_HEAVY)
-    for col, kw in (("log", {"overflow": "fold"}), ("status", {}), ("engine", {}),
-                    ("model", {"overflow": "fold"}), ("ready (s)", {"justify": "right"}),
-                    ("reason / stored as", {"overflow": "fold"})):
-        table.add_column(col, **kw)
+    for col in ("log", "status", "engine", "model", "ready (s)", "reason / stored as"):
+        table.add_column(col, justify="right" if col == "ready (s)" else "left",
+                         overflow="fold")
     for p in parsed:
         run = p.run
         engine = f"{run.engine.name} {run.engine.version or '?'}" if run is not None else ""
