@@ -232,8 +232,9 @@ class Engine(Protocol):
         """Where one line of a followed log stands in a start-up (``coldscope serve``):
         ``"start:<what>"`` when it opens one (a second start line with the same ``<what>``
         before readiness means the replica restarted), ``"ready"`` when it shows the engine
-        ready, ``"failed"`` when it says the start-up failed, else None. Called for every line,
-        so it should reject most lines with a cheap test first."""
+        ready, ``"failed"`` when it says the start-up failed, ``OWN_LINE`` for a line of its
+        own that means none of these but another engine could misread, else None. Called for
+        every line, so it should reject most lines with a cheap test first."""
         ...
 
     # findings
