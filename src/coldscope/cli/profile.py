@@ -170,47 +170,84 @@ def show(run_id, with_env, store_path, as_json):
 
 
 @click.command()
-@click.argument("log", type=click.Path(dir_okay=False))
-@click.option("--save", is_flag=True, help="Also store the parsed log as a run (origin log).")
+@click.argument("logs", nargs=-1, required=True, metavar="LOG|DIR|- ...")
+@click.option("--save", is_flag=True, help="Also store each parsed log as a run (origin log).")
 @click.option("--vs-paper", is_flag=True,
               help="Also what the parser of 'Breaking the Ice' (MLSys 2026) reads from this log "
                    "and what it misses.")
+@click.option("--max-bytes", type=click.IntRange(1), default=None,
+              help="Largest log read, in bytes, also once decompressed (default 512 MiB).")
 @store_option
 @json_option
-def parse(log, save, vs_paper, store_path, as_json):
-    """The timeline from a saved vLLM log (stages the log cannot show are unknown; bootstrap
-    is timed on the log's own clock when the log shows the engine's start)."""
-    import hashlib
+def parse(logs, save, vs_paper, max_bytes, store_path, as_json):
+    """The timeline of saved engine logs (vLLM, SGLang): files, directories (recursively),
+    `-` for standard input, gzipped or rotated logs. Stages a log cannot show are unknown;
+    bootstrap is timed on the log's own clock when the log shows the engine's start.
 
-    from coldscope.assemble import run_from_log
+    One log: its timeline (exit 2 when it failed or was refused). Several: one line per log
+    and a fleet summary per engine, version and model (exit 2 only when a file could not be
+    read); --json gives {"runs": [...], "refused": [...], "fleet": [...]}."""
+    from coldscope.logfiles import MAX_LOG_BYTES, STDIN, parse_logs
 
-    try:
-        data = Path(log).read_bytes()
-    except OSError as exc:
-        raise ColdscopeError(f"cannot read {log}: {exc.strerror}") from None
-    from coldscope.capture.logtext import split_lines
-
-    # newline-separated lines only, so that quoted line numbers are the file's own
-    lines = split_lines(data.decode("utf-8", "replace"))
-    run = run_from_log(lines, name=Path(log).name)
-    if save:
+    single = len(logs) == 1 and (logs[0] == STDIN or not Path(logs[0]).is_dir())
+    parsed = list(parse_logs(logs, limit=max_bytes or MAX_LOG_BYTES, single=single))
+    if not parsed:
+        raise ColdscopeError(f"no files found in {', '.join(logs)}")
+    store = None
+    if save and any(p.run is not None for p in parsed):
         from coldscope.store import Store
 
-        # one stored run per distinct log content, named after the file
-        run = run.model_copy(update={"id": f"{run.id}-{hashlib.sha256(data).hexdigest()[:8]}"})
-        Store(store_path).add_run(run, {"saved_log": lines})
+        store = Store(store_path)
+    for p in parsed:
+        if store is not None and p.run is not None:
+            # one stored run per distinct log content, named after the file
+            p.run = p.run.model_copy(update={"id": f"{p.run.id}-{(p.digest or '')[:8]}"})
+            store.add_run(p.run, {"saved_log": p.lines})
+    if single:
+        _print_one(parsed[0], logs[0], vs_paper=vs_paper, saved=store is not None,
+                   as_json=as_json)
+        return
+    _print_many(parsed, vs_paper=vs_paper, saved=store is not None, as_json=as_json)
+    unreadable = [p for p in parsed if p.status == "unreadable"]
+    if unreadable:
+        raise ColdscopeError(f"{len(unreadable)} of {len(parsed)} logs could not be read "
+                             f"(first: {unreadable[0].reason})")
+
+
+def _run_doc(run: Run, vs_paper: bool) -> dict:
+    doc = run.to_json()
+    if not vs_paper:  # the comparison with the paper's parser is asked for, not default
+        doc["paper_metrics"] = doc["missed_by_paper_parser"] = None
+    return doc
+
+
+def _engine_line(run: Run) -> str:
+    from coldscope.engines import by_name
+
+    try:
+        engine = by_name(run.engine.name or "")
+        title = {"vllm": "vLLM", "sglang": "SGLang"}.get(engine.name, engine.name)
+    except ColdscopeError:
+        title = run.engine.name or "engine"
+    return (f"{title} {run.engine.version or 'unknown version'} ({run.engine.family}), "
+            f"device {run.engine.device or 'unknown'}")
+
+
+def _print_one(p, given: str, *, vs_paper: bool, saved: bool, as_json: bool) -> None:
+    """``parse LOG``: the run as JSON or its timeline; a log that is not ok exits 2."""
+    if p.run is None:
+        raise ColdscopeError(p.reason or f"{given}: not parsed")
+    run = p.run
     if as_json:
-        doc = run.to_json()
-        if not vs_paper:  # the comparison with the paper's parser is asked for, not default
-            doc["paper_metrics"] = doc["missed_by_paper_parser"] = None
-        print_json(doc)
+        print_json(_run_doc(run, vs_paper))
     else:
         from coldscope.render import timeline_table
 
         out = console()
-        out.print(f"vLLM {run.engine.version or 'unknown version'} ({run.engine.family}), "
-                  f"device {run.engine.device or 'unknown'}")
+        out.print(_engine_line(run))
         out.print(timeline_table(run))
+        for note in run.notes:
+            out.print(f"note: {note}", markup=False)
         if vs_paper and run.paper_metrics:
             read = ", ".join(f"{k} {'null' if v is None else f'{round(v, 3):g} s'}"
                              for k, v in run.paper_metrics.items())
@@ -220,10 +257,53 @@ def parse(log, save, vs_paper, store_path, as_json):
             for item in run.missed_by_paper_parser:
                 secs = f" ({item.seconds:.2f} s)" if item.seconds is not None else ""
                 out.print(f"  • {item.what}{secs}: {item.detail or ''}")
-        if save:
+        if saved:
             out.print(f"stored as run {run.id}")
     if run.status != "ok":
-        raise ColdscopeError(f"{log}: {run.reason}")
+        raise ColdscopeError(f"{given}: {run.reason}")
+
+
+def _print_many(parsed, *, vs_paper: bool, saved: bool, as_json: bool) -> None:
+    """``parse LOG LOG ...`` / ``parse DIR``: one line per log, then the fleet summary."""
+    from coldscope.logfiles import fleet_summary
+
+    runs = [p.run for p in parsed if p.run is not None]
+    fleet = fleet_summary(runs)
+    if as_json:
+        print_json({"runs": [_run_doc(r, vs_paper) for r in runs],
+                    "refused": [p.to_json() for p in parsed if p.run is None],
+                    "fleet": [g.to_json() for g in fleet]})
+        return
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    out = console()
+    table = Table(title=f"{len(parsed)} logs", title_justify="left", box=box.SIMPLE_HEAVY)
+    for col in ("log", "status", "engine", "model", "ready (s)", "reason / stored as"):
+        table.add_column(col, justify="right" if col == "ready (s)" else "left",
+                         overflow="fold")
+    for p in parsed:
+        run = p.run
+        engine = f"{run.engine.name} {run.engine.version or '?'}" if run is not None else ""
+        model = (run.model.name or run.model.path or "") if run is not None else ""
+        ready = f"{run.time_to_ready_s:.2f}" if run is not None and \
+            run.time_to_ready_s is not None and run.status == "ok" else ""
+        tail = p.reason or (run.id if saved and run is not None else "")
+        # cells as plain text: a file name or a quoted log line may hold [brackets]
+        table.add_row(*(Text(x) for x in (p.source.name, p.status, engine, model, ready, tail)))
+    out.print(table)
+    for g in fleet:
+        t = Table(title=Text(f"fleet: {g.engine} {g.version or 'unknown version'} · "
+                             f"{g.model or 'unknown model'} · {g.count} ok run(s)"),
+                  title_justify="left", box=box.SIMPLE)
+        for col in ("bucket", "p50 (s)", "p90 (s)", "runs that know it"):
+            t.add_column(col, justify="left" if col == "bucket" else "right")
+        for key, v in g.stats.items():
+            t.add_row(key.replace("_", " ") if key == "time_to_ready" else key,
+                      *(("–", "–", "0") if v is None else
+                        (f"{v[0]:.2f}", f"{v[1]:.2f}", str(v[2]))))
+        out.print(t)
 
 
 @click.command()

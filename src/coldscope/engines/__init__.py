@@ -9,9 +9,11 @@ findings rules read (``LogFacts``) and which advice they give for it, which line
 or fail a start-up in a followed log, which functions the in-process probe wraps, and which
 start-up mitigations exist for it.
 
-Adding an engine (say SGLang): a module ``engines/sglang.py`` with a class that implements
-``Engine`` (subclassing ``GenericEngine`` gives the defaults), listed in ``ENGINES`` below, and
-its tests. Nothing outside this package changes.
+Adding an engine: a module ``engines/<name>.py`` with a class that implements ``Engine``
+(subclassing ``GenericEngine`` gives the defaults), listed in ``ENGINES`` below, and its tests;
+``engines/sglang.py`` is the second one. Its log rules may sit in a ``capture`` module that only
+it imports (``capture/sglang_logs.py``, guarded by an import-linter contract). Nothing else
+changes.
 """
 
 from __future__ import annotations
@@ -166,6 +168,11 @@ class LogFacts:
 START_PREFIX = "start:"
 READY = "ready"
 FAILED = "failed"
+#: An engine's answer for a line it knows to be its own and that neither opens, finishes nor
+#: fails a start-up, so that no later engine reads it as one of its own lines (SGLang's
+#: ``Application startup complete.`` comes before its warm-up request; to vLLM it is the ready
+#: line). ``coldscope.engines.startup_boundary`` turns it into None.
+OWN_LINE = "own"
 
 
 @runtime_checkable
@@ -245,8 +252,9 @@ class Engine(Protocol):
         """Where one line of a followed log stands in a start-up (``coldscope serve``):
         ``"start:<what>"`` when it opens one (a second start line with the same ``<what>``
         before readiness means the replica restarted), ``"ready"`` when it shows the engine
-        ready, ``"failed"`` when it says the start-up failed, else None. Called for every line,
-        so it should reject most lines with a cheap test first."""
+        ready, ``"failed"`` when it says the start-up failed, ``OWN_LINE`` for a line of its
+        own that means none of these but another engine could misread, else None. Called for
+        every line, so it should reject most lines with a cheap test first."""
         ...
 
     # findings
@@ -373,9 +381,13 @@ class GenericEngine:
 
 
 def _registry() -> tuple[Engine, ...]:
+    from coldscope.engines.sglang import SGLang
     from coldscope.engines.vllm import VLLM
 
-    return (VLLM(),)
+    # SGLang first: it recognises its command line by its entry point alone and its logs by
+    # lines only SGLang prints, while vLLM's checks are broader (a command or a path that
+    # mentions vLLM, a uvicorn line both servers print).
+    return (SGLang(), VLLM())
 
 
 #: Every engine coldscope knows, most specific first.
@@ -384,7 +396,8 @@ ENGINES: tuple[Engine, ...] = _registry()
 
 def resolve(argv: Sequence[str]) -> Engine:
     """The adapter of the engine ``argv`` starts: the first registered engine that recognises
-    the command line, else ``GenericEngine``."""
+    the command line (``ENGINES`` order: the most specific check first), else
+    ``GenericEngine``."""
     for engine in ENGINES:
         if engine.matches(argv):
             return engine
@@ -429,5 +442,5 @@ def startup_boundary(line: str) -> str | None:
     for engine in ENGINES:
         kind = engine.startup_boundary(line)
         if kind is not None:
-            return kind
+            return None if kind == OWN_LINE else kind
     return None

@@ -2,10 +2,10 @@
 
 Each successful run with a time to ready becomes one observation; its model's features are read
 from ``run.model.path`` (once per path). The startup model is only meaningful for one setting,
-so runs must share the cache state (``cold``/``warm``), the engine flags that change start-up
-(enforce-eager, compile, load format) and the storage the weights came from (page cache hot or
-cold, storage kind, where runs record them); a mix is refused with a one-line error naming the
-option that selects one.
+so runs must share the engine (vLLM, SGLang), the cache state (``cold``/``warm``), the engine
+flags that change start-up (enforce-eager, compile, load format) and the storage the weights
+came from (page cache hot or cold, storage kind, where runs record them); a mix is refused with
+a one-line error naming the option that selects one.
 """
 
 from __future__ import annotations
@@ -65,6 +65,12 @@ def observations_from_runs(
         raise ColdscopeError(
             f"runs mix cache states ({', '.join(f'{k}: {v}' for k, v in sorted(caches.items()))});"
             " pass --cache cold or --cache warm"
+        )
+    engines = Counter(r.engine.name or "vllm" for r in kept)  # runs before names: vLLM's
+    if len(engines) > 1:
+        raise ColdscopeError(
+            f"runs mix engines ({', '.join(f'{k}: {v}' for k, v in sorted(engines.items()))}); "
+            "each engine starts up differently, so fit each from its own store or label"
         )
     for key in SETTING_KEYS:
         values = Counter(str(getattr(r.engine, key)) for r in kept)
