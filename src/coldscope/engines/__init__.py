@@ -12,7 +12,7 @@ start-up mitigations exist for it.
 Adding an engine: a module ``engines/<name>.py`` with a class that implements ``Engine``
 (subclassing ``GenericEngine`` gives the defaults), listed in ``ENGINES`` below, and its tests;
 ``engines/sglang.py`` is the second one. Its log rules may sit in a ``capture`` module that only
-it imports (``capture/sglang_logs.py``, guarded by an import-linter contract). Nothing else
+it imports (``engines/sglang_log.py``, guarded by an import-linter contract). Nothing else
 changes.
 """
 

@@ -7,7 +7,7 @@ Supported through its logs: ``coldscope parse``, ``parse --save``, ``report``, `
 here (SGLang has no CPU build that installs on these machines), so the adapter has no probe
 hooks, OTLP export or mitigations yet.
 
-The log rules themselves are in ``coldscope.capture.sglang_logs``, reached only from here.
+The log rules themselves are in ``coldscope.engines.sglang_log``, reached only from here.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from coldscope.capture.sglang_logs import FATAL_RX, STAMP
+from coldscope.engines.sglang_log import FATAL_RX, STAMP
 from coldscope.engines import (
     FAILED,
     OWN_LINE,
@@ -139,7 +139,7 @@ class SGLang(GenericEngine):
     def log_spans(self, lines: Sequence[tuple[float, str]]) -> tuple[list[Span], LogInfo | None]:
         """Spans from output lines with their arrival times: the saved log's rules, on the
         arrival clock instead of the stamps."""
-        from coldscope.capture.sglang_logs import parse_sglang_log, sglang_spans
+        from coldscope.engines.sglang_log import parse_sglang_log, sglang_spans
 
         ev = parse_sglang_log([text for _, text in lines])
         if not ev.recognised:
@@ -151,7 +151,7 @@ class SGLang(GenericEngine):
 
     def read_log(self, lines: Sequence[str]) -> LogReading | None:
         """A saved SGLang log read alone; None unless a line only SGLang prints is there."""
-        from coldscope.capture.sglang_logs import parse_sglang_log, sglang_reading
+        from coldscope.engines.sglang_log import parse_sglang_log, sglang_reading
 
         ev = parse_sglang_log(lines)
         if not ev.recognised:
@@ -177,7 +177,7 @@ class SGLang(GenericEngine):
 
     def log_facts(self, lines: Sequence[str]) -> LogFacts | None:
         """The findings' facts of an SGLang log; None when it is not one."""
-        from coldscope.capture.sglang_logs import describe, parse_sglang_log, sglang_reading
+        from coldscope.engines.sglang_log import describe, parse_sglang_log, sglang_reading
 
         ev = parse_sglang_log(lines)
         if not ev.recognised:
@@ -221,7 +221,7 @@ class SGLang(GenericEngine):
 
 
 def _info(ev: Any) -> LogInfo:
-    from coldscope.capture.sglang_logs import describe
+    from coldscope.engines.sglang_log import describe
 
     version = ev.version
     family = "sglang" if version is None else "sglang-" + ".".join(version.split(".")[:2])

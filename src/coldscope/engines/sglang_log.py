@@ -5,7 +5,7 @@ clock)`` and ``sglang_reading(ev)``. One table of line rules (``RULES``) over th
 SGLang's own lines, which carry a ``[YYYY-MM-DD HH:MM:SS]`` stamp (``[... TP0]`` with tensor
 parallelism). Unknown lines are skipped, never fatal. Reached only from
 ``coldscope.engines.sglang`` (import-linter contract ``sglang-knowledge``), as vLLM's rules in
-``coldscope.capture.logs`` are reached only from ``coldscope.engines.vllm``.
+``coldscope.engines.vllm_log`` are reached only from ``coldscope.engines.vllm``.
 
 How the stages come out of a log (times on the log's own clock, 1 s resolution, unless a line
 states its seconds):
