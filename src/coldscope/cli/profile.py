@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,6 +10,7 @@ import click
 
 from coldscope.cli.common import console, json_option, parse_env, print_json, store_option
 from coldscope.errors import ColdscopeError
+from coldscope.safeio import dumps_json
 
 if TYPE_CHECKING:
     from coldscope.records import Run
@@ -183,11 +183,9 @@ def parse(log, save, vs_paper, store_path, as_json):
     import hashlib
 
     from coldscope.assemble import run_from_log
+    from coldscope.safeio import MAX_LOG_BYTES, input_limit, read_bytes
 
-    try:
-        data = Path(log).read_bytes()
-    except OSError as exc:
-        raise ColdscopeError(f"cannot read {log}: {exc.strerror}") from None
+    data = read_bytes(log, limit=input_limit(MAX_LOG_BYTES), what="log")
     lines = data.decode("utf-8", "replace").splitlines()
     run = run_from_log(lines, name=Path(log).name)
     if save:
@@ -241,7 +239,7 @@ def trace(run_id, output, otlp_export, store_path, as_json):
         raise ColdscopeError(f"run {run.id} failed ({run.reason}); no timeline")
     data = chrome_trace(run)
     try:
-        Path(output).write_text(json.dumps(data))
+        Path(output).write_text(dumps_json(data, indent=None))  # no NaN/Infinity
     except OSError as exc:
         raise ColdscopeError(f"cannot write {output}: {exc.strerror or exc}") from None
     sent = send_otlp(run, otlp_export) if otlp_export else None

@@ -81,15 +81,18 @@ def serve(host, port, store_path, startup_model, watch, glob, replica_label, tim
         raise ColdscopeError(f"could not serve on {host}:{port} (see the log above)")
 
 
+#: Bytes a --token-file may hold (one token of at most 4096 characters, and a line break).
+MAX_TOKEN_FILE_BYTES = 8192
+
+
 def _read_token(path: str) -> str:
+    from coldscope.safeio import read_text
+
+    # A regular file of at most a few KB: /dev/zero or a FIFO is refused before a byte is read.
+    token = read_text(path, limit=MAX_TOKEN_FILE_BYTES, what="--token-file").strip()
     mode = os.stat(path).st_mode
     if mode & (stat.S_IRGRP | stat.S_IROTH):
         click.echo(f"warning: {path} is readable by other users; chmod 600 it", err=True)
-    try:
-        with open(path, encoding="utf-8") as f:
-            token = f.read().strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ColdscopeError(f"cannot read --token-file {path}: {exc}") from None
     if not token or any(c.isspace() for c in token) or len(token) > 4096:
         raise ColdscopeError(f"--token-file {path} must hold one token (no spaces, at most "
                              "4096 characters)")

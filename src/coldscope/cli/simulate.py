@@ -173,11 +173,11 @@ def simulate(trace_path, repair, policy, min_workers, max_workers, target, sets,
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
             raise ColdscopeError(f"--set takes KEY=VALUE, got {item!r}")
-        import yaml
+        from coldscope.safeio import loads_yaml
 
-        try:
-            params[key.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError:
+        try:  # alias-free, bounded nesting, finite numbers (a YAML value on the command line)
+            params[key.strip()] = loads_yaml(value, f"--set {key.strip()}")
+        except ColdscopeError:
             raise ColdscopeError(f"--set {key.strip()}: cannot read value {value!r}") from None
     if replica_path and profile_path:
         raise ColdscopeError("give --replica (or its old name --profile), not both")
