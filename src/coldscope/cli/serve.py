@@ -10,7 +10,7 @@ import stat
 
 import click
 
-from coldscope.cli.common import store_option
+from coldscope.cli.common import echo, store_option
 from coldscope.errors import ColdscopeError
 
 
@@ -64,7 +64,7 @@ def serve(host, port, store_path, startup_model, watch, glob, replica_label, tim
             raise ColdscopeError(f"--replica-label is not a regular expression: {exc}") from None
     token = _read_token(token_file) if token_file else None
     if not _is_loopback(host) and token is None:
-        click.echo(f"warning: listening on {host} without --token-file: anyone who can reach "
+        echo(f"warning: listening on {host} without --token-file: anyone who can reach "
                    "it can read runs and metrics", err=True)
     _check_port(host, port)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
@@ -92,7 +92,7 @@ def _read_token(path: str) -> str:
     token = read_text(path, limit=MAX_TOKEN_FILE_BYTES, what="--token-file").strip()
     mode = os.stat(path).st_mode
     if mode & (stat.S_IRGRP | stat.S_IROTH):
-        click.echo(f"warning: {path} is readable by other users; chmod 600 it", err=True)
+        echo(f"warning: {path} is readable by other users; chmod 600 it", err=True)
     if not token or any(c.isspace() for c in token) or len(token) > 4096:
         raise ColdscopeError(f"--token-file {path} must hold one token (no spaces, at most "
                              "4096 characters)")

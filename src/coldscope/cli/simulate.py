@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from coldscope.cli.common import json_option, print_json, store_option
+from coldscope.cli.common import echo, json_option, print_json, store_option
 from coldscope.errors import ColdscopeError
 from coldscope.sim.policies import POLICIES
 from coldscope.sim.sweep import EXECUTORS
@@ -223,4 +223,4 @@ def simulate(trace_path, repair, policy, min_workers, max_workers, target, sets,
     if request.sweep:
         _render_sweep(result)
         return
-    click.echo(render_summary(result))
+    echo(render_summary(result))
