@@ -104,6 +104,8 @@ COMMANDS = {
                                     "--sweep", _file(t, b, "sw.yaml"), "--json"],
     "simulate-startup-model": lambda t, b: ["simulate", "--trace", _file(t, b, "tr.csv"),
                                             "--startup-model", _file(t, b, "m.json"), "--json"],
+    "fit-timings": lambda t, b: ["fit", "--paper", str(PAPER), "--timings",
+                                 _file(t, b, "results.json"), "--out", str(t / "m.json")],
     "calibrate-base": lambda t, b: ["calibrate", _file(t, b, "m.json"), "--paper", str(PAPER),
                                     "--out", str(t / "c.json"), "--json"],
     "calibrate-timings": lambda t, b: ["calibrate", _file(t, b, "m.json"), "--paper", str(PAPER),

@@ -237,9 +237,9 @@ def predict_cmd(path: str, startup_model: str, capture_sizes: int | None,
     echo(f"{'stage':<20} {'seconds':>8}  {pct} interval")
     for b, sp in p["stages"].items():
         echo(f"{b:<20} {sp['s']:>8.2f}  [{sp['interval']['low']:.2f}, "
-                   f"{sp['interval']['high']:.2f}]")
+             f"{sp['interval']['high']:.2f}]")
     echo(f"{'total':<20} {p['total_s']:>8.2f}  [{p['interval']['low']:.2f}, "
-               f"{p['interval']['high']:.2f}]")
+         f"{p['interval']['high']:.2f}]")
     if p["calibrated_on"]:
         echo(f"calibrated on: {', '.join(p['calibrated_on'])}")
     for w in p["warnings"]:
@@ -286,11 +286,11 @@ def calibrate_cmd(base_model: str, out_path: str | None, paper_dir: str | None,
         echo("run two dense models on the new machine, each at least:")
         for name, g in guide["minimums"].items():
             echo(f"  {name:<20} >= {g['at_least']:.4g} {g['unit']}  "
-                       f"(training median {g['median']:.4g}; for {', '.join(g['buckets'])})")
+                 f"(training median {g['median']:.4g}; for {', '.join(g['buckets'])})")
         echo(f"not near-duplicates (weights and layers within "
-                   f"{guide['duplicate_tolerance']:.0%} of each other), and as large as you "
-                   "serve: each ratio is then measured over more seconds. Give --candidates "
-                   "DIR ... to rank real models.")
+             f"{guide['duplicate_tolerance']:.0%} of each other), and as large as you "
+             "serve: each ratio is then measured over more seconds. Give --candidates "
+             "DIR ... to rank real models.")
         return
     if suggest:
         runs = None
@@ -313,7 +313,7 @@ def calibrate_cmd(base_model: str, out_path: str | None, paper_dir: str | None,
             echo(f"run: {' and '.join(best.models)}  ({best.reason})")
         else:
             echo(f"no pair identifies every stage; least bad: {' and '.join(best.models)}"
-                       f" ({best.reason})")
+                 f" ({best.reason})")
         echo("")
         echo(f"{'pair':<48} {'score':>6}  verdict")
         for r in ranked:

@@ -77,7 +77,7 @@ def profile(repeat, cache, timeout, health_url, ready_pattern, no_request, no_pr
     if engine.host(config.command) is None and \
             engine.with_host(config.command, "127.0.0.1") is not None:
         echo("note: no --host given: the engine is bound to 127.0.0.1 (not reachable "
-                   "from the network); pass --host to choose", err=True)
+             "from the network); pass --host to choose", err=True)
     store = Store(store_path)
     out = console()
     show_line = None if (quiet or as_json) else (lambda line: echo(f"  │ {line}", err=True))
@@ -251,7 +251,7 @@ def trace(run_id, output, otlp_export, store_path, as_json):
                     "otlp": {"status": sent.status, "spans": sent.spans} if sent else None})
     else:
         echo(f"wrote {output} ({len(data['traceEvents'])} events); open it in "
-                   "ui.perfetto.dev")
+             "ui.perfetto.dev")
         if sent:
             echo(sent.message(otlp_export))
 

@@ -57,7 +57,7 @@ def report(output, runs, model, paper, startup_model, title, store_path, as_json
         print_json(summary)
     else:
         echo(f"wrote {out} ({summary['bytes'] / 1e6:.2f} MB): {data['runs']} runs, "
-                   f"{data['configurations']} configurations")
+             f"{data['configurations']} configurations")
 
 
 @contextmanager

@@ -65,9 +65,12 @@ def serve(host, port, store_path, startup_model, watch, glob, replica_label, tim
     token = _read_token(token_file) if token_file else None
     if not _is_loopback(host) and token is None:
         echo(f"warning: listening on {host} without --token-file: anyone who can reach "
-                   "it can read runs and metrics", err=True)
+             "it can read runs and metrics", err=True)
     _check_port(host, port)
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    # log lines name watched files and replicas: no control sequence of theirs reaches stderr
+    handler = logging.StreamHandler()
+    handler.setFormatter(_CleanFormatter("%(asctime)s %(name)s %(message)s"))
+    logging.basicConfig(level=log_level.upper(), handlers=[handler])
     config = ServeConfig(store=store_path, startup_model=startup_model, watch=list(watch),
                          glob=glob, replica_label=replica_label, timeout=timeout,
                          poll_interval=poll_interval, model_roots=list(model_roots),
@@ -79,6 +82,15 @@ def serve(host, port, store_path, startup_model, watch, glob, replica_label, tim
     server.run()
     if not server.started:
         raise ColdscopeError(f"could not serve on {host}:{port} (see the log above)")
+
+
+class _CleanFormatter(logging.Formatter):
+    """Log records with terminal control sequences removed (``safeio.clean_text``)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from coldscope.safeio import clean_text
+
+        return clean_text(super().format(record))
 
 
 #: Bytes a --token-file may hold (one token of at most 4096 characters, and a line break).

@@ -52,4 +52,4 @@ def synth(days, rate, diurnal, bursts, idle_nights, seed, out_path, out_alias, a
         print_json(info)
     else:
         echo(f"wrote {len(trace):,} requests over {trace.duration / 86400:.2f} days to "
-                   f"{out_path}")
+             f"{out_path}")

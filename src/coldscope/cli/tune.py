@@ -96,8 +96,8 @@ def tune(budget, max_loss, timeout, env_pairs, bundle_file, resume, session, eng
         what = "replayed" if replayed else ("ok" if m.ok else f"failed: {m.reason}")
         t = f"{m.time_to_ready_s:.1f} s" if m.time_to_ready_s is not None else "-"
         echo(f"  start-up {req.index + 1}/{spec.budget}: {req.role} "
-                   f"{'+'.join(req.knobs) or 'default'}"
-                   f"{' (seeded caches)' if req.seeded else ''}: {t} [{what}]", err=True)
+             f"{'+'.join(req.knobs) or 'default'}"
+             f"{' (seeded caches)' if req.seeded else ''}: {t} [{what}]", err=True)
 
     from coldscope.runner import _signals_interrupt
 
@@ -106,7 +106,7 @@ def tune(budget, max_loss, timeout, env_pairs, bundle_file, resume, session, eng
             outcome = ts.run_search(spec, directory, executor, progress)
     except KeyboardInterrupt:
         echo(f"interrupted; finish with `coldscope tune --resume --session {spec.id}`",
-                   err=True)
+             err=True)
         raise
     from coldscope.tune.report import tune_json, tune_tables
 
@@ -175,7 +175,7 @@ def bundle(output, tune_session, cache_key, store_path, as_json):
         print_json({"output": output, "manifest": manifest})
     else:
         echo(f"wrote {output}: caches of {manifest['config']['cache_key']} for vLLM "
-                   f"{manifest['engine']['version']} (torch {manifest['engine']['torch']}), "
-                   f"model {manifest['model']['name']} ({manifest['model']['sha256'][:12]}), "
-                   f"{manifest['size_bytes'] / 1e6:.1f} MB")
+             f"{manifest['engine']['version']} (torch {manifest['engine']['torch']}), "
+             f"model {manifest['model']['name']} ({manifest['model']['sha256'][:12]}), "
+             f"{manifest['size_bytes'] / 1e6:.1f} MB")
         echo("use it: coldscope profile --bundle " + shlex.quote(output) + " -- COMMAND")
