@@ -263,7 +263,7 @@ def _safetensors(path: Path, header: dict) -> None:
 
 
 @pytest.mark.parametrize("shape, needle", [
-    ([2**60] * 17, "17 dimensions, more than 16"),    # the product has 307 digits
+    ([2**62] * 17, "17 dimensions, more than 16"),    # the product overflows a float
     ([10**30, 10**30], "impossible shape"),          # each dimension beyond any real one
     ([10**7] * 16, "elements, more than any real model"),
     ([-1, 4], "impossible shape"),
@@ -496,3 +496,13 @@ def test_every_text_renderer_is_inert_on_a_stored_run_full_of_control_sequences(
             text = re.sub(r"\x1b\[[0-9;]*m", "", text)
         _assert_inert(text, f"renderers (terminal={tty})")
         assert "[bold]b[/bold]" in text
+
+
+@pytest.mark.parametrize("text, needle", MALFORMED_TIMINGS[1:-1])  # a row with no total is skipped
+def test_report_refuses_malformed_paper_timings_in_one_line(text, needle, tmp_path, capsys):
+    root = _paper_dir(tmp_path)
+    table = root / "figures" / "figure-rest" / "avg_comparison_results.json"
+    table.parent.mkdir(parents=True)
+    table.write_text(text)
+    _refused(["report", "--paper", str(root), "-o", str(tmp_path / "r.html"), "--store",
+              str(tmp_path / "none.db")], capsys, needle)

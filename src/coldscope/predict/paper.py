@@ -132,35 +132,43 @@ def observations_from_paper(paper_dir: str | Path,
     if not root.is_dir():
         raise ColdscopeError(f"paper data directory {root} does not exist")
     path = Path(timings) if timings else root / DEFAULT_TIMINGS
-    results = _read(path)
-    labels, data = results.get("labels"), results.get("data")
-    if not isinstance(labels, list) or not isinstance(data, dict) \
-            or not all(isinstance(v, list) or v is None for v in data.values()):
-        raise ColdscopeError(f"{path} is not a paper comparison_results.json "
-                             "(expected labels: [names] and data: {metric: [seconds]})")
+    labels, data = read_comparison(path)
     features = paper_features(root)
     observations = []
     for i, label in enumerate(labels):
-        if not isinstance(label, str):
-            raise ColdscopeError(f"{path}: labels[{i}] is not a log name")
         name = model_name(label)
         if name not in features:
             raise ColdscopeError(f"{path}: model {name!r} has no entry in models_config.json")
-        total = _metric(data, TOTAL_METRIC, i, path)
+        total = metric(data, TOTAL_METRIC, i, path)
         if total is None:
             continue
         buckets: dict[str, float | None] = {}
         for bucket, metrics in PAPER_METRICS.items():
-            values = [_metric(data, m, i, path) for m in metrics]
+            values = [metric(data, m, i, path) for m in metrics]
             known = [v for v in values if v is not None]
             buckets[bucket] = sum(known) if known else None
-        stage_sum = _metric(data, STAGE_SUM_METRIC, i, path)
+        stage_sum = metric(data, STAGE_SUM_METRIC, i, path)
         if stage_sum is not None:
             buckets[UNATTRIBUTED] = total - stage_sum
         observations.append(Observation(name, features[name], buckets, float(total)))
     if not observations:
         raise ColdscopeError(f"empty training set: no row of {path} has {TOTAL_METRIC}")
     return observations
+
+
+def read_comparison(path: Path) -> tuple[list[str], dict[str, list[Any]]]:
+    """``(labels, data)`` of a ``*comparison_results.json``, its shape checked (a list of log
+    names; metric -> list); read each value with ``metric``, which checks it."""
+    results = _read(path)
+    labels, data = results.get("labels"), results.get("data")
+    if not isinstance(labels, list) or not isinstance(data, dict) \
+            or not all(isinstance(v, list) or v is None for v in data.values()):
+        raise ColdscopeError(f"{path} is not a paper comparison_results.json "
+                             "(expected labels: [names] and data: {metric: [seconds]})")
+    for i, label in enumerate(labels):
+        if not isinstance(label, str):
+            raise ColdscopeError(f"{path}: labels[{i}] is not a log name")
+    return labels, data
 
 
 def paper_environment(paper_dir: str | Path, timings: str | Path | None = None) -> dict[str, Any]:
@@ -213,7 +221,7 @@ def paper_storage(paper_dir: str | Path,
 MAX_SECONDS = 86_400.0
 
 
-def _metric(data: dict[str, list[Any]], key: str, i: int, where: Path) -> float | None:
+def metric(data: dict[str, list[Any]], key: str, i: int, where: Path) -> float | None:
     """Row ``i`` of metric ``key`` in seconds, None when absent; a value that is not a number
     of seconds in [0, MAX_SECONDS] is refused (``unattributed``, a difference, may be below 0
     and is not read here)."""
