@@ -252,9 +252,9 @@ def test_yaml_aliases_are_refused_before_they_expand(argv, tmp_path, capsys):
 
 def test_a_yaml_value_on_the_command_line_cannot_expand_either(tmp_path, capsys):
     (tmp_path / "ok.csv").write_text("arrival_timestamp,context_tokens,generated_tokens\n0,1,1\n")
-    _refused(["simulate", "--trace", str(tmp_path / "ok.csv"), "--set",
-              "x=" + LAUGHS.replace("\n", "").replace("a: &a", "{a: &a", 1) + "}"], capsys,
-             "--set x")
+    laughs = "[&a [lol, lol, lol, lol], &b [*a, *a, *a, *a], &c [*b, *b, *b, *b], *c, *c]"
+    _refused(["simulate", "--trace", str(tmp_path / "ok.csv"), "--set", "x=" + laughs], capsys,
+             "--set x: cannot read value", "aliases")
 
 
 def _safetensors(path: Path, header: dict) -> None:

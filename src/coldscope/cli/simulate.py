@@ -175,10 +175,8 @@ def simulate(trace_path, repair, policy, min_workers, max_workers, target, sets,
             raise ColdscopeError(f"--set takes KEY=VALUE, got {item!r}")
         from coldscope.safeio import loads_yaml
 
-        try:  # alias-free, bounded nesting, finite numbers (a YAML value on the command line)
-            params[key.strip()] = loads_yaml(value, f"--set {key.strip()}")
-        except ColdscopeError:
-            raise ColdscopeError(f"--set {key.strip()}: cannot read value {value!r}") from None
+        # alias-free, bounded nesting, finite numbers: a YAML value on the command line
+        params[key.strip()] = loads_yaml(value, f"--set {key.strip()}: cannot read value")
     if replica_path and profile_path:
         raise ColdscopeError("give --replica (or its old name --profile), not both")
     replica = replica_spec(replica_path or profile_path, {
