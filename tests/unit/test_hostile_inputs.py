@@ -329,10 +329,35 @@ def test_a_file_input_larger_than_the_bound_is_refused(tmp_path, capsys, monkeyp
              "larger than 4096 bytes", "COLDSCOPE_MAX_INPUT_BYTES")
 
 
-@pytest.mark.skipif(not PAPER.is_dir(), reason="../shared/data/paper is not present")
+def _paper_dir(tmp_path: Path) -> Path:
+    """A paper data directory built here: six dense models in ``models_config.json`` and a
+    well-formed timings table for them (``timings.json``), enough to fit a startup model."""
+    root = tmp_path / "paper"
+    root.mkdir()
+    (root / "models_config.json").write_text(json.dumps({
+        f"m{i}": {"size": i, "layers": 8 * i, "hidden_size": 512 * i, "vocab_size": 32000,
+                  "tokenizer_size": 2 + i} for i in range(1, 7)}))
+    metrics = ["framework_bootstrap", "tokenizer_init", "model_loading",
+               "dynamo_transform_time", "graph_compile_cached", "graph_compile_general_shape",
+               "kv_cache_profiling", "graph_capturing"]
+    data: dict[str, list[float]] = {m: [] for m in [*metrics, "total_time", "actual_total_time"]}
+    for i in range(1, 7):
+        row = [5 + 0.1 * i, 0.1 * i + 0.05 * (i % 2), 3.6 * i + 0.1 * (i % 3), 2.4 * i, 0, 0,
+               1 + 0.04 * i, 0.5 + 0.08 * i]
+        for m, v in zip(metrics, row, strict=True):
+            data[m].append(v)
+        data["total_time"].append(sum(row))
+        data["actual_total_time"].append(sum(row) + 1)
+    (root / "timings.json").write_text(json.dumps({
+        "labels": [f"output_model_m{i}.txt" for i in range(1, 7)], "data": data}))
+    return root
+
+
 def test_predict_json_stays_valid_json_when_a_prediction_overflows(tmp_path, capsys):
-    model = tmp_path / "h100.json"
-    assert _run(["fit", "--paper", str(PAPER), "--out", str(model)], capsys)[0] == 0
+    root = _paper_dir(tmp_path)
+    model = tmp_path / "model.json"
+    assert _run(["fit", "--paper", str(root), "--timings", str(root / "timings.json"),
+                 "--out", str(model)], capsys)[0] == 0
     doc = json.loads(model.read_text())
     for bucket in doc["buckets"].values():  # every formula now overflows a float
         bucket["coef"] = [1e308] * len(bucket["coef"])
@@ -346,39 +371,29 @@ def test_predict_json_stays_valid_json_when_a_prediction_overflows(tmp_path, cap
     assert parsed["total_s"] is None
 
 
-def _paper_dir(tmp_path: Path) -> Path:
-    """A paper data directory of two models, built here: models_config.json only."""
-    root = tmp_path / "paper"
-    root.mkdir()
-    (root / "models_config.json").write_text(json.dumps({
-        m: {"size": s, "layers": 2 * s, "hidden_size": 64 * s, "vocab_size": 1000}
-        for m, s in (("a", 1), ("b", 2), ("c", 3))}))
-    return root
-
-
 #: Timings files ``fit --paper --timings`` must refuse, each with what the refusal names.
 MALFORMED_TIMINGS = [
     ("[]", "must be a mapping"),
     ('{"labels": 3, "data": {}}', "not a paper comparison_results.json"),
-    ('{"labels": ["output_model_a.txt"], "data": []}', "not a paper comparison_results.json"),
-    ('{"labels": ["output_model_a.txt"], "data": {"actual_total_time": 5}}',
+    ('{"labels": ["output_model_m1.txt"], "data": []}', "not a paper comparison_results.json"),
+    ('{"labels": ["output_model_m1.txt"], "data": {"actual_total_time": 5}}',
      "not a paper comparison_results.json"),
     ('{"labels": [7], "data": {"actual_total_time": [5]}}', "labels[0]"),
-    ('{"labels": ["output_model_a.txt"], "data": {"actual_total_time": ["5"]}}',
+    ('{"labels": ["output_model_m1.txt"], "data": {"actual_total_time": ["5"]}}',
      "actual_total_time[0]"),
-    ('{"labels": ["output_model_a.txt"], "data": {"actual_total_time": [-5]}}',
+    ('{"labels": ["output_model_m1.txt"], "data": {"actual_total_time": [-5]}}',
      "not a number of seconds"),
-    ('{"labels": ["output_model_a.txt"], "data": {"actual_total_time": [1e300]}}',
+    ('{"labels": ["output_model_m1.txt"], "data": {"actual_total_time": [1e300]}}',
      "not a number of seconds"),
-    ('{"labels": ["output_model_a.txt"], "data": {"actual_total_time": [1e999]}}',
+    ('{"labels": ["output_model_m1.txt"], "data": {"actual_total_time": [1e999]}}',
      "not a finite number"),
-    ('{"labels": ["output_model_a.txt"], "data": {"actual_total_time": [NaN]}}',
+    ('{"labels": ["output_model_m1.txt"], "data": {"actual_total_time": [NaN]}}',
      "not valid JSON"),
-    ('{"labels": ["output_model_a.txt"], "data": {"actual_total_time": [[5]]}}',
+    ('{"labels": ["output_model_m1.txt"], "data": {"actual_total_time": [[5]]}}',
      "actual_total_time[0]"),
-    ('{"labels": ["output_model_a.txt"], "data": {"actual_total_time": [true]}}',
+    ('{"labels": ["output_model_m1.txt"], "data": {"actual_total_time": [true]}}',
      "actual_total_time[0]"),
-    ('{"labels": ["output_model_a.txt"], "data": {"actual_total_time": [5], '
+    ('{"labels": ["output_model_m1.txt"], "data": {"actual_total_time": [5], '
      '"model_loading": [{"s": 1}]}}', "model_loading[0]"),
     ('{"labels": ["nothing.txt"], "data": {}}', "names no model"),
 ]
@@ -394,9 +409,9 @@ def test_fit_refuses_malformed_timings_in_one_line(text, needle, tmp_path, capsy
 
 def test_a_models_config_entry_that_is_not_a_mapping_is_one_line(tmp_path, capsys):
     root = _paper_dir(tmp_path)
-    (root / "models_config.json").write_text('{"a": [1, 2]}')
+    (root / "models_config.json").write_text('{"m1": [1, 2]}')
     timings = tmp_path / "results.json"
-    timings.write_text('{"labels": ["output_model_a.txt"], "data": {"actual_total_time": [5]}}')
+    timings.write_text('{"labels": ["output_model_m1.txt"], "data": {"actual_total_time": [5]}}')
     _refused(["fit", "--paper", str(root), "--timings", str(timings), "--out",
               str(tmp_path / "m.json")], capsys, "not a mapping")
 
