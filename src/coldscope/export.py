@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
-import json
 import shlex
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any, Literal, NamedTuple
 
 from coldscope.errors import ColdscopeError
 from coldscope.records import Run
+from coldscope.safeio import dumps_json
 from coldscope.stages import BUCKETS, STAGES
 
 Kind = Literal["string", "float", "int", "bool", "timestamp"]
@@ -147,7 +147,8 @@ SCHEMA: tuple[Column, ...] = (
     *(Column(f"{s}_source", "string", f"evidence behind {s}: span, probe or log", _source(s))
       for s in (*STAGES, "server_ready")),
     Column("substeps_json", "string", "sub-steps as a JSON object: name -> seconds",
-           lambda r: json.dumps(dict(sorted(r.substeps.items()))) if r.substeps else None),
+           lambda r: dumps_json(dict(sorted(r.substeps.items())), indent=None)
+           if r.substeps else None),
     Column("findings", "string", "finding ids, comma-separated",
            lambda r: ", ".join(f.id for f in r.findings) or None),
     Column("findings_count", "int", "number of findings", lambda r: len(r.findings)),

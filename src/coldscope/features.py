@@ -21,8 +21,8 @@ loads it once. ``weight_bytes`` is the bytes of those parameters as stored.
 
 from __future__ import annotations
 
-import json
 import math
+import os
 import struct
 from pathlib import Path
 from typing import Any, Literal
@@ -30,6 +30,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from coldscope.errors import ColdscopeError
+from coldscope.safeio import loads_json, open_regular, read_text
 
 #: The one dtype table: bytes per element (parameter) of every dtype name coldscope reads -
 #: safetensors header names (upper case), torch / config names, and the short names users type
@@ -52,6 +53,11 @@ DTYPE_BYTES: dict[str, float] = {
 MAX_LAYERS = 10_000
 MAX_DIM = 10_000_000
 MAX_TENSOR_ELEMENTS = 10**14
+#: A safetensors header longer than this is refused before it is read (the safetensors format's
+#: own limit is 100 MB; real headers are a few MB at most).
+MAX_HEADER_BYTES = 100_000_000
+#: Dimensions of one tensor (real weights have 1-5; torch allows at most 64).
+MAX_TENSOR_DIMS = 16
 
 #: Estimated compiled-graph bytes per decoder layer when no compile cache is at hand: the median
 #: of the paper's dense models (models_config.json ``compiled_graph_sizes`` / ``layers``, 12
@@ -219,28 +225,34 @@ def measure_graph_bytes(cache_dir: str | Path) -> int:
 def read_safetensors_header(path: str | Path) -> dict[str, Any]:
     """The JSON header of a safetensors file: 8-byte little-endian length, then that much JSON.
 
-    Reads only those bytes, never the tensors.
+    Reads only those bytes, never the tensors, from a regular file only (``safeio``), and at
+    most ``MAX_HEADER_BYTES`` of header; the JSON is parsed with bounded nesting and numbers.
     """
     p = Path(path)
     try:
-        with p.open("rb") as f:
+        with open_regular(p, "safetensors file") as f:
             head = f.read(8)
             if len(head) < 8:
                 raise ColdscopeError(f"truncated safetensors header in {p}: file shorter than 8 B")
             (length,) = struct.unpack("<Q", head)
-            size = p.stat().st_size
-            if length > size - 8 or length > 100_000_000:
+            size = os.fstat(f.fileno()).st_size
+            if length > MAX_HEADER_BYTES:
+                raise ColdscopeError(f"safetensors header in {p} says {length} B, more than "
+                                     f"{MAX_HEADER_BYTES} B; refused")
+            if length > size - 8:
                 raise ColdscopeError(
                     f"truncated safetensors header in {p}: header says {length} B, "
                     f"file has {size - 8} B after the length"
                 )
             raw = f.read(length)
     except OSError as exc:
-        raise ColdscopeError(f"cannot read {p}: {exc.strerror or exc}") from exc
+        raise ColdscopeError(f"cannot read {p}: {exc.strerror or exc}") from None
     try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ColdscopeError(f"malformed safetensors header in {p}: {exc}") from exc
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ColdscopeError(f"malformed safetensors header in {p}: not UTF-8 ({exc.reason} "
+                             f"at byte {exc.start})") from None
+    header = loads_json(text, f"safetensors header of {p}")
     if not isinstance(header, dict):
         raise ColdscopeError(f"malformed safetensors header in {p}: not a JSON object")
     return header
@@ -314,7 +326,8 @@ def _count_safetensors(files: list[Path], tied: bool) -> tuple[int, int, int, st
                 dtype, shape = info["dtype"], info["shape"]
                 start, end = info["data_offsets"]
             except (KeyError, TypeError, ValueError) as exc:
-                raise ColdscopeError(f"malformed tensor entry {name!r} in {path}") from exc
+                raise ColdscopeError(f"malformed tensor entry {_brief(name)} in {path}") \
+                    from exc
             numel, nbytes = _tensor_size(name, dtype, shape, start, end, path)
             if tied and name.endswith("lm_head.weight"):
                 continue  # the engine ties it to the embedding and never loads it
@@ -330,23 +343,36 @@ def _count_safetensors(files: list[Path], tied: bool) -> tuple[int, int, int, st
 def _tensor_size(name: str, dtype: Any, shape: Any, start: Any, end: Any,
                  path: Path) -> tuple[int, int]:
     """(elements, bytes) of one safetensors tensor entry, refusing impossible ones."""
-    where = f"tensor {name!r} in {path}"
+    where = f"tensor {_brief(name)} in {path}"
     size = DTYPE_BYTES.get(dtype) if isinstance(dtype, str) and dtype.isupper() else None
     if size is None:
-        raise ColdscopeError(f"{where} has unknown dtype {dtype!r}")
-    if not isinstance(shape, list) or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-        raise ColdscopeError(f"{where} has an impossible shape {shape!r}")
+        raise ColdscopeError(f"{where} has unknown dtype {_brief(dtype)}")
+    # The count of dimensions and each dimension are bounded before multiplying, so the product
+    # (and any message quoting it) stays a small number whatever the header claims.
+    if not isinstance(shape, list) or len(shape) > MAX_TENSOR_DIMS or not all(
+            isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= MAX_TENSOR_ELEMENTS
+            for d in shape):
+        detail = (f"{len(shape)} dimensions, more than {MAX_TENSOR_DIMS}"
+                  if isinstance(shape, list) and len(shape) > MAX_TENSOR_DIMS
+                  else _brief(shape))
+        raise ColdscopeError(f"{where} has an impossible shape ({detail})")
     numel = math.prod(shape)
     if numel > MAX_TENSOR_ELEMENTS:
         raise ColdscopeError(f"{where} claims {numel:.3g} elements, more than any real model")
     if not all(isinstance(x, int) and not isinstance(x, bool) for x in (start, end)) \
             or not 0 <= start <= end:
-        raise ColdscopeError(f"{where} has impossible data offsets [{start!r}, {end!r}]")
+        raise ColdscopeError(f"{where} has impossible data offsets "
+                             f"[{_brief(start)}, {_brief(end)}]")
     if end - start != math.ceil(numel * size):
         raise ColdscopeError(f"{where}: {numel} x {dtype} is {math.ceil(numel * size)} B but its "
                              f"data offsets span {end - start} B")
     return numel, end - start
+
+
+def _brief(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters: a header's value quoted in a one-line error."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 _SAFETENSORS_TO_TORCH = {"BF16": "bfloat16", "F16": "float16", "F32": "float32",
@@ -359,9 +385,9 @@ def _index_total_size(index: dict[str, Any], path: Path | None) -> int | None:
     if total is None:
         return None
     try:
-        return int(total)
-    except (TypeError, ValueError) as exc:
-        raise ColdscopeError(f"malformed total_size in {path}: {total!r}") from exc
+        return _bounded(total, "metadata.total_size", 0, MAX_TENSOR_ELEMENTS * 8)
+    except ColdscopeError as exc:
+        raise ColdscopeError(f"malformed total_size in {path}: {exc}") from None
 
 
 def _tied_duplicate_bytes(index: dict[str, Any], f: ModelFeatures) -> int:
@@ -386,12 +412,7 @@ def _read_json(path: Path) -> dict[str, Any]:
     from coldscope.config_file import read_mapping
 
     if path.suffix != ".json":  # a features file without the suffix is still JSON
-        try:
-            data = json.loads(path.read_bytes())
-        except OSError as exc:
-            raise ColdscopeError(f"cannot read {path}: {exc.strerror or exc}") from None
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ColdscopeError(f"{path}: not valid JSON ({exc})") from None
+        data = loads_json(read_text(path, what="model file"), str(path))
         if not isinstance(data, dict):
             raise ColdscopeError(f"{path}: expected a JSON object")
         return data
@@ -410,13 +431,15 @@ def _bounded(value: Any, name: str, lo: int, hi: int) -> int:
     """``value`` as an integer in [lo, hi]: a config's number that is not one is an error, not
     a loop over 10^30 layers or a negative parameter count."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ColdscopeError(f"{name} must be a number, not {value!r}")
+        raise ColdscopeError(f"{name} must be a number, not {_brief(value)}")
     try:
         number = float(value)
     except ValueError:
-        raise ColdscopeError(f"{name} must be a number, not {value!r}") from None
+        raise ColdscopeError(f"{name} must be a number, not {_brief(value)}") from None
+    except OverflowError:  # an integer of hundreds of digits
+        number = math.inf
     if not math.isfinite(number) or number != int(number) or not lo <= number <= hi:
-        raise ColdscopeError(f"{name} = {value!r} is not an integer in {lo}-{hi:,}")
+        raise ColdscopeError(f"{name} = {_brief(value)} is not an integer in {lo}-{hi:,}")
     return int(number)
 
 

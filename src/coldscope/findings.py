@@ -547,6 +547,9 @@ def findings_table(findings: Sequence[Finding | Mapping[str, Any]]):
     """A rich table of findings, printed after a timeline (profile, show, parse)."""
     from rich import box
     from rich.table import Table
+    from rich.text import Text
+
+    from coldscope.safeio import clean_text
 
     items = [f if isinstance(f, Finding) else Finding.model_validate(f) for f in findings]
     table = Table(title="findings", title_justify="left", box=box.SIMPLE_HEAVY)
@@ -558,5 +561,8 @@ def findings_table(findings: Sequence[Finding | Mapping[str, Any]]):
         table.add_row("none", "", "", "no rule fired on this run's evidence")
     for f in items:
         secs = f"{f.seconds_at_stake:.1f}" if f.seconds_at_stake is not None else "?"
-        table.add_row(f.id, f.stage or "", secs, f"{f.evidence}\n[dim]→ {f.advice}[/dim]")
+        # evidence quotes the log: Text, never markup, whatever console prints the table
+        table.add_row(Text(clean_text(f.id)), Text(clean_text(f.stage or "")), secs,
+                      Text.assemble(clean_text(f.evidence), "\n",
+                                    ("→ " + clean_text(f.advice), "dim")))
     return table

@@ -30,11 +30,9 @@ from typing import IO, Any, Literal
 from coldscope.capture.logtext import split_lines
 from coldscope.errors import ColdscopeError
 from coldscope.records import Run
+from coldscope.safeio import MAX_LOG_BYTES
 from coldscope.stages import BUCKETS
 
-#: Default bound for one log, bytes (read and, for gzip, decompressed). A start-up log is a few
-#: MB even with request logging after it; this only refuses what would exhaust memory.
-MAX_LOG_BYTES = 512 * 1024 * 1024
 STDIN = "-"
 
 Status = Literal["ok", "failed", "refused", "unreadable", "skipped"]

@@ -1,4 +1,9 @@
-"""Human renderings of stored runs (rich tables). Functions of ``coldscope.records.Run`` only."""
+"""Human renderings of stored runs (rich tables). Functions of ``coldscope.records.Run`` only.
+
+Text from a run (ids, model names, sub-step names, sources, reasons, notes, the log's tail) is
+data from a log or a store: it enters a table as ``terminal.plain`` (a ``Text``, never read as
+markup, cleaned of control sequences), so the tables are safe on any console.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,9 @@ from rich.table import Table
 from rich.text import Text
 
 from coldscope.records import Run
+from coldscope.safeio import clean_text
 from coldscope.stages import BUCKETS, STAGES
+from coldscope.terminal import plain
 
 
 def _fmt(v: float | None, na: bool = False) -> str:
@@ -70,20 +77,20 @@ def timeline_table(run: Run, *, substeps: bool = True, findings: bool = True) ->
     for bucket in BUCKETS:
         v = run.stages.get(bucket)
         share = f"{100 * v / ttr:5.1f} %" if v is not None and ttr else ""
-        table.add_row(bucket, _fmt(v, bucket in na), share, run.sources.get(bucket, ""))
+        table.add_row(bucket, _fmt(v, bucket in na), share, plain(run.sources.get(bucket, "")))
         for name, sv, start, overlaps in ordered:
             if name.split("/", 1)[0] != bucket:
                 continue
             when = f"from {start:.2f} s" if start is not None else ""
             flag = ("overlaps " + ", ".join(o.split("/", 1)[1] if o.split("/", 1)[0] == bucket
                                             else o for o in overlaps)) if overlaps else ""
-            table.add_row(Text("  └ " + name.split("/", 1)[1], style="dim"),
+            table.add_row(plain("  └ " + name.split("/", 1)[1], style="dim"),
                           Text(f"{sv:8.2f}", style="dim"), Text(when, style="dim"),
-                          Text(flag, style="yellow") if flag else "")
+                          plain(flag, style="yellow") if flag else "")
     if ttr is not None:
         table.add_row(Text("time to ready", style="bold"), Text(f"{ttr:8.2f}", style="bold"),
                       "100.0 %", "")
-    parts: list = [Text(title, style="bold"), table]
+    parts: list = [plain(title, style="bold"), table]
     if any(o for *_, o in ordered):
         parts.append(Text("Sub-steps flagged 'overlaps' ran at the same time as another "
                           "(in another process, or nested): their seconds do not add up.",
@@ -107,7 +114,7 @@ def environment_table(run: Run) -> Group:
 
     def row(what: str, value: object) -> None:
         if value not in (None, "", [], {}):
-            t.add_row(what, str(value))
+            t.add_row(what, plain(value))
 
     row("engine", " ".join(x for x in (run.engine.name, run.engine.version) if x))
     extra = env.__pydantic_extra__ or {}
@@ -144,7 +151,7 @@ def environment_table(run: Run) -> Group:
     parts: list = [t]
     if run.notes:
         parts.append(Text("notes:", style="bold"))
-        parts.extend(Text(f"  • {n}") for n in run.notes)
+        parts.extend(plain(f"  • {n}") for n in run.notes)
     return Group(*parts)
 
 
@@ -155,7 +162,7 @@ def processes_table(run: Run) -> Table:
         t.add_column(c)
     for p in run.processes:
         if p.role != "helper":
-            t.add_row(str(p.pid), str(p.ppid), p.role, f"{p.probe_loaded_s:.2f}")
+            t.add_row(str(p.pid), str(p.ppid), plain(p.role), f"{p.probe_loaded_s:.2f}")
     return t
 
 
@@ -165,7 +172,7 @@ def compare_table(runs: Sequence[Run]) -> Table:
                   title_justify="left", min_width=60)
     table.add_column("stage")
     for r in runs:
-        table.add_column(f"{r.cache or '?'}\n{r.id}", justify="right")
+        table.add_column(plain(f"{r.cache or '?'}\n{r.id}"), justify="right")
     if len(runs) == 2:
         table.add_column("ratio", justify="right")
     for bucket in (*BUCKETS, "time_to_ready", "first_token"):
@@ -207,6 +214,7 @@ def runs_table(runs: Sequence[Run], width: int | None = None) -> Table:
             "1st token s": f"{ft:.2f}" if ft is not None else "",
             "label / reason": r.reason or r.label or "",
         })
+    rows = [{k: clean_text(v) for k, v in row.items()} for row in rows]  # measured as shown
     cols = ["id", "started", "status", "cache", "model", "ready s", "1st token s",
             "label / reason"]
     natural = {c: max([len(c), *(len(row[c]) for row in rows)]) for c in cols}
@@ -232,11 +240,11 @@ def runs_table(runs: Sequence[Run], width: int | None = None) -> Table:
             table.add_column(col, no_wrap=True, min_width=natural[col],
                              justify="right" if col.endswith(" s") else "left")
     for row in rows:
-        table.add_row(*(row[c] for c in cols))
+        table.add_row(*(plain(row[c]) for c in cols))
     return table
 
 
 def failed_detail(run: Run) -> Group:
     tail = (run.log_tail or "").splitlines()[-15:]
-    return Group(Text(f"run {run.id} failed: {run.reason}", style="bold red"),
-                 Text("\n".join(tail), style="dim"))
+    return Group(plain(f"run {run.id} failed: {run.reason}", style="bold red"),
+                 plain("\n".join(tail), style="dim"))

@@ -35,10 +35,13 @@ from coldscope.errors import ColdscopeError
 
 #: Default bound for a structured input file (startup model, timings, YAML, config.json, ...).
 MAX_INPUT_BYTES = 64 * 1024 * 1024
+#: Default bound for a saved engine log (``parse``): logs of long-running servers are large.
+MAX_LOG_BYTES = 512 * 1024 * 1024
 #: Deepest nesting accepted in a JSON or YAML input.
 MAX_NESTING = 200
 #: Most digits accepted in one JSON integer literal.
 MAX_INT_DIGITS = 100
+_INT_BOUND = 10**MAX_INT_DIGITS
 
 
 def input_limit(default: int = MAX_INPUT_BYTES) -> int:
@@ -208,6 +211,9 @@ def loads_yaml(text: str, source: str) -> Any:
         raise ColdscopeError(f"{source}:{where} not valid YAML ({problem})") from None
     except RecursionError:
         raise ColdscopeError(f"{source}: nested too deeply; refused") from None
+    except (ValueError, OverflowError, TypeError) as exc:  # a constructor's: 2001-13-45, 10**5000
+        raise ColdscopeError(f"{source}: not valid YAML ({str(exc).splitlines()[0][:120]})") \
+            from None
     check_finite(data, source)
     return data
 
@@ -221,12 +227,16 @@ def load_structured(path: str | Path, *, what: str = "file", limit: int | None =
 
 
 def check_finite(data: Any, source: str) -> None:
-    """Refuse NaN and infinities anywhere in parsed data (YAML's ``.nan``, ``1e999``)."""
+    """Refuse NaN and infinities anywhere in parsed data (YAML's ``.nan``, ``1e999``), and
+    integers of more than ``MAX_INT_DIGITS`` digits (what JSON's parser refuses, for YAML)."""
     stack = [data]
     while stack:
         item = stack.pop()
         if isinstance(item, float) and not math.isfinite(item):
             raise ColdscopeError(f"{source}: {item} is not a finite number")
+        if isinstance(item, int) and abs(item) >= _INT_BOUND:
+            raise ColdscopeError(f"{source}: an integer of more than {MAX_INT_DIGITS} digits; "
+                                 "refused")
         if isinstance(item, dict):
             stack.extend(item.values())
         elif isinstance(item, list | tuple):

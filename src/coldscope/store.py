@@ -89,7 +89,9 @@ def default_store_path() -> Path:
 
 
 def _warn(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr)
+    from coldscope.safeio import clean_text  # the message may quote a stored record
+
+    print(f"warning: {clean_text(message)}", file=sys.stderr)
 
 
 class Store:

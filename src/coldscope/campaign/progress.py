@@ -9,10 +9,14 @@ and engine shutdown included) times the cells still to run.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coldscope.campaign.plan import Cell
 from coldscope.records import Run
+from coldscope.safeio import clean_text
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 
 class Reporter:
@@ -49,15 +53,19 @@ def _clock(seconds: float | None) -> str:
     return f"ETA {s // 3600:d}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
-def outcome_line(cell: Cell, run: Run) -> str:
+def outcome_line(cell: Cell, run: Run) -> Text:
+    """One finished cell, styled without markup (its id and reason are data)."""
+    from rich.text import Text
+
     role = run.campaign.role if run.campaign is not None else None
     what = cell.id + (" (priming the warm cache)" if role == "prime" else "")
     if run.status == "ok":
         ttft = run.first_token_s
         tail = f", first token {ttft:.1f} s" if ttft is not None else ""
-        return (f"[green]ok[/green]     {what}: ready in {run.time_to_ready_s:.1f} s"
-                f"{tail} ({run.cache}, run {run.id})")
-    return f"[red]failed[/red] {what}: {run.reason} (run {run.id})"
+        return Text.assemble(("ok", "green"), clean_text(
+            f"     {what}: ready in {run.time_to_ready_s:.1f} s{tail} ({run.cache}, run {run.id})"))
+    return Text.assemble(("failed", "red"),
+                         clean_text(f" {what}: {run.reason} (run {run.id})"))
 
 
 def stage_text(stage: str | None, seconds: float | None) -> str:
@@ -99,16 +107,19 @@ class RichReporter(Reporter):
         self.todo = todo
         self.concurrency = concurrency
         self.t0 = time.monotonic()
-        self.console.print(f"campaign [bold]{name}[/bold]: {total} cell(s), {already_done} already "
-                           f"in the store, {todo} to run"
-                           + (f", {concurrency} at once" if concurrency > 1 else ""))
+        from rich.text import Text
+
+        self.console.print(Text.assemble(
+            "campaign ", (clean_text(name), "bold"),
+            f": {total} cell(s), {already_done} already in the store, {todo} to run"
+            + (f", {concurrency} at once" if concurrency > 1 else "")))
         class Count(MofNCompleteColumn):  # "3/12" on the campaign's row, blank on a run's
             def render(self, task):
                 return super().render(task) if task.total is not None else ""
 
         self.progress = Progress(
-            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-            Count(), TimeElapsedColumn(), TextColumn("{task.fields[eta]}"),
+            SpinnerColumn(), TextColumn("{task.description}", markup=False), BarColumn(),
+            Count(), TimeElapsedColumn(), TextColumn("{task.fields[eta]}", markup=False),
             console=self.console, transient=False,
         )
         self.progress.start()
@@ -116,7 +127,9 @@ class RichReporter(Reporter):
                                            eta=_clock(None))
 
     def note(self, text: str) -> None:
-        self.console.print(text)
+        from rich.text import Text
+
+        self.console.print(Text(clean_text(text)))
 
     def started(self, cell, run_id, role, port) -> None:
         self.running[cell.id] = role

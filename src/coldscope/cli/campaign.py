@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from coldscope.cli.common import console, json_option, print_json, store_option
+from coldscope.cli.common import console, echo, json_option, print_json, store_option
 from coldscope.errors import ColdscopeError
 
 
@@ -53,9 +53,9 @@ def campaign(spec_file, executor, address, resume, concurrency, dry_run, verbose
         return
     reporter = Reporter() if as_json else RichReporter(out)
     _stop_on_sigterm()
-    echo = (lambda line: click.echo(f"  │ {line}", err=True)) if verbose and not as_json else None
+    show_line = (lambda line: echo(f"  │ {line}", err=True)) if verbose and not as_json else None
     result = run_campaign(spec, store, executor=executor, address=address, resume=resume,
-                          concurrency=concurrency, reporter=reporter, on_line=echo)
+                          concurrency=concurrency, reporter=reporter, on_line=show_line)
     rows = summarize(campaign_runs(store, spec.name, status=None))
     if as_json:
         print_json({"result": result.model_dump(), "summary": rows})
@@ -66,7 +66,7 @@ def campaign(spec_file, executor, address, resume, concurrency, dry_run, verbose
         out.print(f"{result.done} of {result.cells} cells done; {result.runs_stored} runs stored "
                   f"this time ({result.failed_runs} failed) in {result.store}")
     if result.interrupted:
-        click.echo(f"stopped; finish with: coldscope campaign {spec_file} --resume", err=True)
+        echo(f"stopped; finish with: coldscope campaign {spec_file} --resume", err=True)
         raise KeyboardInterrupt
     if result.missing:
         raise ColdscopeError(f"{len(result.missing)} of {result.cells} cells have no successful "

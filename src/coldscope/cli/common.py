@@ -7,7 +7,7 @@ import sys
 import click
 
 from coldscope.errors import ColdscopeError
-from coldscope.safeio import dumps_json
+from coldscope.safeio import clean_text, dumps_json
 
 store_option = click.option(
     "--store", "store_path", type=click.Path(dir_okay=False), default=None,
@@ -21,11 +21,20 @@ def print_json(obj) -> None:
     sys.stdout.write(dumps_json(obj) + "\n")
 
 
-def console():
-    """A rich console; when output is not a terminal, 120 columns rather than rich's 80."""
-    from rich.console import Console
+def console(stderr: bool = False):
+    """The rich console of every command (``coldscope.terminal.SafeConsole``: no markup, control
+    sequences or links from data); when output is not a terminal, 120 columns rather than 80."""
+    from coldscope.terminal import SafeConsole
 
-    return Console() if sys.stdout.isatty() else Console(width=120)
+    stream = sys.stderr if stderr else sys.stdout
+    return SafeConsole(stderr=stderr) if stream.isatty() else SafeConsole(stderr=stderr,
+                                                                          width=120)
+
+
+def echo(message: object = "", err: bool = False) -> None:
+    """``click.echo`` of text that may hold data from logs and stores: control sequences (a
+    window title, a hidden hyperlink, colours) are removed first, for a terminal or a pipe."""
+    click.echo(clean_text(str(message)), err=err)
 
 
 def parse_env(pairs: tuple[str, ...]) -> dict[str, str]:

@@ -72,6 +72,22 @@ def cli() -> None:
     """Measure, explain, cut, predict and plan the cold start of LLM inference servers."""
 
 
+#: Longest error line printed: a message quoting a hostile input (a 60 MB model name, a
+#: 4,000-digit number) is cut here rather than flooding the terminal.
+MAX_ERROR_CHARS = 1000
+
+
+def error_line(message: str) -> str:
+    """``message`` as one printable line: control sequences (from a log, a file name, a store)
+    removed, line breaks joined, cut to ``MAX_ERROR_CHARS``."""
+    from coldscope.safeio import clean_text
+
+    line = " ".join(clean_text(message).split("\n")).replace("\t", " ")
+    if len(line) > MAX_ERROR_CHARS:
+        line = line[:MAX_ERROR_CHARS - 1] + "…"
+    return line
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; user errors become one line on stderr and exit code 2, never a traceback."""
     try:
@@ -80,12 +96,12 @@ def main(argv: list[str] | None = None) -> int:
         click.echo("aborted", err=True)
         return 130
     except click.ClickException as exc:
-        click.echo(f"error: {exc.format_message()}", err=True)
+        click.echo(f"error: {error_line(exc.format_message())}", err=True)
         return exc.exit_code if exc.exit_code else 2
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except ColdscopeError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {error_line(str(exc))}", err=True)
         return 2
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from coldscope.cli.common import echo
+
 
 @click.command("make-model")
 @click.argument("out_dir", type=click.Path(file_okay=False))
@@ -30,7 +32,7 @@ def make_model(out_dir, architecture, layers, hidden, heads, kv_heads, intermedi
     from coldscope.models import make_model as make
 
     if exist_ok and (Path(out_dir) / "config.json").exists():
-        click.echo(f"{out_dir} already holds a model")
+        echo(f"{out_dir} already holds a model")
         return
     try:
         shape = ModelShape(architecture=architecture, num_layers=layers, hidden_size=hidden,
@@ -40,4 +42,4 @@ def make_model(out_dir, architecture, layers, hidden, heads, kv_heads, intermedi
     except ValidationError as exc:
         raise validation_error(exc, "make-model") from None
     path = make(shape, Path(out_dir))
-    click.echo(f"made {architecture} model in {path}")
+    echo(f"made {architecture} model in {path}")

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from coldscope.cli.common import json_option, print_json, store_option
+from coldscope.cli.common import echo, json_option, print_json, store_option
 from coldscope.errors import ColdscopeError
 
 _compile_cache_option = click.option(
@@ -32,7 +32,7 @@ def features_cmd(path: str, compile_cache: str | None, as_json: bool) -> None:
         return
     width = max(len(k) for k, _ in describe(features))
     for label, value in describe(features):
-        click.echo(f"{label:<{width}}  {value}")
+        echo(f"{label:<{width}}  {value}")
 
 
 @click.command("fit")
@@ -83,7 +83,7 @@ def fit_cmd(paper_dir: str | None, timings: str | None, store_path: str | None,
     if as_json:
         print_json(summary)
     else:
-        click.echo(render_fit(summary))
+        echo(render_fit(summary))
 
 
 def _training_runs(paper_dir: str | None, timings: str | None, store_path: str | None,
@@ -260,19 +260,19 @@ def predict_cmd(path: str, startup_model: str, capture_sizes: int | None,
         print_json(p)
         return
     pct = f"{p['level']:.0%}"
-    click.echo(f"{'stage':<20} {'seconds':>8}  {pct} interval")
+    echo(f"{'stage':<20} {'seconds':>8}  {pct} interval")
     for b, sp in p["stages"].items():
-        click.echo(f"{b:<20} {sp['s']:>8.2f}  [{sp['interval']['low']:.2f}, "
-                   f"{sp['interval']['high']:.2f}]")
-    click.echo(f"{'total':<20} {p['total_s']:>8.2f}  [{p['interval']['low']:.2f}, "
-               f"{p['interval']['high']:.2f}]")
+        echo(f"{b:<20} {sp['s']:>8.2f}  [{sp['interval']['low']:.2f}, "
+             f"{sp['interval']['high']:.2f}]")
+    echo(f"{'total':<20} {p['total_s']:>8.2f}  [{p['interval']['low']:.2f}, "
+         f"{p['interval']['high']:.2f}]")
     if p["calibrated_on"]:
-        click.echo(f"calibrated on: {', '.join(p['calibrated_on'])}")
+        echo(f"calibrated on: {', '.join(p['calibrated_on'])}")
     for f in (p.get("formulas") or {}).values():
         if f["switched"]:
-            click.echo(f"served: {f['formula']}")
+            echo(f"served: {f['formula']}")
     for w in p["warnings"]:
-        click.echo(f"warning: {w}")
+        echo(f"warning: {w}")
 
 
 @click.command("calibrate")
@@ -312,14 +312,14 @@ def calibrate_cmd(base_model: str, out_path: str | None, paper_dir: str | None,
         if as_json:
             print_json(guide)
             return
-        click.echo("run two dense models on the new machine, each at least:")
+        echo("run two dense models on the new machine, each at least:")
         for name, g in guide["minimums"].items():
-            click.echo(f"  {name:<20} >= {g['at_least']:.4g} {g['unit']}  "
-                       f"(training median {g['median']:.4g}; for {', '.join(g['buckets'])})")
-        click.echo(f"not near-duplicates (weights and layers within "
-                   f"{guide['duplicate_tolerance']:.0%} of each other), and as large as you "
-                   "serve: each ratio is then measured over more seconds. Give --candidates "
-                   "DIR ... to rank real models.")
+            echo(f"  {name:<20} >= {g['at_least']:.4g} {g['unit']}  "
+                 f"(training median {g['median']:.4g}; for {', '.join(g['buckets'])})")
+        echo(f"not near-duplicates (weights and layers within "
+             f"{guide['duplicate_tolerance']:.0%} of each other), and as large as you "
+             "serve: each ratio is then measured over more seconds. Give --candidates "
+             "DIR ... to rank real models.")
         return
     if suggest:
         runs = None
@@ -339,15 +339,15 @@ def calibrate_cmd(base_model: str, out_path: str | None, paper_dir: str | None,
             return
         best = ranked[0]
         if best.accepted:
-            click.echo(f"run: {' and '.join(best.models)}  ({best.reason})")
+            echo(f"run: {' and '.join(best.models)}  ({best.reason})")
         else:
-            click.echo(f"no pair identifies every stage; least bad: {' and '.join(best.models)}"
-                       f" ({best.reason})")
-        click.echo("")
-        click.echo(f"{'pair':<48} {'score':>6}  verdict")
+            echo(f"no pair identifies every stage; least bad: {' and '.join(best.models)}"
+                 f" ({best.reason})")
+        echo("")
+        echo(f"{'pair':<48} {'score':>6}  verdict")
         for r in ranked:
             verdict = "accept" if r.accepted else f"reject: {r.reason}"
-            click.echo(f"{' + '.join(r.models):<48} {r.score:6.2f}  {verdict}")
+            echo(f"{' + '.join(r.models):<48} {r.score:6.2f}  {verdict}")
         return
     if out_path is None:
         raise ColdscopeError("calibrate needs --out NEW_MODEL (or --suggest)")
@@ -370,13 +370,13 @@ def calibrate_cmd(base_model: str, out_path: str | None, paper_dir: str | None,
     if as_json:
         print_json(summary)
         return
-    click.echo(f"calibrated {base_model} on {', '.join(cal.models)} from {cal.source}")
-    click.echo(f"{'stage':<20} {'transfer':<8} {'value':>8} {'spread':>7}  per model")
+    echo(f"calibrated {base_model} on {', '.join(cal.models)} from {cal.source}")
+    echo(f"{'stage':<20} {'transfer':<8} {'value':>8} {'spread':>7}  per model")
     for b, t in cal.stages.items():
         per = ", ".join(f"{m} {v:.3g}" for m, v in t.per_model.items())
-        click.echo(f"{b:<20} {t.kind:<8} {t.value:>8.3g} {t.spread:>7.3g}  {per}")
+        echo(f"{b:<20} {t.kind:<8} {t.value:>8.3g} {t.spread:>7.3g}  {per}")
     for w in cal.warnings:
-        click.echo(f"warning: {w}")
+        echo(f"warning: {w}")
     for n in notes:
-        click.echo(f"note: {n}")
-    click.echo(f"wrote {out_path}")
+        echo(f"note: {n}")
+    echo(f"wrote {out_path}")

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from coldscope.cli.common import console, json_option, parse_env, print_json, store_option
+from coldscope.cli.common import console, echo, json_option, parse_env, print_json, store_option
 from coldscope.errors import ColdscopeError
+from coldscope.safeio import dumps_json
 
 if TYPE_CHECKING:
     from coldscope.records import Run
@@ -76,11 +76,11 @@ def profile(repeat, cache, timeout, health_url, ready_pattern, no_request, no_pr
     engine = resolve(config.command)
     if engine.host(config.command) is None and \
             engine.with_host(config.command, "127.0.0.1") is not None:
-        click.echo("note: no --host given: the engine is bound to 127.0.0.1 (not reachable "
-                   "from the network); pass --host to choose", err=True)
+        echo("note: no --host given: the engine is bound to 127.0.0.1 (not reachable "
+             "from the network); pass --host to choose", err=True)
     store = Store(store_path)
     out = console()
-    echo = None if (quiet or as_json) else (lambda line: click.echo(f"  │ {line}", err=True))
+    show_line = None if (quiet or as_json) else (lambda line: echo(f"  │ {line}", err=True))
     live = _startup_progress(config, as_json)
 
     def on_run(record: Run) -> None:
@@ -90,12 +90,12 @@ def profile(repeat, cache, timeout, health_url, ready_pattern, no_request, no_pr
 
             sent = send_otlp(record, otlp_export)
             if not as_json:
-                click.echo(sent.message(otlp_export), err=True)
+                echo(sent.message(otlp_export), err=True)
         if not as_json:
             _print_run(out, record)
 
     with live:
-        records = run_profile(config, store, on_run=on_run, on_line=echo,
+        records = run_profile(config, store, on_run=on_run, on_line=show_line,
                               on_stage=live.stage, on_launch=live.launched)
     if as_json:
         print_json({"runs": [r.to_json() for r in records]})
@@ -241,6 +241,8 @@ def _print_one(p, given: str, *, vs_paper: bool, saved: bool, as_json: bool) -> 
     if as_json:
         print_json(_run_doc(run, vs_paper))
     else:
+        from rich.text import Text
+
         from coldscope.render import timeline_table
 
         out = console()
@@ -251,9 +253,9 @@ def _print_one(p, given: str, *, vs_paper: bool, saved: bool, as_json: bool) -> 
         if vs_paper and run.paper_metrics:
             read = ", ".join(f"{k} {'null' if v is None else f'{round(v, 3):g} s'}"
                              for k, v in run.paper_metrics.items())
-            out.print(f"[bold]the paper's parser reads:[/bold] {read}")
+            out.print(Text.assemble(("the paper's parser reads:", "bold"), f" {read}"))
         if vs_paper and run.missed_by_paper_parser:
-            out.print("[bold]what the paper's parser missed:[/bold]")
+            out.print("what the paper's parser missed:", style="bold")
             for item in run.missed_by_paper_parser:
                 secs = f" ({item.seconds:.2f} s)" if item.seconds is not None else ""
                 out.print(f"  • {item.what}{secs}: {item.detail or ''}")
@@ -324,7 +326,7 @@ def trace(run_id, output, otlp_export, store_path, as_json):
         raise ColdscopeError(f"run {run.id} failed ({run.reason}); no timeline")
     data = chrome_trace(run)
     try:
-        Path(output).write_text(json.dumps(data))
+        Path(output).write_text(dumps_json(data, indent=None))  # no NaN/Infinity
     except OSError as exc:
         raise ColdscopeError(f"cannot write {output}: {exc.strerror or exc}") from None
     sent = send_otlp(run, otlp_export) if otlp_export else None
@@ -333,10 +335,10 @@ def trace(run_id, output, otlp_export, store_path, as_json):
                     "otlp_export": otlp_export,
                     "otlp": {"status": sent.status, "spans": sent.spans} if sent else None})
     else:
-        click.echo(f"wrote {output} ({len(data['traceEvents'])} events); open it in "
-                   "ui.perfetto.dev")
+        echo(f"wrote {output} ({len(data['traceEvents'])} events); open it in "
+             "ui.perfetto.dev")
         if sent:
-            click.echo(sent.message(otlp_export))
+            echo(sent.message(otlp_export))
 
 
 @click.command()
@@ -366,7 +368,7 @@ def export(output, fmt, selectors, model, status, store_path, as_json):
     if as_json:
         print_json({"output": output, "runs": n})
     else:
-        click.echo(f"wrote {n} runs to {output}")
+        echo(f"wrote {n} runs to {output}")
 
 
 DEMO_COMMAND = [
@@ -384,6 +386,8 @@ DEMO_COMMAND = [
 @json_option
 def demo(model_dir, port, store_path, as_json):
     """Profile the tiny local model cold, then warm, and print the timelines side by side."""
+    from rich.text import Text
+
     from coldscope.render import compare_table
     from coldscope.runner import RunConfig
     from coldscope.runner import profile as run_profile
@@ -400,8 +404,9 @@ def demo(model_dir, port, store_path, as_json):
                        cache_root=cache_root)
     out = console()
     if not as_json:
-        out.print("[bold]coldscope demo[/bold]: one cold start-up (empty caches), then one warm "
-                  "(caches of the cold run); about 2-4 minutes on 2 cores.")
+        out.print(Text.assemble(("coldscope demo", "bold"), ": one cold start-up (empty caches), "
+                                "then one warm (caches of the cold run); about 2-4 minutes on "
+                                "2 cores."))
     store = Store(store_path)
     live = _startup_progress(config, as_json)
 

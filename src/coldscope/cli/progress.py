@@ -28,7 +28,6 @@ def bar(description: str, show: bool) -> Iterator[Callable[..., None]]:
     if not show:
         yield lambda *args, **kwargs: None
         return
-    from rich.console import Console
     from rich.progress import (
         BarColumn,
         Progress,
@@ -37,8 +36,11 @@ def bar(description: str, show: bool) -> Iterator[Callable[..., None]]:
         TimeElapsedColumn,
     )
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
-                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as prog:
+    from coldscope.cli.common import console
+
+    with Progress(TextColumn("{task.description}", markup=False), BarColumn(),
+                  TaskProgressColumn(), TimeElapsedColumn(), console=console(stderr=True),
+                  transient=True) as prog:
         task = prog.add_task(description, total=None)
 
         def update(fraction: float | None = None, description: str | None = None,
@@ -78,8 +80,9 @@ class StartupProgress:
         """An engine is about to start for ``run`` (a ``Run`` with status running)."""
         if not self.show:
             return
-        from rich.console import Console
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        from coldscope.cli.common import console
 
         self.done()
         self.launches += 1
@@ -88,8 +91,9 @@ class StartupProgress:
         if cache == "cold" and run.cache_requested == "warm":
             cache = "cold, fills the warm cache"
         self._progress = Progress(
-            SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-            TextColumn("{task.fields[stage]}"), console=Console(stderr=True), transient=True)
+            SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn(),
+            TextColumn("{task.fields[stage]}", markup=False), console=console(stderr=True),
+            transient=True)
         self._progress.start()
         self._task = self._progress.add_task(f"{what} {run.id}" + (f" ({cache})" if cache else ""),
                                              stage=_stage_text(None, None))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from coldscope.cli.common import console, json_option, print_json, store_option
+from coldscope.cli.common import console, echo, json_option, print_json, store_option
 from coldscope.errors import ColdscopeError
 
 #: A store with at least this many runs gets a progress bar (on a terminal, without --json).
@@ -56,8 +56,8 @@ def report(output, runs, model, paper, startup_model, title, store_path, as_json
     if as_json:
         print_json(summary)
     else:
-        click.echo(f"wrote {out} ({summary['bytes'] / 1e6:.2f} MB): {data['runs']} runs, "
-                   f"{data['configurations']} configurations")
+        echo(f"wrote {out} ({summary['bytes'] / 1e6:.2f} MB): {data['runs']} runs, "
+             f"{data['configurations']} configurations")
 
 
 @contextmanager

@@ -10,7 +10,7 @@ import stat
 
 import click
 
-from coldscope.cli.common import store_option
+from coldscope.cli.common import echo, store_option
 from coldscope.errors import ColdscopeError
 
 
@@ -64,10 +64,13 @@ def serve(host, port, store_path, startup_model, watch, glob, replica_label, tim
             raise ColdscopeError(f"--replica-label is not a regular expression: {exc}") from None
     token = _read_token(token_file) if token_file else None
     if not _is_loopback(host) and token is None:
-        click.echo(f"warning: listening on {host} without --token-file: anyone who can reach "
-                   "it can read runs and metrics", err=True)
+        echo(f"warning: listening on {host} without --token-file: anyone who can reach "
+             "it can read runs and metrics", err=True)
     _check_port(host, port)
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    # log lines name watched files and replicas: no control sequence of theirs reaches stderr
+    handler = logging.StreamHandler()
+    handler.setFormatter(_CleanFormatter("%(asctime)s %(name)s %(message)s"))
+    logging.basicConfig(level=log_level.upper(), handlers=[handler])
     config = ServeConfig(store=store_path, startup_model=startup_model, watch=list(watch),
                          glob=glob, replica_label=replica_label, timeout=timeout,
                          poll_interval=poll_interval, model_roots=list(model_roots),
@@ -81,15 +84,27 @@ def serve(host, port, store_path, startup_model, watch, glob, replica_label, tim
         raise ColdscopeError(f"could not serve on {host}:{port} (see the log above)")
 
 
+class _CleanFormatter(logging.Formatter):
+    """Log records with terminal control sequences removed (``safeio.clean_text``)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from coldscope.safeio import clean_text
+
+        return clean_text(super().format(record))
+
+
+#: Bytes a --token-file may hold (one token of at most 4096 characters, and a line break).
+MAX_TOKEN_FILE_BYTES = 8192
+
+
 def _read_token(path: str) -> str:
+    from coldscope.safeio import read_text
+
+    # A regular file of at most a few KB: /dev/zero or a FIFO is refused before a byte is read.
+    token = read_text(path, limit=MAX_TOKEN_FILE_BYTES, what="--token-file").strip()
     mode = os.stat(path).st_mode
     if mode & (stat.S_IRGRP | stat.S_IROTH):
-        click.echo(f"warning: {path} is readable by other users; chmod 600 it", err=True)
-    try:
-        with open(path, encoding="utf-8") as f:
-            token = f.read().strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ColdscopeError(f"cannot read --token-file {path}: {exc}") from None
+        echo(f"warning: {path} is readable by other users; chmod 600 it", err=True)
     if not token or any(c.isspace() for c in token) or len(token) > 4096:
         raise ColdscopeError(f"--token-file {path} must hold one token (no spaces, at most "
                              "4096 characters)")

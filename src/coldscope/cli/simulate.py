@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from coldscope.cli.common import json_option, print_json, store_option
+from coldscope.cli.common import echo, json_option, print_json, store_option
 from coldscope.errors import ColdscopeError
 from coldscope.sim.policies import POLICIES
 from coldscope.sim.sweep import EXECUTORS
@@ -173,12 +173,10 @@ def simulate(trace_path, repair, policy, min_workers, max_workers, target, sets,
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
             raise ColdscopeError(f"--set takes KEY=VALUE, got {item!r}")
-        import yaml
+        from coldscope.safeio import loads_yaml
 
-        try:
-            params[key.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError:
-            raise ColdscopeError(f"--set {key.strip()}: cannot read value {value!r}") from None
+        # alias-free, bounded nesting, finite numbers: a YAML value on the command line
+        params[key.strip()] = loads_yaml(value, f"--set {key.strip()}: cannot read value")
     if replica_path and profile_path:
         raise ColdscopeError("give --replica (or its old name --profile), not both")
     replica = replica_spec(replica_path or profile_path, {
@@ -223,4 +221,4 @@ def simulate(trace_path, repair, policy, min_workers, max_workers, target, sets,
     if request.sweep:
         _render_sweep(result)
         return
-    click.echo(render_summary(result))
+    echo(render_summary(result))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from coldscope.cli.common import json_option, print_json
+from coldscope.cli.common import echo, json_option, print_json
 from coldscope.errors import ColdscopeError
 
 
@@ -51,5 +51,5 @@ def synth(days, rate, diurnal, bursts, idle_nights, seed, out_path, out_alias, a
     if as_json:
         print_json(info)
     else:
-        click.echo(f"wrote {len(trace):,} requests over {trace.duration / 86400:.2f} days to "
-                   f"{out_path}")
+        echo(f"wrote {len(trace):,} requests over {trace.duration / 86400:.2f} days to "
+             f"{out_path}")

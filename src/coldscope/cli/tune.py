@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from coldscope.cli.common import console, json_option, parse_env, print_json, store_option
+from coldscope.cli.common import console, echo, json_option, parse_env, print_json, store_option
 from coldscope.errors import ColdscopeError
 
 
@@ -65,7 +65,7 @@ def tune(budget, max_loss, timeout, env_pairs, bundle_file, resume, session, eng
             raise ColdscopeError("--resume takes no COMMAND: the session has its own")
         reaped = ts.reap_inflight(spec)
         if reaped and not as_json:
-            click.echo(f"stopped the engine of the interrupted start-up {reaped}", err=True)
+            echo(f"stopped the engine of the interrupted start-up {reaped}", err=True)
     else:
         if not command:
             raise ColdscopeError("give the engine command after `--` (or --resume)")
@@ -74,16 +74,19 @@ def tune(budget, max_loss, timeout, env_pairs, bundle_file, resume, session, eng
                                        engine_python, store_file)
     out = console()
     if not as_json:
-        out.print(f"[bold]coldscope tune[/bold] session {spec.id}: budget {spec.budget} "
-                  f"start-ups; {sum(k.available for k in spec.knobs)} of {len(spec.knobs)} "
-                  "knobs available here")
+        from rich.text import Text
+
+        out.print(Text.assemble(("coldscope tune", "bold"),
+                                f" session {spec.id}: budget {spec.budget} start-ups; "
+                                f"{sum(k.available for k in spec.knobs)} of {len(spec.knobs)} "
+                                "knobs available here"))
     from coldscope.cli.progress import StartupProgress, wanted
 
     store = Store(store_file)
-    echo = None if (quiet or as_json) else (lambda line: click.echo(f"  │ {line}", err=True))
+    show_line = None if (quiet or as_json) else (lambda line: echo(f"  │ {line}", err=True))
     # On a terminal: the running start-up's elapsed time and the stage it is in now.
     live = StartupProgress(wanted(as_json), runs=spec.budget)
-    executor = ts.EngineExecutor(spec, directory, store, on_line=echo, on_start=live.launched,
+    executor = ts.EngineExecutor(spec, directory, store, on_line=show_line, on_start=live.launched,
                                  on_stage=live.stage)
 
     def progress(req, m, replayed):
@@ -92,9 +95,9 @@ def tune(budget, max_loss, timeout, env_pairs, bundle_file, resume, session, eng
             return
         what = "replayed" if replayed else ("ok" if m.ok else f"failed: {m.reason}")
         t = f"{m.time_to_ready_s:.1f} s" if m.time_to_ready_s is not None else "-"
-        click.echo(f"  start-up {req.index + 1}/{spec.budget}: {req.role} "
-                   f"{'+'.join(req.knobs) or 'default'}"
-                   f"{' (seeded caches)' if req.seeded else ''}: {t} [{what}]", err=True)
+        echo(f"  start-up {req.index + 1}/{spec.budget}: {req.role} "
+             f"{'+'.join(req.knobs) or 'default'}"
+             f"{' (seeded caches)' if req.seeded else ''}: {t} [{what}]", err=True)
 
     from coldscope.runner import _signals_interrupt
 
@@ -102,8 +105,8 @@ def tune(budget, max_loss, timeout, env_pairs, bundle_file, resume, session, eng
         with _signals_interrupt(), live:  # SIGTERM/SIGHUP stop the tune like Ctrl-C
             outcome = ts.run_search(spec, directory, executor, progress)
     except KeyboardInterrupt:
-        click.echo(f"interrupted; finish with `coldscope tune --resume --session {spec.id}`",
-                   err=True)
+        echo(f"interrupted; finish with `coldscope tune --resume --session {spec.id}`",
+             err=True)
         raise
     from coldscope.tune.report import tune_json, tune_tables
 
@@ -171,8 +174,8 @@ def bundle(output, tune_session, cache_key, store_path, as_json):
     if as_json:
         print_json({"output": output, "manifest": manifest})
     else:
-        click.echo(f"wrote {output}: caches of {manifest['config']['cache_key']} for vLLM "
-                   f"{manifest['engine']['version']} (torch {manifest['engine']['torch']}), "
-                   f"model {manifest['model']['name']} ({manifest['model']['sha256'][:12]}), "
-                   f"{manifest['size_bytes'] / 1e6:.1f} MB")
-        click.echo("use it: coldscope profile --bundle " + shlex.quote(output) + " -- COMMAND")
+        echo(f"wrote {output}: caches of {manifest['config']['cache_key']} for vLLM "
+             f"{manifest['engine']['version']} (torch {manifest['engine']['torch']}), "
+             f"model {manifest['model']['name']} ({manifest['model']['sha256'][:12]}), "
+             f"{manifest['size_bytes'] / 1e6:.1f} MB")
+        echo("use it: coldscope profile --bundle " + shlex.quote(output) + " -- COMMAND")

@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from coldscope.engines.sglang_log import FATAL_RX, STAMP
 from coldscope.engines import (
     FAILED,
     OWN_LINE,
@@ -28,6 +27,7 @@ from coldscope.engines import (
     LogReading,
     flag,
 )
+from coldscope.engines.sglang_log import FATAL_RX, STAMP
 from coldscope.records import LogInfo
 from coldscope.stages import (
     BOOTSTRAP,

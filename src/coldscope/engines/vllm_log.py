@@ -27,7 +27,6 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
-from coldscope.errors import ColdscopeError
 from coldscope.stages import (
     BOOTSTRAP,
     CUDA_GRAPH_CAPTURE,
@@ -507,16 +506,11 @@ def parse_vllm_log(lines: Iterable[str]) -> LogEvidence:
 
 def read_vllm_log(path: str | Path) -> LogEvidence:
     """``parse_vllm_log`` of a saved log file (undecodable bytes are replaced, not fatal)."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        raise ColdscopeError(f"log file not found: {p}") from None
-    except IsADirectoryError:
-        raise ColdscopeError(f"{p} is a directory, not a log file") from None
-    except OSError as e:
-        raise ColdscopeError(f"cannot read log file {p}: {e.strerror}") from None
-    return parse_vllm_log(text.splitlines())
+    from coldscope.safeio import MAX_LOG_BYTES, input_limit, read_bytes
+
+    # a regular file only (a FIFO or /dev/zero is refused, never read), at most MAX_LOG_BYTES
+    data = read_bytes(path, limit=input_limit(MAX_LOG_BYTES), what="log file")
+    return parse_vllm_log(data.decode("utf-8", "replace").splitlines())
 
 
 # --------------------------------------------------------------------------------------------

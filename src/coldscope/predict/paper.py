@@ -116,8 +116,12 @@ def paper_features(paper_dir: str | Path) -> dict[str, Any]:
     configs = _read(root / "models_config.json")
     params_path = root / "params.json"
     params = _read(params_path) if params_path.is_file() else {}
-    return {name: features_from_paper(entry, name=name, params=params.get(name),
-                                      hybrid=name.startswith(HYBRID_PREFIXES))
+    for name, entry in configs.items():
+        if not isinstance(entry, dict):
+            raise ColdscopeError(f"{root / 'models_config.json'}: the entry of {name!r} is not "
+                                 "a mapping")
+    return {str(name): features_from_paper(entry, name=str(name), params=params.get(name),
+                                           hybrid=str(name).startswith(HYBRID_PREFIXES))
             for name, entry in configs.items()}
 
 
@@ -128,32 +132,43 @@ def observations_from_paper(paper_dir: str | Path,
     if not root.is_dir():
         raise ColdscopeError(f"paper data directory {root} does not exist")
     path = Path(timings) if timings else root / DEFAULT_TIMINGS
-    results = _read(path)
-    try:
-        labels, data = results["labels"], results["data"]
-    except (KeyError, TypeError) as exc:
-        raise ColdscopeError(f"{path} is not a paper comparison_results.json") from exc
+    labels, data = read_comparison(path)
     features = paper_features(root)
     observations = []
     for i, label in enumerate(labels):
         name = model_name(label)
         if name not in features:
             raise ColdscopeError(f"{path}: model {name!r} has no entry in models_config.json")
-        total = _metric(data, TOTAL_METRIC, i)
+        total = metric(data, TOTAL_METRIC, i, path)
         if total is None:
             continue
         buckets: dict[str, float | None] = {}
         for bucket, metrics in PAPER_METRICS.items():
-            values = [_metric(data, m, i) for m in metrics]
+            values = [metric(data, m, i, path) for m in metrics]
             known = [v for v in values if v is not None]
             buckets[bucket] = sum(known) if known else None
-        stage_sum = _metric(data, STAGE_SUM_METRIC, i)
+        stage_sum = metric(data, STAGE_SUM_METRIC, i, path)
         if stage_sum is not None:
             buckets[UNATTRIBUTED] = total - stage_sum
         observations.append(Observation(name, features[name], buckets, float(total)))
     if not observations:
         raise ColdscopeError(f"empty training set: no row of {path} has {TOTAL_METRIC}")
     return observations
+
+
+def read_comparison(path: Path) -> tuple[list[str], dict[str, list[Any]]]:
+    """``(labels, data)`` of a ``*comparison_results.json``, its shape checked (a list of log
+    names; metric -> list); read each value with ``metric``, which checks it."""
+    results = _read(path)
+    labels, data = results.get("labels"), results.get("data")
+    if not isinstance(labels, list) or not isinstance(data, dict) \
+            or not all(isinstance(v, list) or v is None for v in data.values()):
+        raise ColdscopeError(f"{path} is not a paper comparison_results.json "
+                             "(expected labels: [names] and data: {metric: [seconds]})")
+    for i, label in enumerate(labels):
+        if not isinstance(label, str):
+            raise ColdscopeError(f"{path}: labels[{i}] is not a log name")
+    return labels, data
 
 
 def paper_environment(paper_dir: str | Path, timings: str | Path | None = None) -> dict[str, Any]:
@@ -164,8 +179,9 @@ def paper_environment(paper_dir: str | Path, timings: str | Path | None = None) 
     env_file = path.parent / "env.json"
     if env_file.is_file():
         config = _read(env_file)
-        env["env"] = config.get("env", {})
-        env["flags"] = config.get("default_params", {})
+        env["env"] = config.get("env", {}) if isinstance(config.get("env", {}), dict) else {}
+        flags = config.get("default_params", {})
+        env["flags"] = flags if isinstance(flags, dict) else {}
     env["source"] = str(path)
     table = paper_table(root, path)
     env.update(PAPER_MACHINES.get(table or "", {}))
@@ -200,11 +216,24 @@ def paper_storage(paper_dir: str | Path,
     return dict(setting) if setting else None
 
 
-def _metric(data: dict[str, list[Any]], key: str, i: int) -> float | None:
+#: Longest start-up (or stage) a timings file may report, in seconds: a day. Beyond it (or below
+#: zero) the number is not a measured start-up.
+MAX_SECONDS = 86_400.0
+
+
+def metric(data: dict[str, list[Any]], key: str, i: int, where: Path) -> float | None:
+    """Row ``i`` of metric ``key`` in seconds, None when absent; a value that is not a number
+    of seconds in [0, MAX_SECONDS] is refused (``unattributed``, a difference, may be below 0
+    and is not read here)."""
     values = data.get(key)
     if values is None or i >= len(values) or values[i] is None:
         return None
-    return float(values[i])
+    value = values[i]
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not 0 <= value <= MAX_SECONDS:
+        raise ColdscopeError(f"{where}: {key}[{i}] = {str(value)[:40]!r} is not a number of "
+                             f"seconds in 0-{MAX_SECONDS:g}")
+    return float(value)
 
 
 def _read(path: Path) -> Any:

@@ -1013,7 +1013,7 @@ def paper_records(paper_dir: str | Path) -> list[PaperRun]:
     iterations) or per model (the figures, which publish means). Each has a ``dataset`` (the
     figure) and ``dims`` (what the figure varied). Their origin is "log": the paper's numbers
     were parsed from its engine logs."""
-    from coldscope.predict.paper import PAPER_CAPTURE_SIZES, _read
+    from coldscope.predict.paper import PAPER_CAPTURE_SIZES, read_comparison
 
     root = Path(paper_dir)
     if not (root / "models_config.json").is_file():
@@ -1023,7 +1023,7 @@ def paper_records(paper_dir: str | Path) -> list[PaperRun]:
     if not iterations:
         iterations = [root / "figures/figure-rest/avg_comparison_results.json"]
     for path in iterations:
-        records += _paper_file(_read(path), PAPER_MAIN, {}, path.parent.name,
+        records += _paper_file(read_comparison(path), path, PAPER_MAIN, {}, path.parent.name,
                                PAPER_CAPTURE_SIZES)
     for name, rel, dims in PAPER_DATASETS:
         path = root / rel
@@ -1032,7 +1032,8 @@ def paper_records(paper_dir: str | Path) -> list[PaperRun]:
             if rel.startswith("versions"):
                 base.update({"machine": "H100 (versions study)", "cache": None,
                              "weights": None})
-            records += _paper_file(_read(path), name, base, "mean", PAPER_CAPTURE_SIZES)
+            records += _paper_file(read_comparison(path), path, name, base, "mean",
+                                   PAPER_CAPTURE_SIZES)
     return records
 
 
@@ -1041,15 +1042,16 @@ def capture_count(largest: int) -> int:
     return len([s for s in [1, 2, 4, *range(8, largest + 1, 8)] if s <= largest])
 
 
-def _paper_file(results: Mapping[str, Any], dataset: str, dims: Mapping[str, str | None],
-                rep: str, default_capture: int) -> list[PaperRun]:
+def _paper_file(results: tuple[list[str], dict[str, list[Any]]], path: Path, dataset: str,
+                dims: Mapping[str, str | None], rep: str,
+                default_capture: int) -> list[PaperRun]:
     from coldscope.predict.paper import PAPER_METRICS, TOTAL_METRIC, model_name
+    from coldscope.predict.paper import metric as checked_metric
 
-    labels, data = results["labels"], results["data"]
+    labels, data = results
 
     def metric(key: str, i: int) -> float | None:
-        values = data.get(key) or []
-        return None if i >= len(values) or values[i] is None else float(values[i])
+        return checked_metric(data, key, i, path)
 
     out = []
     for i, label in enumerate(labels):

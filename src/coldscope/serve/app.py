@@ -102,9 +102,9 @@ def route_of(path: str) -> str:
 
 
 async def _reply(send: Any, status: int, body: dict, extra: list | None = None) -> None:
-    import json
+    from coldscope.safeio import dumps_json
 
-    data = json.dumps(body).encode()
+    data = dumps_json(body, indent=None).encode()  # valid JSON always: NaN/inf become null
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(data)).encode()), *(extra or [])]})

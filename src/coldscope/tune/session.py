@@ -71,11 +71,14 @@ def save(spec: SessionSpec, directory: Path) -> None:
 
 
 def load(directory: Path) -> SessionSpec:
+    from coldscope.safeio import read_text
+
     path = directory / SESSION_FILE
+    if not path.exists():
+        raise ColdscopeError(f"no tune session in {directory}")
+    text = read_text(path, what="tune session file")  # a regular file, size-bounded
     try:
-        return SessionSpec.model_validate_json(path.read_text())
-    except FileNotFoundError:
-        raise ColdscopeError(f"no tune session in {directory}") from None
+        return SessionSpec.model_validate_json(text)
     except ValueError as exc:
         raise ColdscopeError(f"{path} is not a tune session file ({exc.__class__.__name__})") \
             from None

@@ -3,7 +3,6 @@ session's JSON (what ``coldscope tune --json`` prints), instead of the lesson's 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -15,35 +14,52 @@ def tuned_startup(path: str | Path) -> dict[str, Any]:
     "throughput_ratio", "knobs", "argv", "env", "session"}`` from a tune JSON file.
     ``startup_s`` is the winner's measured mean time to ready; ``stage_savings_s`` the
     baseline's minus the winner's seconds per stage (from the tune waterfall)."""
+    from coldscope.safeio import loads_json, read_text
+
     p = Path(path)
-    try:
-        doc = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise ColdscopeError(f"no tune file at {p}") from None
-    except (OSError, ValueError) as exc:
-        raise ColdscopeError(f"{p} is not JSON ({exc.__class__.__name__})") from None
+    if not p.exists():
+        raise ColdscopeError(f"no tune file at {p}")
+    doc = loads_json(read_text(p, what="tune file"), str(p))
     best = doc.get("best") if isinstance(doc, dict) else None
-    if not isinstance(best, dict) or not isinstance(best.get("time_to_ready_s"), int | float):
+    if not isinstance(best, dict) or not _seconds(best.get("time_to_ready_s")) \
+            or best["time_to_ready_s"] <= 0:
         raise ColdscopeError(f"{p} is not what `coldscope tune --json` prints (no best."
                              "time_to_ready_s)")
     base = doc.get("baseline_time_to_ready_s")
-    if not isinstance(base, int | float):
-        base = (doc.get("baseline") or {}).get("time_to_ready_s")
-    if not isinstance(base, int | float) or base <= 0:
+    if not _seconds(base):
+        baseline = doc.get("baseline")
+        base = baseline.get("time_to_ready_s") if isinstance(baseline, dict) else None
+    if not _seconds(base) or base <= 0:
         raise ColdscopeError(f"{p} has no baseline time to ready")
     startup = float(best["time_to_ready_s"])
     stages: dict[str, float] = {}
-    fall = doc.get("waterfall") or []
-    if len(fall) >= 2:
-        first, last = fall[0].get("stages") or {}, fall[-1].get("stages") or {}
-        for k, v in first.items():
-            w = last.get(k)
-            if isinstance(v, int | float) and isinstance(w, int | float):
-                stages[k] = round(v - w, 3)
+    fall = doc.get("waterfall")
+    if isinstance(fall, list) and len(fall) >= 2 and all(isinstance(f, dict) for f in fall):
+        first, last = fall[0].get("stages"), fall[-1].get("stages")
+        if isinstance(first, dict) and isinstance(last, dict):
+            for k, v in first.items():
+                w = last.get(k)
+                if _seconds(v) and _seconds(w):
+                    stages[k] = round(v - w, 3)
+    knobs, argv, env = best.get("knobs"), best.get("argv"), best.get("env")
     return {
         "startup_s": startup, "baseline_s": float(base), "savings_s": float(base) - startup,
         "speedup": float(base) / startup if startup > 0 else None,
-        "stage_savings_s": stages, "throughput_ratio": best.get("throughput_ratio"),
-        "knobs": list(best.get("knobs") or []), "argv": list(best.get("argv") or []),
-        "env": dict(best.get("env") or {}), "session": doc.get("session"),
+        "stage_savings_s": stages,
+        "throughput_ratio": ratio if isinstance(ratio := best.get("throughput_ratio"), int | float)
+        and not isinstance(ratio, bool) and 0 <= ratio <= 1e6 else None,
+        "knobs": [str(k) for k in knobs] if isinstance(knobs, list) else [],
+        "argv": [str(a) for a in argv] if isinstance(argv, list) else [],
+        "env": {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {},
+        "session": session if isinstance(session := doc.get("session"), str) else None,
     }
+
+
+#: Longest time to ready a tune file may report, in seconds (a day): beyond it, not a start-up.
+MAX_SECONDS = 86_400.0
+
+
+def _seconds(value: Any) -> bool:
+    """True for a number of seconds in [0, MAX_SECONDS] (JSON numbers are already finite)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) \
+        and 0 <= value <= MAX_SECONDS
