@@ -309,6 +309,10 @@ def _weight_files(directory: Path, index: dict[str, Any] | None) -> list[Path]:
         names = sorted({str(v) for v in weight_map.values()})
         if not all(n.endswith(".safetensors") for n in names):
             return []  # a pytorch .bin index: no headers to read
+        for n in names:  # weight files live in the model's directory, never beside or above it
+            if Path(n).is_absolute() or ".." in Path(n).parts:
+                raise ColdscopeError(f"malformed index in {directory}: weight file {n[:200]!r} "
+                                     "is outside the model directory")
         return [directory / n for n in names]
     return sorted(directory.glob("*.safetensors"))
 

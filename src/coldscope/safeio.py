@@ -27,7 +27,8 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
 from pathlib import Path
 from typing import IO, Any
 
@@ -67,6 +68,11 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
+def file_kind(mode: int) -> str:
+    """What a ``st_mode`` is, in words ("a FIFO", "a directory", ...), for one-line errors."""
+    return "a regular file" if stat.S_ISREG(mode) else _kind(mode)
+
+
 def open_regular(path: str | Path, what: str = "file") -> IO[bytes]:
     """Open ``path`` for binary reading if, and only if, it is a regular file.
 
@@ -74,11 +80,13 @@ def open_regular(path: str | Path, what: str = "file") -> IO[bytes]:
     the name, which could change in between) decides. Raises ``ColdscopeError`` otherwise.
     """
     path = Path(path)
+    check_confined(path, what)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise ColdscopeError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     try:
+        _check_confined_fd(fd, path, what)  # the name may have been swapped since the check
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise ColdscopeError(f"cannot read {what} {path}: {_kind(st.st_mode)}, "
@@ -89,6 +97,51 @@ def open_regular(path: str | Path, what: str = "file") -> IO[bytes]:
     except BaseException:
         os.close(fd)
         raise
+
+
+# --- confinement ------------------------------------------------------------------------------
+
+#: (roots after resolving, what to call them) while inside ``confined``; None elsewhere.
+_CONFINED: ContextVar[tuple[tuple[str, ...], str] | None] = ContextVar("coldscope_confined",
+                                                                       default=None)
+
+
+@contextlib.contextmanager
+def confined(roots: Iterable[str | Path], name: str = "--model-root") -> Iterator[None]:
+    """Within this block (this thread or task only), ``open_regular`` — and so every bounded
+    read here — refuses a file that does not lie inside one of ``roots`` once symbolic links
+    are resolved, before anything of it is read. ``coldscope serve`` runs the work of a
+    request under its ``--model-root``s, so a link or an index entry that points outside a
+    root can make no byte (and no size) of the outside file reach an answer."""
+    token = _CONFINED.set((tuple(os.path.realpath(r) for r in roots), name))
+    try:
+        yield
+    finally:
+        _CONFINED.reset(token)
+
+
+def _inside(real: str, roots: tuple[str, ...]) -> bool:
+    return any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
+
+
+def check_confined(path: str | Path, what: str = "file") -> None:
+    """Refuse ``path`` when a ``confined`` block is active and ``path`` resolves outside it.
+    The message names the path as given, never anything read from it."""
+    state = _CONFINED.get()
+    if state is not None and not _inside(os.path.realpath(path), state[0]):
+        raise ColdscopeError(f"{what} {path} lies outside every {state[1]}; not read")
+
+
+def _check_confined_fd(fd: int, path: Path, what: str) -> None:
+    state = _CONFINED.get()
+    if state is None:
+        return
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:  # no /proc: the check on the name before opening stands
+        return
+    if not _inside(real, state[0]):
+        raise ColdscopeError(f"{what} {path} lies outside every {state[1]}; not read")
 
 
 def is_regular(path: str | Path) -> bool:

@@ -219,7 +219,7 @@ def test_watcher_thread_starts_and_stops(tmp_path: Path) -> None:
         assert got.wait(10)
     finally:
         w.stop()
-    assert w._thread is None and all(t.fd is None for t in w.tails.values())
+    assert w._thread is None and all(t.fh is None for t in w.tails.values())
 
 
 def test_runaway_logs_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -228,16 +228,29 @@ def test_runaway_logs_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(watcher, "MAX_STARTUP_LINES", 500)
     monkeypatch.setattr(watcher, "MAX_UNCONFIRMED_LINES", 50)
     src = _upto_ready(CPU / "serve_cold.log")
-    log = tmp_path / "chatty.log"
-    log.write_text("\n".join(["no engine here"] * 120 + src[:30] + ["debug noise"] * 600) + "\n")
+    chatty = tmp_path / "chatty.log"
+    chatty.write_text("\n".join(["no engine here"] * 20 + src[:30] + ["debug noise"] * 600) + "\n")
+    foreign = tmp_path / "foreign.log"
+    foreign.write_text("\n".join(["no engine here"] * 120 + src) + "\n")
     done: list[Startup] = []
-    w = _watcher([log], done)
+    w = _watcher([chatty, foreign], done)
     w.poll_once()
-    assert len(done) == 1 and done[0].status == "failed"
-    assert done[0].reason.startswith("no ready line in 500 lines")
-    # the text before the engine's first line was kept 50 lines at most (120 = 50 + 50 + 20)
-    assert len(done[0].lines) == 500 and done[0].lines[20:50] == src[:30]
-    assert done[0].lines[:20] == ["no engine here"] * 20
+    (runaway,) = done
+    assert runaway.status == "failed" and runaway.path == str(chatty)
+    assert runaway.reason.startswith("no ready line in 500 lines")
+    assert len(runaway.lines) == 500 and runaway.lines[20:50] == src[:30]
+    # 120 lines without an engine line (over 50): not an engine log, no longer read, even when
+    # engine lines follow
+    tail = w.tails[str(foreign)]
+    assert tail.stream.foreign and tail.stream.current is None
+    pos = tail.pos
+    with foreign.open("a") as f:
+        f.write("\n".join(src) + "\n")
+    w.poll_once()
+    assert tail.pos == pos and len(done) == 1 and w.running() == []
+    foreign.write_text("\n".join(src) + "\n")  # truncated and rewritten: judged afresh
+    w.poll_once()
+    assert [s.path for s in done] == [str(chatty), str(foreign)] and done[1].status == "ok"
 
 
 def test_hostile_bytes_never_break_the_watcher(tmp_path_factory: pytest.TempPathFactory) -> None:

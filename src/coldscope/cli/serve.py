@@ -42,12 +42,28 @@ from coldscope.errors import ColdscopeError
               help="File holding a bearer token every request must carry.")
 @click.option("--max-body", "max_body", default=1024 * 1024, show_default=True,
               type=click.IntRange(1024), help="Largest request body, in bytes.")
+@click.option("--request-timeout", default=30.0, show_default=True,
+              type=click.FloatRange(0.1, 3600),
+              help="Seconds one request's work (file reads, prediction, plan) may take; "
+                   "then 503.")
+@click.option("--max-header-bytes", default=16 * 1024, show_default=True,
+              type=click.IntRange(1024, 1024 * 1024),
+              help="Largest request line and headers, in bytes (then 400).")
+@click.option("--header-timeout", default=10.0, show_default=True,
+              type=click.FloatRange(0.1, 600),
+              help="Seconds a client may take to send a request's headers (then the "
+                   "connection is closed).")
+@click.option("--max-watch-bytes", default=256 * 1024 * 1024, show_default=True,
+              type=click.IntRange(1024 * 1024),
+              help="Log text all running start-ups may hold together, in bytes (past it the "
+                   "biggest is failed).")
 @click.option("--max-replicas", default=512, show_default=True, type=click.IntRange(1),
               help="Distinct replica label values in the metrics (then 'other').")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)
 def serve(host, port, store_path, startup_model, watch, glob, replica_label, timeout,
-          poll_interval, model_roots, token_file, max_body, max_replicas, log_level):
+          poll_interval, model_roots, token_file, max_body, request_timeout, max_header_bytes,
+          header_timeout, max_watch_bytes, max_replicas, log_level):
     """Serve start-up metrics, stored runs, predictions, plans and scale hints over HTTP,
     watching engine logs for start-ups (Ctrl-C stops it)."""
     import re
@@ -55,6 +71,7 @@ def serve(host, port, store_path, startup_model, watch, glob, replica_label, tim
     import uvicorn
 
     from coldscope.serve.app import create_app
+    from coldscope.serve.protocol import bounded_h11
     from coldscope.serve.service import ServeConfig, Service
 
     if replica_label:
@@ -74,11 +91,17 @@ def serve(host, port, store_path, startup_model, watch, glob, replica_label, tim
     config = ServeConfig(store=store_path, startup_model=startup_model, watch=list(watch),
                          glob=glob, replica_label=replica_label, timeout=timeout,
                          poll_interval=poll_interval, model_roots=list(model_roots),
-                         token=token, max_body_bytes=max_body, max_replicas=max_replicas)
+                         token=token, max_body_bytes=max_body, max_replicas=max_replicas,
+                         request_timeout=request_timeout, max_watch_bytes=max_watch_bytes)
     service = Service(config)
     app = create_app(service)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level,
-                                           access_log=False, lifespan="on"))
+    # h11 (not httptools): the only uvicorn protocol that bounds header size; ours adds a
+    # header-read timeout. A graceful shutdown waits 2 s at most for requests in flight, so
+    # SIGTERM ends serve within a few seconds whatever they do.
+    server = uvicorn.Server(uvicorn.Config(
+        app, host=host, port=port, log_level=log_level, access_log=False, lifespan="on",
+        http=bounded_h11(header_timeout), h11_max_incomplete_event_size=max_header_bytes,
+        timeout_graceful_shutdown=2))
     server.run()
     if not server.started:
         raise ColdscopeError(f"could not serve on {host}:{port} (see the log above)")

@@ -5,6 +5,11 @@ the same functions). Safety is one small ASGI layer in front of everything, the 
 included: a bearer token when one is configured (compared in constant time) and a bound on
 request bodies (413 past it, whether or not the client sent Content-Length). Bad input is a 400
 with ``{"error": "<one line>"}``, the CLI's one-line message.
+
+No handler reads a file or computes on the event loop: predict, plan, scale-hint, runs and
+start-ups run on the service's workers with ``--request-timeout`` (a 503 past it), so
+``/metrics`` and ``/healthz`` answer whatever a request is doing. Request headers are bounded in
+size and in the time they may take to arrive (:class:`BoundedH11Protocol`).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from coldscope.plan.hint import ScaleHint
 from coldscope.plan.report import PlanReport
 from coldscope.records import Run
 from coldscope.serve.service import NotConfigured, NotFound, Service, Unavailable
+from coldscope.serve.workers import TooSlow
 
 
 class Guard:
@@ -139,41 +145,47 @@ def create_app(service: Service) -> FastAPI:
         return JSONResponse({"error": f"{where}: {first.get('msg', 'invalid')}"},
                             status_code=422)
 
+    async def work(fn: Callable[..., Any], *args: Any, what: str, **kwargs: Any) -> Any:
+        """``fn`` on a worker with the request time limit: never on the event loop."""
+        return await service.workers.run(fn, *args, timeout=service.config.request_timeout,
+                                         what=what, **kwargs)
+
     @app.post("/v1/predict", summary="coldscope predict --json")
     async def predict(body: Annotated[dict[str, Any], Body(
             description="a features document (`coldscope features --json`), "
                         "{\"features\": {...}}, or {\"model\": PATH} under a --model-root; "
                         "optional capture_sizes")]) -> JSONResponse:
-        # async: a prediction is well under a millisecond of CPU; a thread hop would cost more
-        return JSONResponse(service.predict(body))
+        # a model path means file reads and header parsing: on a worker, with a time limit
+        return JSONResponse(await work(service.predict, body, what="predict"))
 
     @app.post("/v1/plan", summary="coldscope plan --json", responses=_doc(PlanReport))
-    def plan(body: Annotated[dict[str, Any], Body(
+    async def plan(body: Annotated[dict[str, Any], Body(
             description="plan options by their CLI names (model, params, dtype, gpu, mitigate, "
                         "min_workers, products, sla_p99_ttft, cheapest, ...); file options "
                         "(model, profile, traffic, trace, tiers) must lie under a "
                         "--model-root")]) -> JSONResponse:
-        return JSONResponse(service.plan(body))
+        return JSONResponse(await work(service.plan, body, what="plan"))
 
     @app.get("/v1/runs", summary="coldscope runs --json", responses=_doc(RunList))
-    def runs(status: str = Query("all", pattern="^(ok|failed|all)$"),
-             cache: str | None = Query(None, pattern="^(cold|warm)$"),
-             label: str | None = Query(None, max_length=200)) -> JSONResponse:
-        return JSONResponse(service.runs(None if status == "all" else status, cache, label))
+    async def runs(status: str = Query("all", pattern="^(ok|failed|all)$"),
+                   cache: str | None = Query(None, pattern="^(cold|warm)$"),
+                   label: str | None = Query(None, max_length=200)) -> JSONResponse:
+        return JSONResponse(await work(service.runs, None if status == "all" else status,
+                                       cache, label, what="runs"))
 
     @app.get("/v1/runs/{run_id}", summary="coldscope show RUN_ID --json", responses=_doc(Run))
-    def run(run_id: str) -> JSONResponse:
+    async def run(run_id: str) -> JSONResponse:
         if len(run_id) > 200:
             raise ColdscopeError("run id too long")
-        return JSONResponse(service.run(run_id))
+        return JSONResponse(await work(service.run, run_id, what="show"))
 
     @app.get("/v1/startups", summary="start-ups in progress in the watched logs")
-    def startups() -> JSONResponse:
-        return JSONResponse({"startups": service.in_progress()})
+    async def startups() -> JSONResponse:
+        return JSONResponse({"startups": await work(service.in_progress, what="startups")})
 
     @app.get("/v1/scale-hint", summary="warm replicas needed now, by the planner's SLA search",
              responses=_doc(ScaleHint))
-    def scale_hint(model: str = Query(..., max_length=4096),
+    async def scale_hint(model: str = Query(..., max_length=4096),
                    rate: float = Query(..., ge=0, description="request rate now, req/s"),
                    sla_p99_ttft: str = Query(..., max_length=32,
                                              description="P99 TTFT SLA, e.g. 2s"),
@@ -182,8 +194,9 @@ def create_app(service: Service) -> FastAPI:
                    params: str | None = Query(None, max_length=32, description=(
                        "parameter count (70B), used when no start-up of the model is known"))
                    ) -> JSONResponse:
-        return JSONResponse(service.scale_hint(model, rate, sla_p99_ttft, gpu=gpu,
-                                               replica_rps=replica_rps, params=params))
+        return JSONResponse(await work(service.scale_hint, model, rate, sla_p99_ttft, gpu=gpu,
+                                       replica_rps=replica_rps, params=params,
+                                       what="scale-hint"))
 
     @app.get("/metrics", summary="Prometheus metrics")
     async def metrics() -> Response:
@@ -221,6 +234,6 @@ def _status_of(exc: ColdscopeError) -> int:
         return 404
     if isinstance(exc, NotConfigured):
         return 409
-    if isinstance(exc, Unavailable):
+    if isinstance(exc, Unavailable | TooSlow):
         return 503
     return 400

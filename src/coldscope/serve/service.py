@@ -3,15 +3,25 @@ answer predict / plan / runs / scale-hint questions with the same functions as t
 
 One ``Service`` per process, three kinds of threads: the watcher's polling thread finds
 start-ups; one storing thread builds each finished one's run, writes it (the only writer of the
-store) and updates the metrics; request handlers open their own read connection per request
-(SQLite connections belong to one thread).
+store) and updates the metrics; a few workers (``serve.workers``) do every request's file
+reading and computing, each call with a time limit, and open their own read connection per
+request (SQLite connections belong to one thread). The event loop itself never reads a file.
+
+What a request may make serve read: paths inside a ``--model-root`` once symbolic links are
+resolved; a model directory whose entries are all regular files or directories that resolve
+inside a root (checked before anything is read); and, while its work runs, every file opened
+through ``coldscope.safeio`` is checked against the roots again (``safeio.confined``), so a
+weight file linked elsewhere or an index entry ``../../x.safetensors`` is refused without a
+byte (or the size) of the outside file in the answer.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 import queue
+import stat
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,13 +32,19 @@ from pydantic import ValidationError
 
 from coldscope.errors import ColdscopeError, validation_error
 from coldscope.predictor import predict_json
+from coldscope.safeio import confined, file_kind
 from coldscope.serve.metrics import StartupMetrics
 from coldscope.serve.runs import build_run
-from coldscope.serve.watcher import LogWatcher, Startup
+from coldscope.serve.watcher import MAX_HELD_BYTES, LogWatcher, Startup
+from coldscope.serve.workers import Workers
 
 log = logging.getLogger("coldscope.serve")
 
 MAX_PATH_CHARS = 4096
+#: Most entries a model directory may have (each is checked before anything is read).
+MAX_MODEL_DIR_ENTRIES = 10_000
+#: Most finished start-ups waiting to be stored (past it they are dropped, logged, counted).
+MAX_STORE_QUEUE = 1000
 
 
 class NotFound(ColdscopeError):
@@ -59,6 +75,9 @@ class ServeConfig:
     max_body_bytes: int = 1024 * 1024
     max_replicas: int = 512
     max_models: int = 64
+    request_timeout: float = 30.0  # seconds one request's work may take (then 503)
+    max_watch_bytes: int = MAX_HELD_BYTES  # text all running start-ups may hold together
+    workers: int = 4
 
 
 class Service:
@@ -84,7 +103,8 @@ class Service:
             self.watcher = LogWatcher(config.watch, on_finish=self._on_finish,
                                       on_start=self._on_start, glob=config.glob,
                                       replica_label=config.replica_label,
-                                      timeout=config.timeout, interval=config.poll_interval)
+                                      timeout=config.timeout, interval=config.poll_interval,
+                                      max_held_bytes=config.max_watch_bytes)
         self.metrics = StartupMetrics(max_replicas=config.max_replicas,
                                       max_models=config.max_models,
                                       in_progress=self._in_progress,
@@ -94,30 +114,44 @@ class Service:
         self._storer: threading.Thread | None = None
         self._errors = 0  # start-ups that could not be stored
         self._predictions: dict[str, dict[str, Any] | None] = {}
+        self.workers = Workers(config.workers)
+        self._stopping = threading.Event()
 
     # -- life ----------------------------------------------------------------------------------
 
     def start(self) -> None:
         """Start following the logs. Finished start-ups are then stored by their own thread,
         so a slow or locked store (a campaign writing) never stops the watcher's polling."""
+        self._stopping.clear()
         if self.watcher is not None:
-            self._queue = queue.Queue()
+            self._queue = queue.Queue(maxsize=MAX_STORE_QUEUE)
             self._storer = threading.Thread(target=self._store_loop, name="coldscope-store",
                                             daemon=True)
             self._storer.start()
             self.watcher.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 1.5) -> None:
+        """Stop within about ``2 * timeout`` seconds whatever is in flight: the threads are
+        daemons, waited for that long at most. Start-ups not stored yet are left to the next
+        start (the logs are read again and stored ids are never stored twice)."""
+        self._stopping.set()
         if self.watcher is not None:
-            self.watcher.stop()
+            self.watcher.stop(timeout=timeout)
         if self._storer is not None and self._queue is not None:
-            self._queue.put(None)
-            self._storer.join(timeout=60)
+            try:
+                self._queue.put_nowait(None)
+            except queue.Full:
+                pass  # the storing thread sees _stopping before its next start-up
+            self._storer.join(timeout=timeout)
+            if self._storer.is_alive():
+                log.warning("the storing thread is still busy; not waited for")
             self._storer, self._queue = None, None
+        self.workers.stop()
 
     def _store_loop(self) -> None:
-        assert self._queue is not None
-        while (s := self._queue.get()) is not None:
+        q = self._queue
+        assert q is not None
+        while not self._stopping.is_set() and (s := q.get()) is not None:
             try:
                 self._store(s)
             except Exception:
@@ -146,7 +180,12 @@ class Service:
 
     def _on_finish(self, s: Startup) -> None:
         if self._queue is not None:
-            self._queue.put(s)  # a finished Startup is never changed again
+            try:
+                self._queue.put_nowait(s)  # a finished Startup is never changed again
+            except queue.Full:  # the store is stuck: never make the watcher wait for it
+                self._errors += 1
+                log.error("start-up of %s (%s) not stored: %d start-ups already wait to be "
+                          "stored", s.replica, s.path, MAX_STORE_QUEUE)
         else:
             self._store(s)  # not started (tests driving poll_once): store at once
 
@@ -186,8 +225,10 @@ class Service:
             return self._predictions[path]
         prediction = None
         for candidate in (path, Path(path).name):
-            try:
-                prediction = self.predict({"model": candidate})
+            try:  # on a worker, with a time limit: no model a log names can wedge this thread
+                prediction = self.workers.call(self.predict, {"model": candidate},
+                                               timeout=self.config.request_timeout,
+                                               what=f"the prediction for {candidate!r}")
                 break
             except ColdscopeError:
                 continue
@@ -217,8 +258,51 @@ class Service:
             raise ColdscopeError(f"model path {path!r} is outside every --model-root")
         for resolved in inside:
             if resolved.exists():
+                self._check_files(resolved, path)
                 return resolved
         raise ColdscopeError(f"no model at {path!r} under the --model-root(s)")
+
+    def _inside_roots(self, real: str) -> bool:
+        return any(Path(real).is_relative_to(r) for r in self.model_roots)
+
+    def _check_files(self, resolved: Path, given: str) -> None:
+        """Before anything is read: ``resolved`` is a regular file, or a directory whose
+        entries are all regular files or directories lying inside a --model-root once links
+        are resolved. Messages name the entry, never anything read from it."""
+        try:
+            mode = os.stat(resolved).st_mode
+        except OSError as exc:
+            raise ColdscopeError(f"model path {given!r} cannot be read: {exc.strerror}") from None
+        if stat.S_ISREG(mode):
+            return
+        if not stat.S_ISDIR(mode):
+            raise ColdscopeError(f"model path {given!r} is {file_kind(mode)}, not a regular "
+                                 "file or a directory; not read")
+        try:
+            with os.scandir(resolved) as entries:
+                for n, entry in enumerate(entries):
+                    if n >= MAX_MODEL_DIR_ENTRIES:
+                        raise ColdscopeError(f"model directory {given!r} has more than "
+                                             f"{MAX_MODEL_DIR_ENTRIES} entries; not read")
+                    real = os.path.realpath(entry.path)
+                    if not self._inside_roots(real):
+                        raise ColdscopeError(f"model {given!r}: {entry.name!r} lies outside "
+                                             "every --model-root; not read")
+                    try:
+                        mode = os.stat(real).st_mode
+                    except OSError:
+                        continue  # a dangling link: reading it later says it is missing
+                    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                        raise ColdscopeError(f"model {given!r}: {entry.name!r} is "
+                                             f"{file_kind(mode)}, not a regular file; not read")
+        except OSError as exc:
+            raise ColdscopeError(f"model path {given!r} cannot be listed: {exc.strerror}") \
+                from None
+
+    def confined(self, *extra: str | Path) -> Any:
+        """A block in which every file opened through ``coldscope.safeio`` must lie inside a
+        --model-root (or be one of ``extra``: serve's own files)."""
+        return confined([*self.model_roots, *extra])
 
     def predict(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """``predict --json`` for a features document (as ``features --json`` prints it),
@@ -241,6 +325,8 @@ class Service:
             if not isinstance(body["model"], str):
                 raise ColdscopeError("model must be a path (a string)")
             target: Any = str(self.resolve_model(body["model"]))
+            with self.confined():
+                return predict_json(self.startup_model, target, **options)
         elif set(body) == {"features"}:
             target = body["features"]
         else:
@@ -274,7 +360,9 @@ class Service:
             request = PlanRequest(**options)
         except ValidationError as exc:
             raise validation_error(exc, "plan request") from None
-        return plan(request).to_json()
+        own = [p for p in (self.config.startup_model,) if p]
+        with self.confined(*own):
+            return plan(request).to_json()
 
     def scale_hint(self, model: str, rate: float, sla: str, *, gpu: str | None = None,
                    replica_rps: float | None = None,
@@ -294,7 +382,8 @@ class Service:
             if path is not None:
                 from coldscope.features import model_features
 
-                features = model_features(path)
+                with self.confined():
+                    features = model_features(path)
                 prediction = predict_json(self.startup_model, features)
                 startup = _interval_dict(prediction["interval"])
                 source = (f"startup model prediction for {path.name} (its "

@@ -19,7 +19,21 @@ File events handled:
 * rotation (the path now names another inode: the old file is drained, then the new one is
   read from its start, continuing the replica's start-up);
 * truncation (the size fell below what was read: read again from the start);
-* deletion or a file that cannot be read: an error is logged once and the watcher goes on.
+* deletion or a file that cannot be read: an error is logged once and the watcher goes on; a
+  file gone for ``FORGET_AFTER_S`` is forgotten (a start-up it left running is failed);
+* a path that is not a regular file (a FIFO, a device, a socket) is never opened: it is skipped
+  with one logged line (files are opened with ``O_NONBLOCK`` and checked with ``fstat``);
+* text that shows no engine start line within its first ``MAX_UNCONFIRMED_LINES`` lines or
+  ``MAX_UNCONFIRMED_BYTES`` bytes is not an engine log: the file is no longer read (until it is
+  truncated or replaced).
+
+Bounds: each poll reads at most ``MAX_READ_BYTES`` of each file (a 2 GB file is caught up over
+many polls, never in one), lines are cut at ``MAX_LINE_BYTES``, one start-up holds at most
+``MAX_STARTUP_LINES`` / ``MAX_STARTUP_BYTES``, at most ``MAX_FILES`` files are followed, and the
+text held for all running start-ups together is kept under ``max_held_bytes`` (the biggest
+running start-up is failed past it). The polling thread holds its lock only while it polls; what
+HTTP handlers ask (``running()``) is a snapshot published after each poll, so a slow poll never
+makes ``/metrics`` wait.
 
 A start-up begins at a file's first line, or — after the previous one finished — at the next
 line an engine says opens a start-up (for vLLM: the API server's version banner or the engine's
@@ -35,14 +49,18 @@ import fnmatch
 import logging
 import os
 import re
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from coldscope import engines
 from coldscope.engines import FAILED, READY, START_PREFIX
+from coldscope.errors import ColdscopeError
+from coldscope.safeio import open_regular
 
 log = logging.getLogger("coldscope.serve.watcher")
 
@@ -52,10 +70,20 @@ MAX_LINE_BYTES = 64 * 1024
 #: start-up prints a few hundred lines, a few thousand with DEBUG logging).
 MAX_STARTUP_LINES = 200_000
 MAX_STARTUP_BYTES = 32 * 1024 * 1024
-#: Text before any engine line is kept this long at most (a file that is not an engine log).
+#: Text before any engine line is read this far at most; past it the file is not an engine
+#: log and is no longer followed.
 MAX_UNCONFIRMED_LINES = 10_000
-#: Most bytes read from one file per poll (the rest is read on the next poll).
-MAX_READ_BYTES = 4 * 1024 * 1024
+MAX_UNCONFIRMED_BYTES = 4 * 1024 * 1024
+#: Most bytes read from one file per poll (the rest is read on the next polls).
+MAX_READ_BYTES = 1024 * 1024
+#: Most bytes read from a file that was just rotated or deleted (its last words).
+MAX_DRAIN_BYTES = 16 * 1024 * 1024
+#: Most files followed at once (more are logged once and left alone).
+MAX_FILES = 4096
+#: Default bound on the text all running start-ups hold together.
+MAX_HELD_BYTES = 256 * 1024 * 1024
+#: Seconds a followed file may be missing (a rotation's gap) before it is forgotten.
+FORGET_AFTER_S = 30.0
 
 
 def classify(line: str) -> str | None:
@@ -103,6 +131,12 @@ class _Stream:
         self.on_finish, self.on_start = on_finish, on_start
         self.current: Startup | None = None
         self.seq = 0
+        self.done = False  # the last start-up finished: wait for a start line
+        self.foreign = False  # not an engine log: stop reading the file
+
+    def held(self) -> int:
+        """Bytes of text this stream holds (its running or unconfirmed start-up)."""
+        return self.current.size if self.current is not None else 0
 
     def _begin(self, now: float) -> Startup:
         self.seq += 1
@@ -112,18 +146,20 @@ class _Stream:
 
     def _finish(self, s: Startup, status: str, reason: str | None, now: float) -> None:
         s.status, s.reason, s.finished_at = status, reason, now
+        # The stream lets go of the lines: the storing side owns them now.
+        self.current, self.done = None, True
         if s.confirmed:
             self.on_finish(s)
 
     def feed(self, line: str, now: float) -> None:
+        if self.foreign:
+            return
         kind = classify(line)
         cur = self.current
         if cur is None:
-            cur = self._begin(now)  # a file's first line opens its first start-up
-        elif cur.status != "running":
-            if kind is None or not kind.startswith(START_PREFIX):
+            if self.done and (kind is None or not kind.startswith(START_PREFIX)):
                 return  # after ready: requests, shutdown; nothing to do until the next start
-            cur = self._begin(now)
+            cur = self._begin(now)  # a file's first line opens its first start-up
         elif kind is not None and kind.startswith(START_PREFIX) and kind in cur.kinds:
             self._finish(cur, "failed", "a new start-up began before this one became ready",
                          now)
@@ -144,8 +180,9 @@ class _Stream:
         elif kind == FAILED and cur.confirmed:
             self._finish(cur, "failed", f"the log says so: {line.strip()[:300]}", now)
         elif not cur.confirmed:
-            if len(cur.lines) >= MAX_UNCONFIRMED_LINES:
-                self.current = None  # not an engine log (yet): forget the text, keep following
+            if len(cur.lines) >= MAX_UNCONFIRMED_LINES or cur.size >= MAX_UNCONFIRMED_BYTES:
+                # not an engine log: forget the text and stop reading the file
+                self.current, self.foreign = None, True
         elif len(cur.lines) >= MAX_STARTUP_LINES or cur.size >= MAX_STARTUP_BYTES:
             self._finish(cur, "failed", f"no ready line in {len(cur.lines)} lines "
                                         f"({cur.size} bytes)", now)
@@ -161,28 +198,34 @@ class _Stream:
         cur = self.current
         return cur if cur is not None and cur.status == "running" and cur.confirmed else None
 
+    def reset(self) -> None:
+        """The file was truncated or replaced: what it shows next is judged afresh."""
+        if self.foreign:
+            self.foreign, self.current, self.done = False, None, False
+
 
 class _Tail:
     """An open file being followed, and how far it has been read."""
 
     def __init__(self, path: str, stream: _Stream, report: Callable[[str], None]):
         self.path, self.stream, self.report = path, stream, report
-        self.fd: int | None = None
+        self.fh: BinaryIO | None = None
         self.ident: tuple[int, int] | None = None
         self.pos = 0
         self.buf = b""
         self.error: str | None = None  # the last error logged, so each is logged once
         self.retired: set[tuple[int, int]] = set()  # files this tail followed before rotation
+        self.gone_since: float | None = None  # when the path was first found missing
 
     def close(self) -> None:
         if self.ident is not None:
             self.retired.add(self.ident)
-        if self.fd is not None:
+        if self.fh is not None:
             try:
-                os.close(self.fd)
+                self.fh.close()
             except OSError:
                 pass
-        self.fd, self.ident, self.pos, self.buf = None, None, 0, b""
+        self.fh, self.ident, self.pos, self.buf = None, None, 0, b""
 
     def _problem(self, message: str) -> None:
         if self.error != message:
@@ -190,10 +233,10 @@ class _Tail:
             self.error = message
 
     def _read(self, now: float) -> int:
-        """Read what was appended; feed complete lines. Returns the bytes read."""
-        assert self.fd is not None
+        """Read one slice of what was appended; feed complete lines. Returns the bytes read."""
+        assert self.fh is not None
         try:
-            chunk = os.pread(self.fd, MAX_READ_BYTES, self.pos)
+            chunk = os.pread(self.fh.fileno(), MAX_READ_BYTES, self.pos)
         except OSError as exc:
             self._problem(f"cannot read {self.path}: {exc.strerror}")
             return 0
@@ -208,14 +251,31 @@ class _Tail:
             self.buf = b""
         for raw in parts:
             self.stream.feed(raw[:MAX_LINE_BYTES].decode("utf-8", "replace"), now)
+            if self.stream.foreign:
+                self.buf = b""
+                log.warning("%s is not an engine log (no engine start line in its first %d "
+                            "lines or %d bytes); no longer read", self.path,
+                            MAX_UNCONFIRMED_LINES, MAX_UNCONFIRMED_BYTES)
+                break
         return len(chunk)
+
+    def _drain(self, now: float) -> None:
+        """The last words of a file that was rotated or deleted, within a bound."""
+        read = 0
+        while self.fh is not None and not self.stream.foreign and read < MAX_DRAIN_BYTES:
+            n = self._read(now)
+            if n == 0:
+                break
+            read += n
 
     def poll(self, now: float) -> None:
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
-            if self.fd is not None:
-                self._read(now)  # drain what the writer wrote before the rename / deletion
+            if self.gone_since is None:
+                self.gone_since = now
+            if self.fh is not None:
+                self._drain(now)  # what the writer wrote before the rename / deletion
                 self.close()
                 log.warning("%s is gone (deleted or rotated); waiting for it to reappear",
                             self.path)
@@ -223,24 +283,29 @@ class _Tail:
         except OSError as exc:
             self._problem(f"cannot stat {self.path}: {exc.strerror}")
             return
+        self.gone_since = None
         ident = (st.st_dev, st.st_ino)
-        if self.fd is not None and ident != self.ident:
-            self._read(now)  # rotated: finish the old file, then follow the new one
+        if self.fh is not None and ident != self.ident:
+            self._drain(now)  # rotated: finish the old file, then follow the new one
             self.close()
+            self.stream.reset()
             log.info("%s was rotated; following the new file", self.path)
-        if self.fd is None:
+        if self.fh is None:
+            if not stat.S_ISREG(st.st_mode):  # never opened: a FIFO would block the open
+                self._problem(f"{self.path} is not a regular file; not followed")
+                return
             try:
-                self.fd = os.open(self.path, os.O_RDONLY)
-            except OSError as exc:
-                self._problem(f"cannot open {self.path}: {exc.strerror}")
+                self.fh = open_regular(self.path, "log")  # O_NONBLOCK + fstat
+            except ColdscopeError as exc:
+                self._problem(f"{exc}; not followed")
                 return
             self.ident, self.pos, self.buf, self.error = ident, 0, b"", None
         elif st.st_size < self.pos:
             log.info("%s was truncated; reading it again from the start", self.path)
             self.pos, self.buf = 0, b""
-        if st.st_size > self.pos:
-            while self._read(now) == MAX_READ_BYTES:
-                pass
+            self.stream.reset()
+        if st.st_size > self.pos and not self.stream.foreign:
+            self._read(now)  # one bounded slice per poll: the rest on the next polls
 
 
 def replica_name(path: str, pattern: re.Pattern[str] | None) -> str:
@@ -267,12 +332,15 @@ class LogWatcher:
                  on_start: Callable[[Startup], None] | None = None, glob: str = "*.log",
                  replica_label: str | None = None, timeout: float = 900.0,
                  interval: float = 0.2, scan_interval: float = 1.0,
+                 max_held_bytes: int = MAX_HELD_BYTES,
                  clock: Callable[[], float] = time.monotonic):
         self.targets = [str(t) for t in targets]
         self.glob = glob
         self.replica_label = re.compile(replica_label) if replica_label else None
         self.timeout, self.interval, self.scan_interval = timeout, interval, scan_interval
         self.clock = clock
+        self.max_held_bytes = max_held_bytes
+        self._running: tuple[Startup, ...] = ()  # published after each poll, read without a lock
         self._on_finish, self._on_start = on_finish, on_start or (lambda s: None)
         self.tails: dict[str, _Tail] = {}
         self._last_scan = -float("inf")
@@ -342,6 +410,14 @@ class LogWatcher:
                 continue
             if ident is not None and (ident in followed or ident in self._retired):
                 continue
+            if ident is not None and not stat.S_ISREG(st.st_mode):
+                # a FIFO would block whoever opens it; a device or socket has no log to read
+                self._report(f"{path} is not a regular file; not followed")
+                continue
+            if len(self.tails) >= MAX_FILES:
+                self._report(f"more than {MAX_FILES} files to follow; {path} and later ones "
+                             "are not followed")
+                break
             stream = _Stream(replica_name(path, self.replica_label), path, self.timeout,
                              lambda s: self._guard(self._on_finish, s),
                              lambda s: self._guard(self._on_start, s))
@@ -353,7 +429,8 @@ class LogWatcher:
     # -- polling -------------------------------------------------------------------------------
 
     def poll_once(self) -> None:
-        """One pass: discover files (every ``scan_interval``), read appends, apply timeouts."""
+        """One pass: discover files (every ``scan_interval``), read one bounded slice of each
+        file's appends, apply timeouts, forget files gone for good, bound the text held."""
         with self._lock:
             now = self.clock()
             if now - self._last_scan >= self.scan_interval:
@@ -366,11 +443,47 @@ class LogWatcher:
                     self.errors += 1
                     log.exception("following %s failed", tail.path)
                 tail.stream.check_timeout(now)
+                if tail.gone_since is not None and now - tail.gone_since > FORGET_AFTER_S \
+                        and tail.path not in self.targets:
+                    self._forget(tail, now)
+            self._bound_memory(now)
+            self._running = tuple(s for t in self.tails.values()
+                                  if (s := t.stream.running()) is not None)
+
+    def _forget(self, tail: _Tail, now: float) -> None:
+        """A file deleted for good: drop it (a start-up it left running is failed)."""
+        tail.close()
+        cur = tail.stream.running()
+        if cur is not None:
+            tail.stream._finish(cur, "failed", "its log file was deleted before it became "
+                                               "ready", now)
+        del self.tails[tail.path]
+        log.info("%s has been gone for %g s; forgotten", tail.path, FORGET_AFTER_S)
+
+    def _bound_memory(self, now: float) -> None:
+        """Keep the text all streams hold under ``max_held_bytes``: past it the biggest
+        holder's start-up is failed (a running one) or forgotten (text not yet an engine's)."""
+        held = {t.path: t.stream.held() for t in self.tails.values()}
+        total = sum(held.values())
+        while total > self.max_held_bytes:
+            path = max(held, key=held.__getitem__)
+            stream = self.tails[path].stream
+            cur = stream.current
+            if cur is None:
+                break
+            self._report(f"the watched start-ups hold {total} bytes of text, more than "
+                         f"{self.max_held_bytes}: {path}'s is dropped")
+            if cur.confirmed:
+                stream._finish(cur, "failed", f"the watcher's memory bound was reached "
+                                              f"({self.max_held_bytes} bytes)", now)
+            else:
+                stream.current = None
+            total -= held.pop(path)
 
     def running(self) -> list[Startup]:
-        """Start-ups recognised and not yet ready, failed or timed out."""
-        with self._lock:
-            return [s for t in self.tails.values() if (s := t.stream.running()) is not None]
+        """Start-ups recognised and not yet ready, failed or timed out, as of the last poll
+        (never waits for a poll in progress)."""
+        return list(self._running)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -385,11 +498,14 @@ class LogWatcher:
                                             daemon=True)
             self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 2.0) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=10)
+            self._thread.join(timeout=timeout)  # a daemon: never waited for longer than this
             self._thread = None
-        with self._lock:
-            for tail in self.tails.values():
-                tail.close()
+        if self._lock.acquire(timeout=timeout):
+            try:
+                for tail in self.tails.values():
+                    tail.close()
+            finally:
+                self._lock.release()

@@ -1,0 +1,64 @@
+"""uvicorn's h11 protocol with request headers bounded in size and in time.
+
+uvicorn bounds header size only through h11 (``h11_max_incomplete_event_size``; its httptools
+protocol has no such option), and it has no header-read timeout at all: its keep-alive timer is
+armed only after a response, so a client that connects and sends a header a byte at a time (or
+nothing) holds its connection for ever. This protocol arms a timer when a connection opens and
+when each new request's first bytes arrive, and closes the connection if the request line and
+headers are not complete ``header_timeout`` seconds later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+#: Defaults: h11's own 16 KiB for the request line and headers together; 10 s to send them.
+MAX_HEADER_BYTES = 16 * 1024
+HEADER_TIMEOUT_S = 10.0
+
+
+def bounded_h11(header_timeout: float = HEADER_TIMEOUT_S) -> type[asyncio.Protocol]:
+    """The protocol class to pass as uvicorn's ``http`` (with
+    ``h11_max_incomplete_event_size`` for the size bound)."""
+
+    class BoundedH11Protocol(H11Protocol):
+        _header_timer: asyncio.TimerHandle | None = None
+
+        def _arm(self) -> None:
+            if self._header_timer is None:
+                self._header_timer = self.loop.call_later(header_timeout, self._headers_late)
+
+        def _disarm(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self.transport.is_closing():
+                self._disarm()
+            elif self.conn.their_state is h11.IDLE:
+                self._arm()  # still waiting for this request's headers
+            else:
+                self._disarm()  # headers complete: the request is the app's now
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _headers_late(self) -> None:
+            self._header_timer = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.logger.warning("request headers not complete after %g s; connection "
+                                    "closed", header_timeout)
+                self.transport.close()
+
+    return BoundedH11Protocol
