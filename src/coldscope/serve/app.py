@@ -24,6 +24,7 @@ from fastapi import Body, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from coldscope import __version__
 from coldscope.errors import ColdscopeError
@@ -136,6 +137,12 @@ def create_app(service: Service) -> FastAPI:
     @app.exception_handler(ColdscopeError)
     async def user_error(request: Request, exc: ColdscopeError) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=_status_of(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # 404 for an unknown path, 405 for a wrong method: the same one-line body as the rest
+        return JSONResponse({"error": str(exc.detail).splitlines()[0] if exc.detail else ""},
+                            status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:

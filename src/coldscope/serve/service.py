@@ -257,7 +257,12 @@ class Service:
         if not inside:
             raise ColdscopeError(f"model path {path!r} is outside every --model-root")
         for resolved in inside:
-            if resolved.exists():
+            try:
+                exists = resolved.exists()
+            except OSError as exc:  # a name too long for the filesystem
+                raise ColdscopeError(f"model path {path[:200]!r} cannot be resolved: "
+                                     f"{exc.strerror}") from None
+            if exists:
                 self._check_files(resolved, path)
                 return resolved
         raise ColdscopeError(f"no model at {path!r} under the --model-root(s)")
