@@ -100,7 +100,8 @@ def serve(host, port, store_path, startup_model, watch, glob, replica_label, tim
     # SIGTERM ends serve within a few seconds whatever they do.
     server = uvicorn.Server(uvicorn.Config(
         app, host=host, port=port, log_level=log_level, access_log=False, lifespan="on",
-        http=bounded_h11(header_timeout), h11_max_incomplete_event_size=max_header_bytes,
+        http=bounded_h11(header_timeout, max_header_bytes),
+        h11_max_incomplete_event_size=max_header_bytes,
         timeout_graceful_shutdown=2))
     server.run()
     if not server.started:
