@@ -219,7 +219,7 @@ def test_slow_work_never_holds_the_event_loop(tmp_path: Path, startup_model: Pat
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
             started = time.monotonic()
-            slow = asyncio.create_task(client.post("/v1/predict", json={"x": 1}))
+            slow = asyncio.create_task(client.post("/v1/predict", json={"model": "m"}))
             answered = []
             for path in ("/healthz", "/metrics", "/healthz"):
                 r = await client.get(path)

@@ -6,8 +6,10 @@ included: a bearer token when one is configured (compared in constant time) and 
 request bodies (413 past it, whether or not the client sent Content-Length). Bad input is a 400
 with ``{"error": "<one line>"}``, the CLI's one-line message.
 
-No handler reads a file or computes on the event loop: predict, plan, scale-hint, runs and
-start-ups run on the service's workers with ``--request-timeout`` (a 503 past it), so
+No handler reads a file or computes on the event loop: predict from a model path, plan,
+scale-hint, runs and start-ups run on the service's workers with ``--request-timeout`` (a 503
+past it; only a prediction from a features document in the body, a fraction of a millisecond,
+stays on the loop), so
 ``/metrics`` and ``/healthz`` answer whatever a request is doing. Request headers are bounded in
 size and in the time they may take to arrive (:class:`BoundedH11Protocol`).
 """
@@ -162,6 +164,10 @@ def create_app(service: Service) -> FastAPI:
             description="a features document (`coldscope features --json`), "
                         "{\"features\": {...}}, or {\"model\": PATH} under a --model-root; "
                         "optional capture_sizes")]) -> JSONResponse:
+        if "model" not in body:
+            # a features document: well under a millisecond of CPU, no file; a thread hop
+            # would double the latency at hundreds of requests per second
+            return JSONResponse(service.predict(body))
         # a model path means file reads and header parsing: on a worker, with a time limit
         return JSONResponse(await work(service.predict, body, what="predict"))
 
