@@ -130,7 +130,7 @@ class Service:
             self._storer.start()
             self.watcher.start()
 
-    def stop(self, timeout: float = 1.5) -> None:
+    def stop(self, timeout: float = 1.0) -> None:
         """Stop within about ``2 * timeout`` seconds whatever is in flight: the threads are
         daemons, waited for that long at most. Start-ups not stored yet are left to the next
         start (the logs are read again and stored ids are never stored twice)."""

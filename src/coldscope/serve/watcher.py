@@ -503,7 +503,7 @@ class LogWatcher:
         if self._thread is not None:
             self._thread.join(timeout=timeout)  # a daemon: never waited for longer than this
             self._thread = None
-        if self._lock.acquire(timeout=timeout):
+        if self._lock.acquire(timeout=0.1):  # a poll still running: its files close at exit
             try:
                 for tail in self.tails.values():
                     tail.close()
