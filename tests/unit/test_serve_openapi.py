@@ -83,7 +83,7 @@ def _one_line_error(ctx, response, case) -> None:  # noqa: ANN001 - Schemathesis
 
 
 @schema.parametrize()
-@settings(max_examples=12, derandomize=True, deadline=None, database=None,
+@settings(max_examples=25, derandomize=True, deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
 def test_every_operation_answers_by_its_schema(case) -> None:  # noqa: ANN001
     from schemathesis.checks import not_a_server_error

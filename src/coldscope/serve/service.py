@@ -306,8 +306,9 @@ class Service:
 
     def confined(self, *extra: str | Path) -> Any:
         """A block in which every file opened through ``coldscope.safeio`` must lie inside a
-        --model-root (or be one of ``extra``: serve's own files)."""
-        return confined([*self.model_roots, *extra])
+        --model-root, or be one of ``extra`` (serve's own files) or coldscope's own package
+        data (default profiles and the like)."""
+        return confined([*self.model_roots, *extra, _PACKAGE_DIR])
 
     def predict(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """``predict --json`` for a features document (as ``features --json`` prints it),
@@ -476,6 +477,7 @@ class Service:
         return {"low": _quantile(ttrs, 0.5), "high": _quantile(ttrs, 0.9), "n": len(ttrs)}
 
 
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]  # src/coldscope
 _PREDICT_OPTIONS = ("capture_sizes", "storage_bandwidth", "page_cache")
 _PLAN_FILES = ("model", "profile", "traffic", "trace", "tiers")
 
