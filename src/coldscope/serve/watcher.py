@@ -55,7 +55,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO
 
 from coldscope import engines
 from coldscope.engines import FAILED, READY, START_PREFIX
@@ -209,7 +209,7 @@ class _Tail:
 
     def __init__(self, path: str, stream: _Stream, report: Callable[[str], None]):
         self.path, self.stream, self.report = path, stream, report
-        self.fh: BinaryIO | None = None
+        self.fh: IO[bytes] | None = None
         self.ident: tuple[int, int] | None = None
         self.pos = 0
         self.buf = b""
