@@ -8,10 +8,10 @@ with ``{"error": "<one line>"}``, the CLI's one-line message.
 
 No handler reads a file or computes on the event loop: predict from a model path, plan,
 scale-hint, runs and start-ups run on the service's workers with ``--request-timeout`` (a 503
-past it; only a prediction from a features document in the body, a fraction of a millisecond,
-stays on the loop), so
-``/metrics`` and ``/healthz`` answer whatever a request is doing. Request headers are bounded in
-size and in the time they may take to arrive (:class:`BoundedH11Protocol`).
+past it), so ``/metrics`` and ``/healthz`` answer whatever a request is doing; only a prediction
+from a features document in the body (no file, a fraction of a millisecond) stays on the loop.
+Request headers are bounded in size and in the time they may take to arrive
+(``coldscope.serve.protocol``).
 """
 
 from __future__ import annotations
@@ -199,14 +199,15 @@ def create_app(service: Service) -> FastAPI:
     @app.get("/v1/scale-hint", summary="warm replicas needed now, by the planner's SLA search",
              responses=_doc(ScaleHint))
     async def scale_hint(model: str = Query(..., max_length=4096),
-                   rate: float = Query(..., ge=0, description="request rate now, req/s"),
-                   sla_p99_ttft: str = Query(..., max_length=32,
-                                             description="P99 TTFT SLA, e.g. 2s"),
-                   gpu: str | None = Query(None, max_length=64),
-                   replica_rps: float | None = Query(None, gt=0),
-                   params: str | None = Query(None, max_length=32, description=(
-                       "parameter count (70B), used when no start-up of the model is known"))
-                   ) -> JSONResponse:
+                         rate: float = Query(..., ge=0, description="request rate now, req/s"),
+                         sla_p99_ttft: str = Query(..., max_length=32,
+                                                   description="P99 TTFT SLA, e.g. 2s"),
+                         gpu: str | None = Query(None, max_length=64),
+                         replica_rps: float | None = Query(None, gt=0),
+                         params: str | None = Query(None, max_length=32, description=(
+                             "parameter count (70B), used when no start-up of the model is "
+                             "known"))
+                         ) -> JSONResponse:
         return JSONResponse(await work(service.scale_hint, model, rate, sla_p99_ttft, gpu=gpu,
                                        replica_rps=replica_rps, params=params,
                                        what="scale-hint"))
