@@ -233,7 +233,7 @@ def test_slow_work_never_holds_the_event_loop(tmp_path: Path, startup_model: Pat
     assert status == 503
     assert body == {"error": "predict did not finish within 1 s; gave up "
                              "(serve's --request-timeout)"}
-    assert took >= 1.0 and max(answered) < 1.0  # answered while predict was still working
+    assert took >= 1.0 and max(answered) < took  # answered while predict was still working
     s.workers.stop()
 
 
