@@ -342,6 +342,12 @@ def _read_manifest(stream: _TarStream, bundle: Path) -> dict[str, Any]:
         raise _NotABundle from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise _NotABundle
+    config = manifest.get("config")
+    if isinstance(config, dict) and config.get("cache_key") is not None:
+        try:
+            plain_key(config["cache_key"], MANIFEST)
+        except ColdscopeError as exc:
+            raise _Refused(str(exc)) from None
     for section, fields in _SECTIONS.items():
         value = manifest.get(section)
         if value is None:
@@ -349,12 +355,6 @@ def _read_manifest(stream: _TarStream, bundle: Path) -> dict[str, Any]:
         if not isinstance(value, dict) or any(
                 not isinstance(value.get(f), str | None) for f in fields):
             raise _Refused(f"{MANIFEST}: {section!r} is not as coldscope writes it")
-    key = (manifest.get("config") or {}).get("cache_key")
-    if key is not None:
-        try:
-            plain_key(key, f"{MANIFEST}")
-        except ColdscopeError as exc:
-            raise _Refused(str(exc)) from None
     return manifest
 
 
@@ -525,6 +525,9 @@ def unpack(bundle: Path, dest: Path, limits: Limits | None = None) -> None:
                 rel = _relative(member.name)
                 if rel is not None:
                     out.add(member, rel, stream)
+                elif member.kind == "file":
+                    raise _Refused(f"member {_show(member.name)} is a file (caches/ must be "
+                                   "a directory)")
             if dest.is_symlink() or dest.exists():
                 shutil.rmtree(dest)
             os.replace(tmp, dest)
