@@ -8,13 +8,18 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import signal
+import select
+import socket
 import stat
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from coldscope.cli.main import main
+from coldscope.errors import ColdscopeError
+from coldscope.safeio import check_output_target
 from coldscope.store import Store
 from tests.unit.test_bundle_safety import _session
 from tests.unit.test_export import run as export_run
@@ -57,46 +62,88 @@ COMMANDS = {
 
 
 @contextlib.contextmanager
-def _deadline(seconds: int):
-    """Opening a FIFO for writing blocks until a reader comes: fail instead of hanging."""
-    def on_alarm(signum, frame):
-        raise AssertionError(f"no answer after {seconds} s (blocked on the target?)")
+def _reader_after(seconds: float, path: Path):
+    """Opening a FIFO for writing blocks until a reader comes (in C code that no signal
+    interrupts): if ``path`` is a FIFO, a reader comes after ``seconds`` and drains it, so a
+    writer that opens the target fails the test instead of hanging it."""
+    if not stat.S_ISFIFO(os.stat(path).st_mode):
+        yield
+        return
+    stop = threading.Event()
 
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(seconds)
+    def drain():
+        if stop.wait(seconds):
+            return
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            while not stop.is_set():
+                if not select.select([fd], [], [], 0.1)[0] or not os.read(fd, 1 << 16):
+                    time.sleep(0.05)
+        finally:
+            os.close(fd)
+
+    thread = threading.Thread(target=drain, daemon=True)
+    thread.start()
     try:
         yield
     finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
+        stop.set()
+        thread.join()
 
 
 def _leftovers(directory: Path, name: str) -> list[Path]:
     return list(directory.glob(f".{name}.*"))
 
 
-@pytest.mark.parametrize("target", ["fifo", "/dev/null"])
+def special_file(directory: Path, kind: str) -> Path:
+    """A target that exists and is not a regular file, made in ``directory``. (Never a real
+    device node such as /dev/null: should a regression write or rename over the target, the
+    test must not break the machine it runs on.)"""
+    out = directory / f"out.{kind}"
+    if kind == "fifo":
+        os.mkfifo(out)
+    elif kind == "socket":
+        sock = socket.socket(socket.AF_UNIX)
+        cwd = os.getcwd()
+        os.chdir(directory)  # a relative name: AF_UNIX paths are limited to ~100 bytes
+        try:
+            sock.bind(out.name)
+        finally:
+            os.chdir(cwd)
+            sock.close()
+    else:
+        out.mkdir()
+    return out
+
+
+def test_device_nodes_are_refused_by_the_check():
+    # only stat()ed: safe whatever happens
+    with pytest.raises(ColdscopeError, match="cannot write /dev/null: it exists and is a "
+                       "character device, not a regular file"):
+        check_output_target("/dev/null")
+
+
+@pytest.mark.parametrize("target", ["fifo", "socket", "directory"])
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_a_target_that_is_not_a_regular_file_is_refused_untouched(tmp_path, capsys, command,
                                                                   target):
-    if target == "fifo":
-        out = tmp_path / "out.fifo"
-        os.mkfifo(out)
-    else:
-        out = Path(target)
+    out = special_file(tmp_path, target)
     argv = COMMANDS[command](tmp_path, str(out))
     capsys.readouterr()
     before = os.stat(out)
-    with _deadline(30):
+    with _reader_after(10, out):
         code = main(argv)
     err = capsys.readouterr().err
     assert code == 2, err
-    kind = "a FIFO" if target == "fifo" else "a character device"
-    assert f"cannot write {out}: it exists and is {kind}, not a regular file" in err
+    if target == "directory":  # click's dir_okay=False may say it first
+        assert f"cannot write {out}: it exists and is a directory" in err or \
+            "is a directory" in err
+    else:
+        kind = {"fifo": "a FIFO", "socket": "a socket"}[target]
+        assert f"cannot write {out}: it exists and is {kind}, not a regular file" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     after = os.stat(out)
-    assert (after.st_mode, after.st_ino, after.st_rdev) == \
-        (before.st_mode, before.st_ino, before.st_rdev)
+    assert (after.st_mode, after.st_ino) == (before.st_mode, before.st_ino)
     assert not _leftovers(out.parent, out.name)
 
 
