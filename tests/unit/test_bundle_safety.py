@@ -366,9 +366,16 @@ def test_manifest_over_the_bound_is_refused_unread(tmp_path, site):
                    manifest=b"")
     with pytest.raises(ColdscopeError, match="manifest.json is 536870912 bytes"):
         tb.read_manifest(liar)
-    for bad in (b'{"format": "coldscope-bundle/1", "engine": ["x"]}', b"[1]" * 10, b"\xff"):
+    for bad, said in [
+            (b'{"format": "coldscope-bundle/1", "engine": ["x"]}',
+             "manifest.json: 'engine' is not as coldscope writes it"),
+            (_manifest(model={"sha256": 7}), "'model' is not as coldscope writes it"),
+            (_manifest(engine={"version": "0.32\x1b]0;pwned\x07"}),
+             "manifest.json: 'engine' has a control character"),
+            (b"[1]" * 10, "is not a coldscope cache bundle"),
+            (b"\xff", "is not a coldscope cache bundle")]:
         junk = _bundle(tmp_path / "j.tar.gz", [], manifest=bad)
-        with pytest.raises(ColdscopeError, match="not"):
+        with pytest.raises(ColdscopeError, match=re.escape(said)):
             tb.read_manifest(junk)
 
 

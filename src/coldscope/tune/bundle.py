@@ -182,6 +182,10 @@ class _NotABundle(Exception):
     """Not a gzip-compressed tar archive at all."""
 
 
+def _has_control(text: str) -> bool:
+    return any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in text)
+
+
 def _show(name: str) -> str:
     """A member name fit for a one-line message: quoted, escaped, at most ~80 characters."""
     return repr(name if len(name) <= 80 else name[:77] + "...")
@@ -355,6 +359,9 @@ def _read_manifest(stream: _TarStream, bundle: Path) -> dict[str, Any]:
         if not isinstance(value, dict) or any(
                 not isinstance(value.get(f), str | None) for f in fields):
             raise _Refused(f"{MANIFEST}: {section!r} is not as coldscope writes it")
+        # these strings reach error lines on a terminal: no escape sequences
+        if any(_has_control(value.get(f) or "") for f in fields):
+            raise _Refused(f"{MANIFEST}: {section!r} has a control character")
     return manifest
 
 
@@ -421,7 +428,7 @@ def _relative(name: str) -> str | None:
     shown = _show(name)
     if name.startswith("/"):
         raise _Refused(f"member {shown} is an absolute path")
-    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in name):
+    if _has_control(name):
         raise _Refused(f"member {shown} has a control character in its name")
     if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
         raise _Refused(f"member {shown} has a name longer than {MAX_NAME_BYTES} bytes")
