@@ -45,6 +45,21 @@ def _empty_dir(t: Path) -> str:
     return str(t / "paper")
 
 
+def _startup_model(t: Path) -> str:
+    from coldscope.predictor import StartupModel
+    from tests.unit.test_calibrate import MODELS, _machine
+
+    model = StartupModel(formulas={"model_loading": ("weight_gb",), "tokenizer": ("1",)})
+    model.fit(_machine(2.0, 0.3, 5.0, MODELS), {}, {})
+    model.save(t / "base.json")
+    return str(t / "base.json")
+
+
+def _tune_store(t: Path) -> str:
+    _session(t)  # a tune session beside the store, with caches for `default`
+    return str(t / "s.db")
+
+
 #: Every command that writes a file the user names, with that file as ``out``.
 COMMANDS = {
     "export": lambda t, out: ["export", "-o", out, "--format", "csv", "--store", _store(t)],
@@ -56,8 +71,10 @@ COMMANDS = {
     "plan": lambda t, out: ["plan", "--params", "7B", "-o", out, "--json"],
     "traces-synth": lambda t, out: ["traces", "synth", "--days", "0.001", "-o", out],
     "fit": lambda t, out: ["fit", "--paper", _empty_dir(t), "--out", out],
+    "calibrate": lambda t, out: ["calibrate", _startup_model(t), "--paper", _empty_dir(t),
+                                 "--out", out],
     "bundle": lambda t, out: ["bundle", "--config", "default", "-o", out, "--store",
-                              str(_session(t) and t / "s.db")],
+                              _tune_store(t)],
 }
 
 
