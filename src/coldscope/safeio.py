@@ -284,7 +284,7 @@ def _output_mode(path: Path) -> int:
     """The permissions a written output gets: the old target's, else what ``open(path, "w")``
     would give (0o666 less the umask), not ``mkstemp``'s private 0o600."""
     try:
-        return stat.S_IMODE(os.stat(path).st_mode)
+        return stat.S_IMODE(os.stat(path).st_mode) & 0o777  # never set-id bits
     except OSError:
         return 0o666 & ~_umask()
 
