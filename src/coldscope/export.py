@@ -25,7 +25,7 @@ from typing import Any, Literal, NamedTuple
 
 from coldscope.errors import ColdscopeError
 from coldscope.records import Run
-from coldscope.safeio import dumps_json
+from coldscope.safeio import atomic_path, check_output_target, dumps_json
 from coldscope.stages import BUCKETS, STAGES
 
 Kind = Literal["string", "float", "int", "bool", "timestamp"]
@@ -203,23 +203,29 @@ def export_runs(runs: Sequence[Run], out: str | Path, fmt: str | None = None) ->
     if fmt not in ("csv", "parquet"):
         raise ColdscopeError(f"unknown export format {fmt!r}; use csv or parquet "
                              "(-o FILE.csv / FILE.parquet, or --format)")
+    check_output_target(out)
+    if fmt == "parquet":
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise ColdscopeError("Parquet export needs pyarrow: pip install "
+                                 "'coldscope[parquet]'") from None
     table = rows(runs)
+    # written beside the target and renamed over it: a failed write leaves the old file
     try:
-        if fmt == "csv":
-            with out.open("w", newline="", encoding="utf-8") as f:
-                writer = csv.writer(f)
-                writer.writerow(COLUMNS)
-                for row in table:
-                    writer.writerow([_csv_value(row[c.name], c.kind) for c in SCHEMA])
-        else:
-            try:
-                import pyarrow as pa
-                import pyarrow.parquet as pq
-            except ImportError:
-                raise ColdscopeError("Parquet export needs pyarrow: pip install "
-                                     "'coldscope[parquet]'") from None
-            schema = arrow_schema()
-            pq.write_table(pa.Table.from_pylist(table, schema=schema), out)
+        with atomic_path(out) as tmp:
+            if fmt == "csv":
+                with tmp.open("w", newline="", encoding="utf-8") as f:
+                    writer = csv.writer(f)
+                    writer.writerow(COLUMNS)
+                    for row in table:
+                        writer.writerow([_csv_value(row[c.name], c.kind) for c in SCHEMA])
+            else:
+                try:
+                    pq.write_table(pa.Table.from_pylist(table, schema=arrow_schema()), tmp)
+                except pa.ArrowException as exc:
+                    raise ColdscopeError(f"cannot write {out}: {exc}") from None
     except OSError as exc:
         raise ColdscopeError(f"cannot write {out}: {exc.strerror or exc}") from None
     return len(table)

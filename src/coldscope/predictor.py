@@ -48,6 +48,7 @@ from coldscope.predict.modelfile import (
     StorageSetting,
     parse_model_file,
 )
+from coldscope.safeio import write_atomic
 from coldscope.stages import BUCKETS
 
 if TYPE_CHECKING:
@@ -104,9 +105,9 @@ class StartupModel:
 
     def save(self, path: str | Path) -> None:
         p = Path(path)
+        text = self._fitted().model_dump_json(indent=2, exclude_none=True) + "\n"
         try:
-            p.write_text(self._fitted().model_dump_json(indent=2, exclude_none=True) + "\n",
-                         encoding="utf-8")
+            write_atomic(p, text.encode("utf-8"))
         except OSError as exc:
             raise ColdscopeError(f"cannot write {p}: {exc.strerror or exc}") from None
 

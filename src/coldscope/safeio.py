@@ -330,6 +330,28 @@ def check_output_target(path: str | Path) -> Path:
     return path
 
 
+def _umask() -> int:
+    try:  # Linux says it without changing it (os.umask would, for a moment, in every thread)
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _output_mode(path: Path) -> int:
+    """The permissions a written output gets: the old target's, else what ``open(path, "w")``
+    would give (0o666 less the umask), not ``mkstemp``'s private 0o600."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode) & 0o777  # never set-id bits
+    except OSError:
+        return 0o666 & ~_umask()
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """A temporary path in the target's directory; renamed over ``path`` when the block ends
@@ -340,7 +362,10 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     except OSError as exc:
         raise ColdscopeError(f"cannot write {path}: {exc.strerror or exc}") from None
-    os.close(fd)
+    try:
+        os.fchmod(fd, _output_mode(path))
+    finally:
+        os.close(fd)
     tmp = Path(tmp_name)
     try:
         yield tmp

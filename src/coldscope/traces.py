@@ -401,36 +401,41 @@ def write_trace(trace: Trace, path: str | Path,
     """Write the generic format: Parquet for ``.parquet``/``.pq``, else CSV.
 
     ``progress(rows_written, rows)`` is called after each block of rows (for a progress bar).
+    Written beside ``path`` and renamed over it (a regular file only): a failed write leaves
+    the old file as it was.
     """
+    from coldscope.safeio import atomic_path
+
     path = Path(path)
     try:
         import pyarrow as pa
     except ImportError:
         pa = None
+    parquet = path.suffix.lower() in (".parquet", ".pq")
+    if parquet and pa is None:
+        raise ColdscopeError("writing Parquet needs pyarrow: pip install pyarrow")
     try:
-        if path.suffix.lower() in (".parquet", ".pq"):
-            if pa is None:
-                raise ColdscopeError("writing Parquet needs pyarrow: pip install pyarrow")
-            import pyarrow.parquet as pq
+        with atomic_path(path) as tmp:
+            if parquet:
+                import pyarrow.parquet as pq
 
-            table = _table(trace)
-            with pq.ParquetWriter(path, table.schema) as writer:
-                _write_blocks(table, writer.write_table, progress)
-            return
-        if pa is not None:
-            import pyarrow.csv as pacsv
+                table = _table(trace)
+                with pq.ParquetWriter(str(tmp), table.schema) as writer:
+                    _write_blocks(table, writer.write_table, progress)
+            elif pa is not None:
+                import pyarrow.csv as pacsv
 
-            table = _table(trace)
-            with pacsv.CSVWriter(path, table.schema,
-                                 write_options=pacsv.WriteOptions(quoting_style="needed")) as w:
-                _write_blocks(table, w.write_table, progress)
-            return
-        with open(path, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(GENERIC_COLUMNS)
-            w.writerows(zip((repr(float(x)) for x in trace.arrival),
-                            trace.context_tokens.tolist(), trace.generated_tokens.tolist(),
-                            strict=True))
+                table = _table(trace)
+                options = pacsv.WriteOptions(quoting_style="needed")
+                with pacsv.CSVWriter(str(tmp), table.schema, write_options=options) as w:
+                    _write_blocks(table, w.write_table, progress)
+            else:
+                with open(tmp, "w", newline="") as f:
+                    w = csv.writer(f)
+                    w.writerow(GENERIC_COLUMNS)
+                    w.writerows(zip((repr(float(x)) for x in trace.arrival),
+                                    trace.context_tokens.tolist(),
+                                    trace.generated_tokens.tolist(), strict=True))
     except OSError as exc:
         raise ColdscopeError(f"cannot write {path}: {exc.strerror or exc}") from None
 

@@ -9,6 +9,7 @@ import click
 
 from coldscope.cli.common import json_option, print_json, store_option
 from coldscope.errors import ColdscopeError
+from coldscope.safeio import check_output_target, write_atomic
 
 
 def _layer_help() -> str:
@@ -85,10 +86,12 @@ def plan_cmd(model_path, params, dtype, gpu, profile_path, startup_model, tuned,
         raise validation_error(exc, "option") from None
     if out_path and not Path(out_path).parent.is_dir():
         raise ColdscopeError(f"cannot write {out_path}: no such directory")
+    if out_path:  # before the work: never a device node, FIFO or directory
+        check_output_target(out_path)
     report = plan(request)
     if out_path:
         try:
-            Path(out_path).write_text(report.model_dump_json(indent=2) + "\n")
+            write_atomic(out_path, (report.model_dump_json(indent=2) + "\n").encode("utf-8"))
         except OSError as exc:
             raise ColdscopeError(f"cannot write {out_path}: {exc.strerror or exc}") from None
     if as_json:

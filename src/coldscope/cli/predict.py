@@ -11,6 +11,7 @@ import click
 
 from coldscope.cli.common import echo, json_option, print_json, store_option
 from coldscope.errors import ColdscopeError
+from coldscope.safeio import check_output_target
 
 _compile_cache_option = click.option(
     "--compile-cache", type=click.Path(exists=True, file_okay=False), default=None,
@@ -67,6 +68,7 @@ def fit_cmd(paper_dir: str | None, timings: str | None, store_path: str | None,
     bad = [k for k in kind_list if k not in ("dense", "moe", "hybrid")]
     if bad or not kind_list:
         raise ColdscopeError(f"--kinds takes dense, moe, hybrid; got {kinds!r}")
+    check_output_target(out_path)  # before the work: never a device node, FIFO or directory
     from coldscope.cli.progress import bar, wanted
 
     # on a terminal only: a bar while the runs are read (most of the time on a large store:
@@ -353,6 +355,7 @@ def calibrate_cmd(base_model: str, out_path: str | None, paper_dir: str | None,
         raise ColdscopeError("calibrate needs --out NEW_MODEL (or --suggest)")
     if candidates:
         raise ColdscopeError("--candidates needs --suggest")
+    check_output_target(out_path)  # before the work: never a device node, FIFO or directory
     observations, environment, _settings, source, notes = _training_runs(
         paper_dir, timings, store_path, cache, None)
     chosen = [m.strip() for m in models.split(",") if m.strip()] if models else None

@@ -318,15 +318,17 @@ def _print_many(parsed, *, vs_paper: bool, saved: bool, as_json: bool) -> None:
 def trace(run_id, output, otlp_export, store_path, as_json):
     """Write a run as a Chrome trace / Perfetto file: the reconciled stages, then one process
     per engine process (real pids) with its sub-steps nested in their stages."""
+    from coldscope.safeio import check_output_target, write_atomic
     from coldscope.store import Store
     from coldscope.trace_export import chrome_trace, send_otlp
 
+    check_output_target(output)
     run = Store(store_path, create=False).run(run_id)
     if run.status != "ok":
         raise ColdscopeError(f"run {run.id} failed ({run.reason}); no timeline")
     data = chrome_trace(run)
     try:
-        Path(output).write_text(dumps_json(data, indent=None))  # no NaN/Infinity
+        write_atomic(output, dumps_json(data, indent=None))  # no NaN/Infinity
     except OSError as exc:
         raise ColdscopeError(f"cannot write {output}: {exc.strerror or exc}") from None
     sent = send_otlp(run, otlp_export) if otlp_export else None

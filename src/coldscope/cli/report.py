@@ -10,6 +10,7 @@ import click
 
 from coldscope.cli.common import console, echo, json_option, print_json, store_option
 from coldscope.errors import ColdscopeError
+from coldscope.safeio import check_output_target, write_atomic
 
 #: A store with at least this many runs gets a progress bar (on a terminal, without --json).
 LARGE_STORE = 200
@@ -37,6 +38,7 @@ def report(output, runs, model, paper, startup_model, title, store_path, as_json
 
     if paper is not None and not Path(paper).is_dir():
         raise ColdscopeError(f"paper data directory {paper} does not exist")
+    check_output_target(output)  # before the work: never a device node, FIFO or directory
     with report_progress(console(), as_json=as_json, store_path=store_path,
                          paper=paper) as progress:
         page, data = make_report(store_path=store_path, runs=parse_selectors(runs),
@@ -44,7 +46,7 @@ def report(output, runs, model, paper, startup_model, title, store_path, as_json
                                  title=title, progress=progress)
     out = Path(output)
     try:
-        out.write_text(page, encoding="utf-8")
+        write_atomic(out, page.encode("utf-8"))
     except OSError as exc:
         raise ColdscopeError(f"cannot write {out}: {exc.strerror or exc}") from None
     summary = {"output": str(out), "bytes": len(page.encode("utf-8")), "runs": data["runs"],

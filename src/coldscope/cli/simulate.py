@@ -10,6 +10,7 @@ import click
 
 from coldscope.cli.common import echo, json_option, print_json, store_option
 from coldscope.errors import ColdscopeError
+from coldscope.safeio import check_output_target, write_atomic
 from coldscope.sim.policies import POLICIES
 from coldscope.sim.sweep import EXECUTORS
 
@@ -203,6 +204,8 @@ def simulate(trace_path, repair, policy, min_workers, max_workers, target, sets,
     out_path = out_path or out_alias
     if out_path and Path(out_path).parent.is_dir() is False:
         raise ColdscopeError(f"cannot write {out_path}: no such directory")
+    if out_path:  # before the work: never a device node, FIFO or directory
+        check_output_target(out_path)
 
     with bar("reading the trace", wanted(as_json)) as update:
         def progress(fraction: float) -> None:
@@ -212,7 +215,7 @@ def simulate(trace_path, repair, policy, min_workers, max_workers, target, sets,
     text = result.model_dump_json(indent=2, exclude_none=False)
     if out_path:
         try:
-            Path(out_path).write_text(text + "\n")
+            write_atomic(out_path, (text + "\n").encode("utf-8"))
         except OSError as exc:
             raise ColdscopeError(f"cannot write {out_path}: {exc.strerror or exc}") from None
     if as_json:

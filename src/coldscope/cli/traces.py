@@ -31,6 +31,7 @@ def traces() -> None:
 def synth(days, rate, diurnal, bursts, idle_nights, seed, out_path, out_alias, as_json):
     """Write a synthetic trace (Poisson arrivals, Azure-like token counts)."""
     from coldscope.cli.progress import bar, wanted
+    from coldscope.safeio import check_output_target
     from coldscope.traces import check_synth_size, parse_rate, synthesize, write_trace
 
     if out_path and out_alias:
@@ -40,6 +41,7 @@ def synth(days, rate, diurnal, bursts, idle_nights, seed, out_path, out_alias, a
         raise ColdscopeError("give the output file: -o/--output FILE.csv or FILE.parquet")
     if not Path(out_path).parent.is_dir():
         raise ColdscopeError(f"cannot write {out_path}: no such directory")
+    check_output_target(out_path)  # before the work: never a device node, FIFO or directory
     per_s = parse_rate(rate)
     check_synth_size(days, per_s)
     with bar("generating", wanted(as_json)) as update:

@@ -164,10 +164,12 @@ def _new_session(command, env, budget, max_loss, timeout, bundle_file, engine_py
 def bundle(output, tune_session, cache_key, store_path, as_json):
     """Pack the caches a tuned configuration relies on, with a manifest (engine, torch and
     Python versions, model hash, machine), for `profile --bundle` / `tune --bundle`."""
+    from coldscope.safeio import check_output_target
     from coldscope.store import default_store_path
     from coldscope.tune import session as ts
     from coldscope.tune.bundle import pack_session
 
+    check_output_target(output)  # before the work: never a device node, FIFO or directory
     store_file = Path(store_path) if store_path else default_store_path()
     directory = ts.find_session(store_file, tune_session)
     manifest = pack_session(directory, Path(output), cache_key=cache_key)
@@ -176,6 +178,7 @@ def bundle(output, tune_session, cache_key, store_path, as_json):
     else:
         echo(f"wrote {output}: caches of {manifest['config']['cache_key']} for vLLM "
              f"{manifest['engine']['version']} (torch {manifest['engine']['torch']}), "
-             f"model {manifest['model']['name']} ({manifest['model']['sha256'][:12]}), "
+             f"model {manifest['model']['name']} "
+             f"({(manifest['model']['sha256'] or 'not hashed')[:12]}), "
              f"{manifest['size_bytes'] / 1e6:.1f} MB")
         echo("use it: coldscope profile --bundle " + shlex.quote(output) + " -- COMMAND")
