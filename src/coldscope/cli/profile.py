@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -281,20 +282,36 @@ def _print_many(parsed, *, vs_paper: bool, saved: bool, as_json: bool) -> None:
     from rich.text import Text
 
     out = console()
-    table = Table(title=f"{len(parsed)} logs", title_justify="left", box=box.SIMPLE_HEAVY)
-    for col in ("log", "status", "engine", "model", "ready (s)", "reason / stored as"):
+    # names relative to the folder they share, which the title names once (narrow terminals)
+    names = [p.source.name for p in parsed]
+    files = [n for n in names if n != "-"]
+    common = os.path.commonpath(files) if len(files) > 1 else ""
+    if common and common in files:  # one of them is the common path itself: keep names whole
+        common = ""
+    shown = {n: os.path.relpath(n, common) if common and n != "-" else n for n in names}
+    title = f"{len(parsed)} logs" + (f" in {common}" if common else "")
+    table = Table(title=Text(title), title_justify="left", box=box.SIMPLE_HEAVY)
+    widest = max(len(x) for x in shown.values())
+    cols = ["log", "status", "ready (s)", "engine", "model"] + (["stored as"] if saved else [])
+    for col in cols:
         table.add_column(col, justify="right" if col == "ready (s)" else "left",
-                         overflow="fold")
+                         overflow="fold", min_width=min(widest, 48) if col == "log" else None,
+                         no_wrap=col in ("status", "ready (s)"))
     for p in parsed:
         run = p.run
         engine = f"{run.engine.name} {run.engine.version or '?'}" if run is not None else ""
         model = (run.model.name or run.model.path or "") if run is not None else ""
         ready = f"{run.time_to_ready_s:.2f}" if run is not None and \
             run.time_to_ready_s is not None and run.status == "ok" else ""
-        tail = p.reason or (run.id if saved and run is not None else "")
+        cells = [shown[p.source.name], p.status, ready, engine, model]
+        if saved:
+            cells.append(run.id if run is not None else "")
         # cells as plain text: a file name or a quoted log line may hold [brackets]
-        table.add_row(*(Text(x) for x in (p.source.name, p.status, engine, model, ready, tail)))
+        table.add_row(*(Text(x) for x in cells))
     out.print(table)
+    for p in parsed:  # why, under the table: a reason is a sentence, not a cell
+        if p.reason:
+            out.print(Text(f"{shown[p.source.name]}: {p.status}: {p.reason}"))
     for g in fleet:
         t = Table(title=Text(f"fleet: {g.engine} {g.version or 'unknown version'} · "
                              f"{g.model or 'unknown model'} · {g.count} ok run(s)"),

@@ -99,6 +99,8 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 #: ``/src/sglang_0.5.7/``.
 VERSION = re.compile(r"(?:\bSGLang[ _]?[Vv]ersion[:=]?\s*v?|\bsglang(?:==|\s+version:?\s+v?))"
                      r"(?P<v>\d+\.\d+(?:\.\d+)?(?:[\w.+-]*\w)?)")
+#: The banner as a container prints it: the whole line is ``SGLang Version X``.
+BANNER_LINE = re.compile(r"SGLang[ _]?[Vv]ersion[:=]?\s*v?\d+\.\d+(?:\.\d+)?(?:[\w.+-]*\w)?")
 #: A tqdm bar's last frame of the piecewise pass's compile: ``58/58 [00:08<00:00``.
 COMPILE_BAR = re.compile(r"Compiling num tokens.*?\|\s*(?P<n>\d+)/(?P=n)\s*"
                          r"\[(?:(?P<h>\d+):)?(?P<m>\d+):(?P<sec>\d+)<")
@@ -203,7 +205,9 @@ def _parse_clean(lines: Sequence[str]) -> SGLangEvidence:
                 continue
             if ev.version is None and (v := VERSION.search(seg)):
                 ev.version = v.group("v")
-                ev.banner = v.group(0).lower().startswith("sglang version")
+                # the container's banner is a line of its own; quoted in prose it proves nothing
+                ev.banner = (v.group(0).lower().startswith("sglang version")
+                             and BANNER_LINE.fullmatch(seg.strip()) is not None)
             m = STAMP.search(seg)
             if m is None:
                 in_traceback = _unstamped(ev, i, seg, in_traceback)

@@ -404,6 +404,10 @@ def parse_vllm_log(lines: Iterable[str]) -> LogEvidence:
     version = None
     v0_engine = False
     for ln in parsed:
+        # a version counts from the engine's own line (its time or process prefix, or the
+        # banner's block letters), never from prose that quotes one (a README, a ticket)
+        if ln.wallclock is None and ln.process is None and "\u2588" not in ln.message:
+            continue
         for pat in _VERSION_PATTERNS:
             m = pat.search(ln.message)
             if m:
