@@ -335,3 +335,15 @@ def test_wrapped_and_repeated_lines_give_the_same_timeline(shared):
     twice = [y for x in lines for y in ((x, x) if STAMP.match(x) else (x,))]
     assert read(twice).timeline.stages == clean.stages
     assert SGLang().read_log(["pip freeze:", "sglang==0.5.7", "vllm==0.13.0"]) is None
+
+
+@pytest.mark.parametrize("readme", ["fixtures/wild-logs/README.md", "fixtures/vllm-logs/README.md"])
+def test_prose_that_quotes_engine_lines_is_no_log(shared, readme):
+    """The fixtures' READMEs quote both engines' version lines and banners ("SGLang Version
+    0.5.11+05fb6a52", "vLLM API server version 0.13.0") inside tables and backticks: no engine
+    may claim them, so `parse DIR` refuses them instead of reporting a failed start-up."""
+    lines = lines_of(shared, readme)
+    if "wild" in readme:  # it quotes both engines' version lines
+        assert any("SGLang Version 0.5.11" in line for line in lines)
+        assert any("vLLM API server version 0.13.0" in line for line in lines)
+    assert engines.read_log(lines) is None
