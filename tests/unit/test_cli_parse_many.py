@@ -70,13 +70,18 @@ def test_a_directory_gives_one_line_per_log_and_a_fleet_summary(fleet):
     proc = run_cli("logs", cwd=fleet.parent)  # relative names keep the table's rows short
     assert proc.returncode == 0, proc.stderr  # failed, refused and skipped are not read errors
     out = proc.stdout.decode()
-    # a row's first line: log, status, ... (long reasons fold onto the next lines)
+    # the folder they share is named once, in the title; rows name each log relative to it
+    assert out.splitlines()[0].strip() == "6 logs in logs"
+    names = {"a.log", "b-crash.log", "notes.txt", "sub/c.log.gz", "sub/d.log.1", "sub/pipe"}
     rows = {line.split()[0]: line.split()[1] for line in out.splitlines()
-            if line.strip().startswith("logs/")}
-    assert rows == {"logs/a.log": "ok", "logs/b-crash.log": "failed", "logs/notes.txt": "refused",
-                    "logs/sub/c.log.gz": "ok", "logs/sub/d.log.1": "ok",
-                    "logs/sub/pipe": "skipped"}
-    assert "FIFO" in out and "out of" in out
+            if line.split() and line.split()[0] in names}
+    assert rows == {"a.log": "ok", "b-crash.log": "failed", "notes.txt": "refused",
+                    "sub/c.log.gz": "ok", "sub/d.log.1": "ok", "sub/pipe": "skipped"}
+    # each reason is one line under the table, after the log's name and status
+    assert any(line.startswith("sub/pipe: skipped: ") and "FIFO" in line
+               for line in out.splitlines())
+    assert any(line.startswith("b-crash.log: failed: ") and "out of" in line
+               for line in out.splitlines())
     assert "fleet: sglang 0.5.9 · m-7b · 3 ok run(s)" in out
     # time to ready 100, 60, 80 -> p50 80, p90 80 + 0.8 * (100 - 80) = 96
     [ttr] = [line for line in out.splitlines() if line.strip().startswith("time to ready")]
