@@ -120,6 +120,23 @@ def union_length(intervals: Iterable[tuple[float, float]]) -> float:
     return total
 
 
+def subtract(window: tuple[float, float],
+             cuts: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The parts of ``window`` that no interval in ``cuts`` covers, in time order (a stage's
+    span less the phases inside it that are counted elsewhere)."""
+    start, end = window
+    pieces, cur = [], start
+    for a, b in sorted(cuts):
+        if b <= cur or a >= end:
+            continue
+        if a > cur:
+            pieces.append((cur, a))
+        cur = max(cur, b)
+    if cur < end:
+        pieces.append((cur, end))
+    return pieces
+
+
 def reconcile(
     spans: Iterable[Span],
     time_to_ready: float,

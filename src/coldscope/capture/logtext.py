@@ -82,7 +82,8 @@ class CleanLines:
         return out
 
 
-def _as_text(line: object) -> str:
+def as_text(line: object) -> str:
+    """A line as text: bytes decoded as UTF-8 with replacement, anything else empty."""
     if isinstance(line, str):
         return line
     if isinstance(line, bytes | bytearray):
@@ -131,14 +132,14 @@ def normalise(lines: Iterable[object], *, drop_repeats: bool = True) -> CleanLin
     ``without_repeats`` after its own judgement.
     """
     if isinstance(lines, str | bytes | bytearray):
-        lines = split_lines(_as_text(lines))
+        lines = split_lines(as_text(lines))
     kept: list[str] = []
     source: list[int] = []
     dropped: dict[str, int] = {}
     prefixed = 0
     partial = ""
     for i, raw in enumerate(lines):
-        text = _as_text(raw).lstrip("\ufeff")
+        text = as_text(raw).lstrip("\ufeff")
         if m := _CRI_PARTIAL.match(text):  # joined with the pieces that follow
             partial += text[m.end():]
             prefixed += 1

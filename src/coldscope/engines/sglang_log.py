@@ -51,7 +51,7 @@ from coldscope.stages import (
     SERVER_READY,
     TORCH_COMPILE,
 )
-from coldscope.timeline import Span, Timeline, from_durations, reconcile
+from coldscope.timeline import Span, Timeline, from_durations, reconcile, subtract
 
 #: The source name of stages timed on the log's own clock between lines (as vLLM's reading).
 LOG_CLOCK = "log-clock"
@@ -344,18 +344,6 @@ def _placed(tb: float | None, te: float | None,
     return (start, start + secs)
 
 
-def _subtract(window: tuple[float, float], cuts: list[tuple[float, float]]):
-    start, end = window
-    pieces, cur = [], start
-    for a, b in sorted(cuts):
-        if b <= cur or a >= end:
-            continue
-        if a > cur:
-            pieces.append((cur, a))
-        cur = max(cur, b)
-    if cur < end:
-        pieces.append((cur, end))
-    return pieces
 
 
 def sglang_spans(ev: SGLangEvidence, clock: Callable[[Event], float | None], *,
@@ -437,7 +425,7 @@ def sglang_spans(ev: SGLangEvidence, clock: Callable[[Event], float | None], *,
 
     for _, e, window in passes:
         phase = (e.phase or "decode").lower().replace(" ", "_")
-        for lo, hi in _subtract(window, compiles):
+        for lo, hi in subtract(window, compiles):
             add(CUDA_GRAPH_CAPTURE, lo, hi)
             add(f"{CUDA_GRAPH_CAPTURE}/{phase}", lo, hi)
         steps_end.append(window[1])

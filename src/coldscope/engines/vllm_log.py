@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
+from coldscope.capture.logtext import as_text
 from coldscope.stages import (
     BOOTSTRAP,
     CUDA_GRAPH_CAPTURE,
@@ -37,7 +38,7 @@ from coldscope.stages import (
     TORCH_COMPILE,
     substep,
 )
-from coldscope.timeline import Span, Timeline, from_durations, reconcile
+from coldscope.timeline import Span, Timeline, from_durations, reconcile, subtract
 
 # Record names (the vocabulary of the log, mapped once onto the shared stage names).
 WEIGHTS = substep(MODEL_LOADING, "weights")
@@ -327,12 +328,6 @@ def _process_of(tag: str) -> str:
     return tag.lower()
 
 
-def _as_text(line: object) -> str:
-    if isinstance(line, str):
-        return line
-    if isinstance(line, bytes | bytearray):
-        return bytes(line).decode("utf-8", errors="replace")
-    return ""
 
 
 def _wallclock_seconds(text: str) -> float | None:
@@ -357,7 +352,7 @@ class _Line:
 
 
 def _split(raw: object) -> _Line:
-    text = _ANSI.sub("", _as_text(raw)).rstrip("\r\n")
+    text = _ANSI.sub("", as_text(raw)).rstrip("\r\n")
     rest, process, pid, tag = text, None, None, None
     m = _PREFIX.match(rest)
     if m:
@@ -398,7 +393,7 @@ def parse_vllm_log(lines: Iterable[str]) -> LogEvidence:
     bytes or junk never raise. A whole text passed as one string is split into lines.
     """
     if isinstance(lines, str | bytes):
-        lines = _as_text(lines).splitlines()
+        lines = as_text(lines).splitlines()
     parsed = [_split(raw) for raw in lines]
 
     version = None
@@ -705,18 +700,6 @@ def log_timeline(ev: LogEvidence) -> Timeline:
 # Spans for the profiler (arrival times known)
 
 
-def _subtract(window: tuple[float, float], cuts: Iterable[tuple[float, float]]):
-    start, end = window
-    pieces, cur = [], start
-    for a, b in sorted(cuts):
-        if b <= cur or a >= end:
-            continue
-        if a > cur:
-            pieces.append((cur, a))
-        cur = max(cur, b)
-    if cur < end:
-        pieces.append((cur, end))
-    return pieces
 
 
 def _next(records: Sequence[LogRecord], after: int, pid: int | None = None, any_pid=False):
@@ -787,7 +770,7 @@ def log_spans(ev: LogEvidence, arrival: Sequence[float]) -> list[Span]:
         if r.duration is None:
             continue
         init_start = at(r) - r.duration if init_start is None else init_start
-        for a, b in _subtract((at(r) - r.duration, at(r)), compiling):
+        for a, b in subtract((at(r) - r.duration, at(r)), compiling):
             spans.append(span(KV_CACHE_PROFILING, a, b, r))
     if not init:  # V0: weights loaded -> KV cache sized
         sized = ev.named(KV_CACHE_SIZED)
@@ -1374,7 +1357,7 @@ def read_startup(lines: Iterable[object]) -> Startup:
     from coldscope.capture.logtext import normalise, split_lines, without_repeats
 
     if isinstance(lines, str | bytes | bytearray):
-        lines = split_lines(_as_text(lines))
+        lines = split_lines(as_text(lines))
     clean = normalise(lines, drop_repeats=False)
     parsed = [_split(t) for t in clean.lines]
     keep, notes, refused = _drop_out_of_order(clean, parsed)
