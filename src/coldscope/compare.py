@@ -312,10 +312,10 @@ def compare(a: Iterable[Run | Mapping[str, Any] | Sample],
         if side.n < 2:
             notes.append(f"{name} has {side.n} usable run(s): no interval, every verdict "
                          "unresolved")
-        cached = {s.cache for s in (ok_a if name == "a" else ok_b)} - {None}
+        cached = {s.cache for s in (ok_a if name == "a" else ok_b) if s.cache is not None}
         if cache is None and len(cached) > 1:
             notes.append(f"{name} mixes cache states ({', '.join(sorted(cached))})")
-        configs = {s.config for s in (ok_a if name == "a" else ok_b)} - {None}
+        configs = {s.config for s in (ok_a if name == "a" else ok_b) if s.config is not None}
         if len(configs) > 1:
             notes.append(f"{name} mixes {len(configs)} configurations (command or "
                          "environment differ between its runs)")
