@@ -49,9 +49,13 @@ def compare_cmd(cmd_a, cmd_b, runs_a, runs_b, repeat, cache, fail_if_slower, tim
     """Compare two configurations' start-ups: per stage, per sub-step and time to ready, the
     means, b - a with a 95 % interval, and a verdict (faster, slower, unresolved). E.g.
 
-    coldscope compare --repeat 3 --cache warm --a 'python -m vllm.entrypoints.openai.api_server
-    --model models/tiny' --b 'python -m vllm.entrypoints.openai.api_server --model models/tiny
-    --enforce-eager'
+    \b
+    coldscope compare --repeat 3 --cache warm \\
+      --a 'python -m vllm.entrypoints.openai.api_server --model models/tiny' \\
+      --b 'python -m vllm.entrypoints.openai.api_server --model models/tiny --enforce-eager'
+    coldscope compare --runs-a NAME:a --runs-b NAME:b --fail-if-slower 5%
+
+    Exit 1 when --fail-if-slower trips; docs/compare.md has the method.
     """
     from coldscope.compare import parse_threshold, regression
 
