@@ -54,7 +54,7 @@ lint: setup
 	$(VENV)/bin/mypy
 
 bench: setup models/tiny
-	@for b in benches/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	$(PY) benches/run_all.py
 
 clean:
 	rm -rf .coldscope models

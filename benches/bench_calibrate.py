@@ -24,6 +24,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from benchlib import could_not_run, figure
+
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT.parent / "shared" / "data" / "paper"
 FIGURES = {"L40S (figure 10)": "figure-10/gpu1", "Xeon (figure 11)": "figure-11/cpu1"}
@@ -45,6 +47,10 @@ def main() -> int:
     ap.add_argument("--paper", type=Path, default=PAPER)
     args = ap.parse_args()
     paper = args.paper
+    if not paper.is_dir():
+        could_not_run("calibrated pairs meeting MSE <= 0.3 s^2 and max <= 1.0 s",
+                      f"no paper data in {paper}")
+        return 0
     base = StartupModel().fit(observations_from_paper(paper), paper_environment(paper),
                               {"capture_sizes": PAPER_CAPTURE_SIZES}, source=str(paper))
     lomo = base.file_.lomo
@@ -52,6 +58,11 @@ def main() -> int:
     print(f"LOMO on the main table: MSE {lomo.total.mse:.3f} s^2, max |error| "
           f"{lomo.total.max_abs:.3f} s, {lomo.total.coverage} inside their 90 % interval "
           "(target: <= 0.253 s^2 / 1.16 s)")
+    figure("LOMO of the total on the paper's main table (MSE / max |error|)",
+           f"{lomo.total.mse:.3f} s^2 / {lomo.total.max_abs:.3f} s",
+           target="<= 0.253 s^2 / 1.16 s (no worse than before, at the 2 decimals it was "
+                  "given to)",
+           met=lomo.total.mse <= 0.253 and round(lomo.total.max_abs, 2) <= 1.16)
     all_ok = True
     for label, table in FIGURES.items():
         timings = paper / "figures" / table / "avg_comparison_results.json"
@@ -128,6 +139,10 @@ def main() -> int:
         acc_rows = [r for r in rows if r[0]]
         met = sum(r[1] <= MSE_TARGET and r[2] <= MAX_TARGET for r in acc_rows)
         all_ok &= met == len(acc_rows)
+        figure(f"{label}: accepted pairs meeting the targets", f"{met} of {len(acc_rows)} "
+               f"(median MSE of all pairs {statistics.median(r[1] for r in rows):.3f} s^2)",
+               target=f"all (MSE <= {MSE_TARGET} s^2, max <= {MAX_TARGET} s)",
+               met=met == len(acc_rows))
         med = statistics.median
         print(f"  all pairs: median MSE {med(r[1] for r in rows):.3f} s^2, median max "
               f"{med(r[2] for r in rows):.2f} s; accepted pairs: {len(acc_rows)}, meeting the "
@@ -177,7 +192,7 @@ def main() -> int:
           f"[{c.interval.low:.2f}, {c.interval.high:.2f}] served by "
           f"{served.formula if served else 'the LOMO choice'} (issue 13: the layer formula, "
           "19.37 s, over-predicts by 2.5 s; issue 24's range rule serves what stays in range)")
-    return 0 if all_ok else 1
+    return 0  # met or not, the figures say (benchlib's protocol)
 
 
 def _transfer(t: object, mean: float) -> float:

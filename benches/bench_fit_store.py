@@ -22,6 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.shapes
 
+from benchlib import figure  # noqa: E402
+
 
 def build(base: Path, n: int, template: dict) -> Path:
     """A store of ``n`` runs over eight config-only shapes, written in one transaction
@@ -85,6 +87,8 @@ def main() -> int:
     t3 = time.perf_counter()
     print(f"read runs {t1 - t0:.2f} s, observations {t2 - t1:.2f} s, fit {t3 - t2:.2f} s "
           f"({len(observations)} observations)")
+    figure(f"fit --store on {args.runs} runs: read / observations / fit",
+           f"{t1 - t0:.2f} s / {t2 - t1:.2f} s / {t3 - t2:.2f} s")
     # the cost of the progress callback (a COUNT(*) and a call every 100 records), interleaved
     for _ in range(args.repeat):
         for label, cb in (("without progress", None), ("with progress", lambda d, t: None)):

@@ -34,6 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchlib import could_not_run, figure
+
 ROOT = Path(__file__).resolve().parents[1]
 SRC = Path(os.environ.get("COLDSCOPE_SRC", ROOT / "src")).resolve()
 SHARED = ROOT.parent / "shared"
@@ -52,10 +54,13 @@ def timed(fn, repeat: int) -> list[float]:
     return out
 
 
-def report(name: str, ms: list[float]) -> None:
+def report(name: str, ms: list[float], target_ms: float | None = None) -> None:
     ms = sorted(ms)
     p95 = ms[min(len(ms) - 1, int(0.95 * len(ms)))]
     print(f"{name:<58} median {statistics.median(ms):8.3f} ms   p95 {p95:8.3f} ms   n={len(ms)}")
+    if target_ms is not None:
+        figure(f"speed: {name}, median", f"{statistics.median(ms):.3f} ms",
+               target=f"< {target_ms:g} ms", met=statistics.median(ms) < target_ms)
 
 
 def extremes(observations) -> dict[str, list[str]]:
@@ -76,6 +81,8 @@ def accuracy(model, observations, environment, settings) -> None:
     lomo = model.to_dict()["lomo"]["total"]
     print(f"LOMO (12 dense training models, nested): MSE {lomo['mse']:.3f} s^2, "
           f"max |error| {lomo['max_abs']:.3f} s, {lomo.get('coverage', '?')} inside 90 %")
+    figure("LOMO of the total, 12 dense paper models (MSE / max / inside 90 %)",
+           f"{lomo['mse']:.3f} s^2 / {lomo['max_abs']:.2f} s / {lomo.get('coverage', '?')}")
     errors, covered, stage_in, stage_n, widths = [], 0, 0, 0, []
     stage_err: dict[str, list[float]] = {}
     for m, labels in extremes(observations).items():
@@ -111,6 +118,8 @@ def accuracy(model, observations, environment, settings) -> None:
           f"{max(abs(e) for e in errors):.3f} s, totals {covered}/{len(errors)} inside 90 %, "
           f"stages {stage_in}/{stage_n} inside, mean width of the total's interval "
           f"{statistics.mean(widths):.2f} s")
+    figure("extrapolation folds: deepest, largest, smallest held out (MSE / max / inside)",
+           f"{mse:.3f} s^2 / {max(abs(e) for e in errors):.2f} s / {covered} of {len(errors)}")
     print("  per-stage error on these folds (s): " + ", ".join(
         f"{b} " + "/".join(f"{e:+.2f}" for e in errs) for b, errs in stage_err.items()))
 
@@ -179,10 +188,16 @@ def validation(truths_path: str | None, tmp: Path) -> None:
         print(f"validation: MSE {mse:.3f} s^2 (target <= {TARGET_MSE}), max |error| {worst:.3f} "
               f"s (target <= {TARGET_MAX}), {covered}/{len(errors)} inside their 90 % interval"
               f"  [paper: 2.42 s^2 / 2.08 s]")
+        figure("the paper's five validation models (MSE / max)", f"{mse:.3f} s^2 / "
+               f"{worst:.2f} s", target=f"<= {TARGET_MSE} s^2 / {TARGET_MAX} s",
+               met=mse <= TARGET_MSE and worst <= TARGET_MAX)
     else:
         print("validation: NOT SCORED - the five models' timings are not in this repository or "
               f"in {SHARED} (removed from every timing file; the paper data's README); pass "
               "--truths FILE to score MSE, largest error and coverage")
+        could_not_run("the paper's five validation models (MSE / max)",
+                      "their timings are not in this repository (--truths FILE)",
+                      target=f"<= {TARGET_MSE} s^2 / {TARGET_MAX} s")
 
 
 def speed(model, tmp: Path) -> None:
@@ -194,11 +209,11 @@ def speed(model, tmp: Path) -> None:
     features = model_features(MODEL_DIR)
     loaded = StartupModel.load(path)
     report("StartupModel.predict (model in memory)",
-           timed(lambda: loaded.predict(features), 2000))
+           timed(lambda: loaded.predict(features), 2000), target_ms=100)
     report("StartupModel.load + predict", timed(lambda: StartupModel.load(path).predict(
         features), 300))
     report("estimate_startup(file, model dir)  [load+features+predict]",
-           timed(lambda: estimate_startup(path, MODEL_DIR), 300))
+           timed(lambda: estimate_startup(path, MODEL_DIR), 300), target_ms=100)
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     cli = [sys.executable, "-m", "coldscope.cli.main", "predict", str(MODEL_DIR),
            "--startup-model", str(path), "--json"]
@@ -213,6 +228,9 @@ def main() -> None:
     parser.add_argument("--truths", help="JSON {model: seconds} of the five validation models")
     parser.add_argument("--no-speed", action="store_true", help="skip the timing section")
     args = parser.parse_args()
+    if not PAPER.is_dir():
+        could_not_run("LOMO of the total, 12 dense paper models", f"no paper data in {PAPER}")
+        return
     sys.path.insert(0, str(SRC))
     from coldscope.predict.paper import (
         PAPER_CAPTURE_SIZES,

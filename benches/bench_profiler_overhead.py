@@ -22,6 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchlib import could_not_run, engine_missing, figure
+
 from coldscope.engines import resolve
 from coldscope.runner import RunConfig, run_once
 
@@ -38,6 +40,11 @@ def main() -> int:
                     help="what 'on' turns on (default: probe and OTLP receiver, as profile does;"
                          " 'none' is an A/A control that measures the bench's own noise)")
     args = ap.parse_args()
+    missing = engine_missing(args.model)
+    if missing:
+        could_not_run("profiler overhead: median on/off time to ready", missing,
+                      target="<= 1.01")
+        return 0
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", args.model,
                "--host", "127.0.0.1", "--port", str(args.port), "--max-model-len", "256",
                "--max-num-seqs", "4", "--dtype", "bfloat16"]
@@ -52,13 +59,13 @@ def main() -> int:
                         spans=on and args.arm in ("both", "spans"),
                         cache_root=root / "caches", first_request=False)
         record, evidence = run_once(cfg)
-        if record["status"] != "ok":
-            raise SystemExit(f"run failed: {record['reason']}")
-        if record.get("probe_cost_s") is not None:
-            probe_costs.append(record["probe_cost_s"] / record["time_to_ready_s"])
+        if record.status != "ok" or record.time_to_ready_s is None:
+            raise SystemExit(f"run failed: {record.reason}")
+        if record.probe_cost_s is not None:
+            probe_costs.append(record.probe_cost_s / record.time_to_ready_s)
         spans, _ = resolve(command).log_spans([(t, text) for t, text in evidence["log"]])
         log_marks[on].append({s.name: (s.start, s.end) for s in spans})
-        return record["time_to_ready_s"]
+        return record.time_to_ready_s
 
     if args.cache == "warm":
         print("priming the warm cache ...", flush=True)
@@ -81,6 +88,12 @@ def main() -> int:
                       # the probe's self-timed cost, all processes summed, as a fraction of
                       # time to ready: a direct upper bound that machine noise cannot blur
                       "probe_self_time_fraction": max(probe_costs) if probe_costs else None}))
+    figure(f"profiler overhead ({args.arm}, {args.cache}): median on/off time to ready, "
+           f"{args.pairs} pairs", f"{median:.3f} ({level:.1%} interval {low:.3f}-{high:.3f})",
+           target="<= 1.01", met=median <= 1.01)
+    if probe_costs:
+        figure("probe self-time, share of time to ready (largest run)",
+               f"{max(probe_costs):.2%}")
     return 0
 
 

@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchlib import figure
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 SHARED = ROOT.parent / "shared"
@@ -165,6 +167,9 @@ def main() -> int:
           f"{server.get(0.005, 0) / n:.1%} under 5 ms")
     ok = pct(due, 0.99) <= 5.0 and result["errors"] == 0
     print(f"  target p99 <= 5 ms (from due time): {'met' if ok else 'NOT met'}")
+    figure(f"serve POST /v1/predict at {args.rate:g} req/s: p99 from due time (errors)",
+           f"{pct(due, 0.99):.2f} ms ({result['errors']} errors; load {load0:.1f})",
+           target="<= 5 ms, 0 errors", met=ok)
     return 0
 
 

@@ -25,6 +25,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from benchlib import figure
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 FIXTURES = ROOT.parent / "shared" / "fixtures"
@@ -137,6 +139,10 @@ def main() -> int:
     met = (not missing and len(stored) == args.replicas and lags and lags[-1] <= 1.0
            and idle_cpu / args.idle <= 0.05)
     print(f"  targets (all stored, each <= 1 s, idle <= 5 %): {'met' if met else 'NOT met'}")
+    figure(f"serve --watch, {args.replicas} logs: stored, worst ready->stored, idle CPU",
+           f"{len(stored)}/{args.replicas}, {lags[-1] if lags else float('nan'):.2f} s, "
+           f"{idle_cpu / args.idle * 100:.2f} % of a core (load {load0:.1f})",
+           target="all, <= 1 s, <= 5 %", met=bool(met))
     return 0
 
 

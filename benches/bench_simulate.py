@@ -27,6 +27,7 @@ if hasattr(os, "sched_setaffinity"):
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import figure  # noqa: E402
 from simpy_model import run_simpy  # noqa: E402
 
 from coldscope.sim.core import Simulator  # noqa: E402
@@ -59,6 +60,8 @@ def main() -> None:
         "simulate_s": round(sim, 2), "target_s": 60, "meets_target": sim <= 60,
         "ttft_p99_s": result["ttft_s"]["p99"], "cold_starts": result["cold_starts"],
         "gpu_hours": round(result["gpu_hours"], 1)}))
+    figure(f"simulate a {args.days:g}-day week at {args.rate:g} req/s ({len(week):,} requests),"
+           " one core", f"{sim:.1f} s", target="<= 60 s", met=sim <= 60)
 
     n = int(np.searchsorted(week.arrival, args.simpy_hours * 3600))
     work = workload(week.head(n), ReplicaSpec())
@@ -76,6 +79,9 @@ def main() -> None:
         "ratio": round(simpy_s / fast_s, 1), "target_ratio": 20,
         "meets_target": simpy_s / fast_s >= 20, "identical_results": same,
         "replicas_started": int(len(fast.replica_start))}))
+    figure(f"simulator vs SimPy on {args.simpy_hours:g} h of the week (identical results)",
+           f"{simpy_s / fast_s:.1f}x ({'identical' if same else 'DIFFERENT'})",
+           target=">= 20x, identical", met=simpy_s / fast_s >= 20 and same)
 
 
 if __name__ == "__main__":

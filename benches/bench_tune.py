@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from benchlib import could_not_run, engine_missing, figure
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -66,6 +68,9 @@ def show(name: str, doc: dict, target: float) -> bool:
           f"{best['time_to_ready_s']:.1f} s = {doc['speedup']:.2f}x (target >= {target}x: "
           f"{'met' if ok else 'NOT met'}); throughput "
           f"{'n/a' if tr is None else f'{100 * (tr - 1):+.0f} %'}; knobs {best['knobs']}")
+    figure(f"{name}: speed-up to ready vs default cold (budget {doc['budget']})",
+           f"{doc['speedup']:.2f}x ({doc['baseline_time_to_ready_s']:.1f} -> "
+           f"{best['time_to_ready_s']:.1f} s)", target=f">= {target}x", met=ok)
     return ok
 
 
@@ -117,6 +122,10 @@ def main() -> int:
                          "instead of its winner")
     args = ap.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
+    missing = engine_missing(ROOT / args.model)
+    if missing:
+        could_not_run("tune: speed-up to ready vs default cold", missing, target=">= 2.5x")
+        return 0
     if args.bundle_check:
         bundle_check(args.bundle_check, args)
         return 0
@@ -127,7 +136,7 @@ def main() -> int:
         results.append(show("tune --max-throughput-loss 10%",
                             run_session("tune-constrained", ["--max-throughput-loss", "10%"],
                                         args), 1.8))
-    return 0 if all(results) else 1
+    return 0  # met or not, the figures say (benchlib's protocol)
 
 
 if __name__ == "__main__":

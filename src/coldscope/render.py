@@ -15,6 +15,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from coldscope.compare import Comparison
+from coldscope.compare import Row as CompareRow
 from coldscope.records import Run
 from coldscope.safeio import clean_text
 from coldscope.stages import BUCKETS, STAGES
@@ -248,3 +250,94 @@ def failed_detail(run: Run) -> Group:
     tail = (run.log_tail or "").splitlines()[-15:]
     return Group(plain(f"run {run.id} failed: {run.reason}", style="bold red"),
                  plain("\n".join(tail), style="dim"))
+
+
+_VERDICT_STYLE = {"faster": "bold green", "slower": "bold red", "unresolved": "dim"}
+
+
+def comparison_table(result: Comparison) -> Group:
+    """``coldscope compare``: a headline (time to ready, b against a, with its interval and
+    verdict), then one row per stage with the means, b - a, its interval and the verdict;
+    resolved sub-steps under their stage; stages that are 0 s or unknown on both sides and
+    unresolved sub-steps are left out (``--json`` has them all)."""
+    ttr = result.time_to_ready
+    pct = int(round(result.confidence * 100))
+    head = Text("b vs a: ", style="bold")
+    if ttr.a_mean is not None and ttr.b_mean is not None:
+        head.append(f"time to ready {ttr.a_mean:.2f} s -> {ttr.b_mean:.2f} s, "
+                    f"{_signed(ttr.delta)} s")
+        if ttr.low is not None:
+            head.append(f" ({pct} % interval {_signed(ttr.low)} to {_signed(ttr.high)} s)")
+        head.append(": ")
+    head.append(_verdict_text(ttr.verdict), style=_VERDICT_STYLE[ttr.verdict])
+    parts: list = [head]
+    for side in ("a", "b"):
+        s = getattr(result, side)
+        what = s.command or s.label or ""
+        if s.env and s.command is None:
+            what = " ".join(f"{k}={v}" for k, v in s.env.items()) + " " + what
+        runs = f"{s.n} {result.cache + ' ' if result.cache else ''}run(s)"
+        parts.append(plain(f"  {side}: {what}  [{runs}]"))
+
+    table = Table(box=box.SIMPLE_HEAVY, title_justify="left")
+    for col, justify in (("stage", "left"), ("a (s)", "right"), ("b (s)", "right"),
+                         ("b - a (s)", "right"), (f"{pct} % interval (s)", "right"),
+                         ("verdict", "left")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    left_out: list[str] = []
+    hidden_substeps = 0
+    for bucket in BUCKETS:
+        r = result.stages[bucket]
+        if not r.a_mean and not r.b_mean:
+            left_out.append(bucket)
+            continue
+        table.add_row(bucket, *_row_cells(r))
+        for name, sr in result.substeps.items():
+            if name.split("/", 1)[0] != bucket:
+                continue
+            if sr.verdict == "unresolved":
+                hidden_substeps += 1
+                continue
+            table.add_row(plain("  └ " + name.split("/", 1)[1], style="dim"), *_row_cells(sr))
+    table.add_row(Text("time to ready", style="bold"), *_row_cells(ttr, bold=True))
+    parts.append(table)
+    foot = (f"Welch t-interval of b - a, {pct} %; verdict faster/slower only when the whole "
+            f"interval is below/above 0 and |b - a| >= {result.practical_size_s:.2f} s "
+            "(max(0.05 s, 1 % of a's time to ready)).")
+    if left_out:
+        foot += f" Not shown (0 s or unknown on both sides): {', '.join(left_out)}."
+    if hidden_substeps:
+        foot += f" {hidden_substeps} unresolved sub-step(s) not shown (--json has them)."
+    parts.append(Text(foot, style="dim"))
+    if result.order:
+        primes = " ".join(f"{p.side}" for p in result.primes)
+        parts.append(Text(f"order: {' '.join(result.order)}"
+                          + (f" (after primes {primes})" if primes else ""), style="dim"))
+    for side in ("a", "b"):
+        for ex in getattr(result, side).excluded:
+            parts.append(plain(f"left out of {side}: {ex.id or '?'} ({ex.reason})",
+                               style="yellow"))
+    for note in result.notes:
+        parts.append(plain(f"note: {note}", style="yellow"))
+    return Group(*parts)
+
+
+def _signed(v: float | None) -> str:
+    return "" if v is None else f"{v:+.2f}"
+
+
+def _verdict_text(verdict: str) -> str:
+    return {"faster": "b is faster", "slower": "b is slower",
+            "unresolved": "unresolved"}[verdict]
+
+
+def _row_cells(r: CompareRow, bold: bool = False) -> list:
+    def num(v: float | None) -> str:
+        return "" if v is None else f"{v:.2f}"
+
+    interval = f"{_signed(r.low)} to {_signed(r.high)}" if r.low is not None else \
+        "(too few runs)"
+    style = "bold" if bold else ""
+    return [Text(num(r.a_mean), style=style), Text(num(r.b_mean), style=style),
+            Text(_signed(r.delta), style=style), Text(interval, style=style),
+            Text(r.verdict, style=_VERDICT_STYLE[r.verdict])]

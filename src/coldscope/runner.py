@@ -32,7 +32,7 @@ import tempfile
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -677,13 +677,25 @@ def profile(config: RunConfig, store: Store | None = None, *,
     storing each as soon as it ends. Ctrl-C, SIGTERM and SIGHUP store the interrupted run as
     failed, stop the engine, and stop. ``on_launch(run)`` is called just before each engine
     starts and ``on_stage`` as in ``run_once`` (live progress displays)."""
+    todo = config.repeat
+    if config.cache == "warm" and not cache_dirs(config, "x").warm_filled:
+        todo += 1
+    return run_sequence([config] * todo, store, on_run=on_run, on_line=on_line,
+                        on_stage=on_stage, on_launch=on_launch)
+
+
+def run_sequence(configs: Sequence[RunConfig], store: Store | None = None, *,
+                 on_run: Callable[[Run], None] | None = None,
+                 on_line: Callable[[str], None] | None = None,
+                 on_stage: Callable[[str, float], None] | None = None,
+                 on_launch: Callable[[Run], None] | None = None) -> list[Run]:
+    """One start-up per config, in the order given (``repeat`` is not read, and an empty warm
+    cache is not primed first: the caller lists what it wants, e.g. ``compare``'s primes and
+    interleaved a/b runs), each stored as soon as it ends; interruptions as in ``profile``."""
     records = []
     if store is not None:
         recover_lost(store)
     sweep_stale_tmp()
-    todo = config.repeat
-    if config.cache == "warm" and not cache_dirs(config, "x").warm_filled:
-        todo += 1
 
     def on_start(run: Run) -> None:
         if store is not None:
@@ -692,7 +704,7 @@ def profile(config: RunConfig, store: Store | None = None, *,
             on_launch(run)
 
     with _signals_interrupt():
-        for _ in range(todo):
+        for config in configs:
             run_id = new_run_id()
             try:
                 run, evidence = run_once(config, run_id=run_id, on_line=on_line,

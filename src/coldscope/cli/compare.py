@@ -1,0 +1,148 @@
+"""``coldscope compare``: is b faster than a, stage by stage, with intervals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from coldscope.cli.common import console, echo, json_option, print_json, store_option
+from coldscope.errors import ColdscopeError
+
+if TYPE_CHECKING:
+    from coldscope.compare import Comparison
+
+
+@click.command()
+@click.option("--a", "cmd_a", default=None, metavar="'CMD'",
+              help="Configuration a: one shell command line; leading VAR=value words are its "
+                   "environment.")
+@click.option("--b", "cmd_b", default=None, metavar="'CMD'", help="Configuration b, likewise.")
+@click.option("--runs-a", "runs_a", default=None, metavar="SEL[,SEL...]",
+              help="Instead of --a: stored runs (ids, id prefixes or labels, e.g. NAME:a of an "
+                   "earlier compare, or a profile --label).")
+@click.option("--runs-b", "runs_b", default=None, metavar="SEL[,SEL...]",
+              help="Instead of --b: stored runs, likewise.")
+@click.option("--repeat", default=3, show_default=True, type=click.IntRange(1, 1000),
+              help="Measured start-ups of each side (interleaved a b a b ...).")
+@click.option("--cache", type=click.Choice(["cold", "warm"]), default="cold", show_default=True,
+              help="cold: fresh empty caches per start-up; warm: each side primed once, then "
+                   "started on the caches its prime left.")
+@click.option("--fail-if-slower", "fail_if_slower", default=None, metavar="X",
+              help="Exit 1 when b is resolvably slower than a by more than X: seconds (2s) or "
+                   "a percent of a's time to ready (5%).")
+@click.option("--timeout", default=900.0, show_default=True, type=click.FloatRange(min=1),
+              help="Seconds from launch to ready before a start-up is failed.")
+@click.option("--label", "name", default=None,
+              help="Name of this comparison; its runs are labelled NAME:a and NAME:b "
+                   "(default compare-<time>).")
+@click.option("--cache-root", default=".coldscope/compare", show_default=True,
+              type=click.Path(file_okay=False),
+              help="Where the comparison's caches and run directories live.")
+@click.option("--keep-caches", is_flag=True, help="Keep the warm caches after the comparison.")
+@click.option("--show-output", is_flag=True, help="Echo the engines' output.")
+@store_option
+@json_option
+def compare_cmd(cmd_a, cmd_b, runs_a, runs_b, repeat, cache, fail_if_slower, timeout, name,
+                cache_root, keep_caches, show_output, store_path, as_json):
+    """Compare two configurations' start-ups: per stage, per sub-step and time to ready, the
+    means, b - a with a 95 % interval, and a verdict (faster, slower, unresolved). E.g.
+
+    \b
+    coldscope compare --repeat 3 --cache warm \\
+      --a 'python -m vllm.entrypoints.openai.api_server --model models/tiny' \\
+      --b 'python -m vllm.entrypoints.openai.api_server --model models/tiny --enforce-eager'
+    coldscope compare --runs-a NAME:a --runs-b NAME:b --fail-if-slower 5%
+
+    Exit 1 when --fail-if-slower trips; docs/compare.md has the method.
+    """
+    from coldscope.compare import parse_threshold, regression
+
+    threshold = parse_threshold(fail_if_slower) if fail_if_slower is not None else None
+    live = cmd_a is not None or cmd_b is not None
+    stored = runs_a is not None or runs_b is not None
+    if live == stored or (live and None in (cmd_a, cmd_b)) or \
+            (stored and None in (runs_a, runs_b)):
+        raise ColdscopeError("give either --a and --b (commands to start) or --runs-a and "
+                             "--runs-b (stored runs)")
+    if live:
+        result = _measure(cmd_a, cmd_b, repeat=repeat, cache=cache, timeout=timeout, name=name,
+                          cache_root=Path(cache_root), keep_caches=keep_caches,
+                          show_output=show_output, store_path=store_path, as_json=as_json)
+    else:
+        result = _stored(runs_a, runs_b, store_path)
+    if as_json:
+        print_json(result.to_json())
+    else:
+        from coldscope.render import comparison_table
+
+        console().print(comparison_table(result))
+    for side in ("a", "b"):
+        if getattr(result, side).n == 0:
+            raise ColdscopeError(f"{side} has no usable run; see `coldscope runs`")
+    if threshold is not None:
+        why = regression(result, threshold)
+        if why:
+            echo(f"fail: {why}", err=True)
+            raise SystemExit(1)  # 1, not the 2 of a usage error: a regression gate tripped
+
+
+def _measure(cmd_a, cmd_b, *, repeat, cache, timeout, name, cache_root, keep_caches,
+             show_output, store_path, as_json) -> Comparison:
+    from coldscope.cli.progress import StartupProgress, wanted
+    from coldscope.interleave import arms, run_ab
+    from coldscope.runner import new_run_id
+    from coldscope.store import Store
+
+    name = name or f"compare-{new_run_id()}"
+    root = cache_root / name
+    two = arms(cmd_a, cmd_b, name=name, cache=cache, cache_root=root / "caches",
+               timeout=timeout)
+    store = Store(store_path)
+    total = 2 * repeat + (2 if cache == "warm" else 0)
+    live = StartupProgress(wanted(as_json), total)
+    show_line = (lambda line: echo(f"  │ {line}", err=True)) if show_output and not as_json \
+        else None
+    if not as_json:
+        echo(f"compare {name}: {repeat} {cache} start-up(s) of a and of b, interleaved"
+             + (", after one prime each" if cache == "warm" else "") + f" ({total} in all)",
+             err=True)
+
+    def on_run(side, prime, run) -> None:
+        live.done()
+        if not as_json:
+            what = f"{side} (prime)" if prime else side
+            how = f"ready in {run.time_to_ready_s:.2f} s" if run.status == "ok" else \
+                f"failed: {run.reason}"
+            echo(f"  {what:9} {run.id}  {run.cache or '?':4}  {how}", err=True)
+
+    with live:
+        done = run_ab(two, name=name, repeat=repeat, cache=cache, store=store,
+                      keep_caches=keep_caches, on_run=on_run, on_line=show_line,
+                      on_stage=live.stage, on_launch=live.launched)
+    return done.comparison()
+
+
+def _stored(runs_a: str, runs_b: str, store_path) -> Comparison:
+    from coldscope.compare import compare
+    from coldscope.selection import parse_selectors, select_runs
+    from coldscope.store import Store
+
+    with Store(store_path, create=False) as store:
+        every = store.runs(status=None)
+    sides = {}
+    for side, text in (("a", runs_a), ("b", runs_b)):
+        sel = parse_selectors(text)
+        if not sel:
+            raise ColdscopeError(f"--runs-{side} names no runs")
+        chosen = [r for r in select_runs(every, sel) if r.status != "running"]
+        if not chosen:
+            raise ColdscopeError(f"no stored runs match --runs-{side} {text}")
+        sides[side] = (chosen, text)
+    overlap = {r.id for r in sides["a"][0]} & {r.id for r in sides["b"][0]}
+    if overlap:
+        raise ColdscopeError(f"{len(overlap)} run(s) match both sides (first: "
+                             f"{sorted(overlap)[0]}); choose disjoint runs")
+    return compare(sides["a"][0], sides["b"][0],
+                   a_info={"label": sides["a"][1]}, b_info={"label": sides["b"][1]})
