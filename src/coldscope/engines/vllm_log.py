@@ -435,7 +435,8 @@ def parse_vllm_log(lines: Iterable[str]) -> LogEvidence:
             if origin is None:
                 origin, first_wallclock = seconds, ln.wallclock
             previous = seconds
-        clock.append(None if origin is None else round(previous - origin, 6))
+        clock.append(None if origin is None or previous is None
+                     else round(previous - origin, 6))
 
         msg = ln.message
         if not msg:
@@ -615,16 +616,16 @@ def stage_durations(ev: LogEvidence) -> tuple[dict[str, float], dict[str, float]
             _sum_known(substeps.get(INIT_MODEL), substeps.get(WEIGHTS)),
             clock.get(MODEL_LOADING),
         ]
-        known = [c for c in candidates if c is not None]
-        loading = max(known) if known else None
+        found = [c for c in candidates if c is not None]
+        loading = max(found) if found else None
     stages[MODEL_LOADING] = loading
 
     compile_s = None
     if TORCH_COMPILE not in na:
         printed = _sum_known(*(substeps.get(n) for n in _COMPILE_SUBSTEPS))
         total = _total(ev, TORCH_COMPILE)
-        known = [v for v in (printed, total) if v is not None]
-        compile_s = max(known) if known else clock.get(TORCH_COMPILE)
+        figures = [v for v in (printed, total) if v is not None]
+        compile_s = max(figures) if figures else clock.get(TORCH_COMPILE)
     stages[TORCH_COMPILE] = compile_s
 
     capture = None if CUDA_GRAPH_CAPTURE in na else _total(ev, CUDA_GRAPH_CAPTURE)
@@ -632,6 +633,7 @@ def stage_durations(ev: LogEvidence) -> tuple[dict[str, float], dict[str, float]
 
     init_engine = _total(ev, KV_CACHE_END)
     memory = _total(ev, MEMORY_PROFILING_END)
+    kv: float | None
     if init_engine is not None:
         kv = max(0.0, init_engine - (compile_s or 0.0) - (capture or 0.0))
     elif memory is not None:
@@ -643,8 +645,9 @@ def stage_durations(ev: LogEvidence) -> tuple[dict[str, float], dict[str, float]
 
     stages[SERVER_READY] = clock.get(SERVER_READY) if ev.named(SERVER_START) else None
     stages[BOOTSTRAP] = log_bootstrap(ev, clock)
-    known = {k: _us(v) for k, v in stages.items() if v is not None}
-    return known, {k: _us(v) for k, v in substeps.items()}, na
+    # rounded to the microsecond (as _us): sums of printed values carry float noise
+    known = {k: round(v, 6) for k, v in stages.items() if v is not None}
+    return known, {k: round(v, 6) for k, v in substeps.items()}, na
 
 
 def log_bootstrap(ev: LogEvidence, clock: dict[str, float | None] | None = None) -> float | None:
@@ -1225,7 +1228,9 @@ def _failure(lines: Sequence[str], parsed, ev: LogEvidence, source: Sequence[int
     ERROR line; an error the start-up went on after is not the reason. With none of these the
     log was cut off (or the engine got stuck) after its last step."""
     after = ev.records[-1].line_no if ev.records else -1
-    exc = failed = error = None
+    exc: int | None = None
+    failed: int | None = None
+    error: int | None = None
     in_traceback = False
     for i, ln in enumerate(parsed):
         msg = ln.message.strip()
@@ -1242,9 +1247,9 @@ def _failure(lines: Sequence[str], parsed, ev: LogEvidence, source: Sequence[int
         elif _ERROR_LEVEL.match(lines[i]) and not _TRACEBACK.search(msg):
             error = i if error is None else error
     stage = "after engine init" if ev.named(KV_CACHE_END) else "during start-up"
-    for i in (exc, failed, error):
-        if i is not None:
-            return f"crashed {stage}: {_clip(parsed[i].message)} (line {source[i] + 1})"
+    for at in (exc, failed, error):
+        if at is not None:
+            return f"crashed {stage}: {_clip(parsed[at].message)} (line {source[at] + 1})"
     last = ev.records[-1] if ev.records else None
     if last is None:
         return "cut off: the log never shows the engine's start-up going past its first lines"
@@ -1398,7 +1403,7 @@ def read_startup(lines: Iterable[object]) -> Startup:
         ttr, ttr_from = ev.line_clock[ready.line_no], "timestamps"
     else:
         failure = "the log has no timestamps: time to ready cannot be read"
-    tags = {p.pid: p.tag for p in parsed if p.pid is not None}
+    tags: dict[int | None, str | None] = {p.pid: p.tag for p in parsed if p.pid is not None}
     notes += _per_rank_notes(ev, tags)
     if ready is not None and ev.start_line is None and ttr_from == "timestamps":
         notes.append("the log begins after the engine started (its first line is not the "
