@@ -91,16 +91,15 @@ def _not_regular(path: Path) -> str | None:
     """Why a file found in a directory is not read (without opening it), or None."""
     import stat
 
+    from coldscope.safeio import file_kind
+
     try:
         mode = path.stat().st_mode  # follows links: a link to a log is a log
     except OSError as exc:
         return f"cannot stat: {exc.strerror or exc}"
     if stat.S_ISREG(mode):
         return None
-    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
-    kind = next((name for test, name in kinds if test(mode)), "not a regular file")
-    return f"{kind}, not a regular file: skipped"
+    return f"{file_kind(mode)}, not a regular file: skipped"
 
 
 def read_log_bytes(source: LogSource, *, limit: int = MAX_LOG_BYTES,
@@ -219,13 +218,11 @@ class FleetGroup:
 def percentile(values: Sequence[float], q: float) -> float:
     """The ``q`` quantile (0..1) of ``values``, interpolated linearly between the two nearest
     ranks (numpy's default): p50 of an even count is the mean of the two middle values."""
-    ordered = sorted(values)
-    if not ordered:
+    import numpy as np  # lazily: only a fleet summary needs it
+
+    if not values:
         raise ValueError("no values")
-    pos = (len(ordered) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+    return float(np.quantile(values, q))
 
 
 def fleet_summary(runs: Sequence[Run]) -> list[FleetGroup]:

@@ -174,22 +174,15 @@ def render_fit(s: dict[str, Any]) -> str:
             if "coverage" in tot else ""
         lines += ["", f"leave-one-model-out total: MSE {tot['mse']:.3f} s^2, RMSE "
                       f"{tot['rmse']:.3f} s, max |error| {tot['max_abs']:.3f} s{cover}"]
-        for m, v in lomo["per_model"].items():
-            interval = v.get("interval")
-            extra = f"  [{interval['low']:.2f}, {interval['high']:.2f}]" if interval else ""
-            lines.append(f"  {m:<32} actual {v['actual_s']:7.2f}  predicted "
-                         f"{v['predicted_s']:7.2f}  error {v['error_s']:+6.2f}{extra}")
+        lines += [_held_out_line(f"{m:<32}", v) for m, v in lomo["per_model"].items()]
     folds = s.get("extrapolation")
     if folds:
         tot = folds["total"]
         cover = f", {tot['coverage']} inside their interval" if "coverage" in tot else ""
         lines += ["", f"extrapolation folds (deepest, largest, smallest held out, fit redone): "
                       f"MSE {tot['mse']:.3f} s^2, max |error| {tot['max_abs']:.3f} s{cover}"]
-        for m, v in folds["per_model"].items():
-            interval = v.get("interval")
-            span = f"  [{interval['low']:.2f}, {interval['high']:.2f}]" if interval else ""
-            lines.append(f"  {'/'.join(v['extremes']):<17} {m:<28} actual {v['actual_s']:7.2f}"
-                         f"  predicted {v['predicted_s']:7.2f}  error {v['error_s']:+6.2f}{span}")
+        lines += [_held_out_line(f"{'/'.join(v['extremes']):<17} {m:<28}", v)
+                  for m, v in folds["per_model"].items()]
     rate = s.get("loading_rate")
     if rate:
         verdict = ("constant: beyond the weight range, loading follows it and its interval "
@@ -209,6 +202,15 @@ _BANDWIDTH = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgt]i?b)?(
                         re.IGNORECASE)
 _UNITS = {"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def _held_out_line(label: str, v: dict[str, Any]) -> str:
+    """One held-out model of a validation (leave-one-model-out or an extrapolation fold):
+    actual, predicted, error and the 90 % interval when there is one."""
+    interval = v.get("interval")
+    span = f"  [{interval['low']:.2f}, {interval['high']:.2f}]" if interval else ""
+    return (f"  {label} actual {v['actual_s']:7.2f}  predicted {v['predicted_s']:7.2f}  "
+            f"error {v['error_s']:+6.2f}{span}")
 
 
 def parse_bandwidth(text: str) -> float:

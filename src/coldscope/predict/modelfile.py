@@ -138,16 +138,10 @@ class LomoModel(_Record):
     inside: bool | None = None
 
 
-class ExtrapolationModel(_Record):
+class ExtrapolationModel(LomoModel):
     """One extrapolation fold: a training extreme held out, the whole fit redone on the rest."""
 
     extremes: list[str] = Field(description="deepest, largest and/or smallest")
-    actual_s: float
-    predicted_s: float
-    error_s: float
-    stages: dict[str, LomoStage]
-    interval: Interval | None = None
-    inside: bool | None = None
     stages_inside: str | None = Field(None, description="stages inside their interval, k/n")
     served: dict[str, str] = Field(default_factory=dict,
                                    description="the formula that served each bucket")

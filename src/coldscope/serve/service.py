@@ -18,7 +18,6 @@ byte (or the size) of the outside file in the answer.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import queue
 import stat
@@ -31,6 +30,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from coldscope.errors import ColdscopeError, validation_error
+from coldscope.logfiles import percentile
 from coldscope.predictor import predict_json
 from coldscope.safeio import confined, file_kind
 from coldscope.serve.metrics import StartupMetrics
@@ -468,13 +468,13 @@ class Service:
         with self._reader() as store:
             runs = [r.to_json() for r in store.runs("ok")]
         name = Path(model).name
-        ttrs = sorted(r["time_to_ready_s"] for r in runs
-                      if r.get("time_to_ready_s") is not None and
-                      ((r.get("model") or {}).get("name") == name or
-                       Path((r.get("model") or {}).get("path") or "").name == name))
+        ttrs = [r["time_to_ready_s"] for r in runs
+                if r.get("time_to_ready_s") is not None and
+                ((r.get("model") or {}).get("name") == name or
+                 Path((r.get("model") or {}).get("path") or "").name == name)]
         if not ttrs:
             return None
-        return {"low": _quantile(ttrs, 0.5), "high": _quantile(ttrs, 0.9), "n": len(ttrs)}
+        return {"low": percentile(ttrs, 0.5), "high": percentile(ttrs, 0.9), "n": len(ttrs)}
 
 
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]  # src/coldscope
@@ -487,9 +487,3 @@ def _interval_dict(value: Any) -> dict[str, float]:
         return {"low": float(value["low"]), "high": float(value["high"])}
     return {"low": float(value[0]), "high": float(value[1])}
 
-
-def _quantile(sorted_values: list[float], q: float) -> float:
-    """Linear-interpolated quantile (numpy's default) of sorted values."""
-    pos = (len(sorted_values) - 1) * q
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
