@@ -15,6 +15,7 @@ from coldscope.compare import (
     compare,
     parse_threshold,
     practical_size,
+    ratio_interval,
     regression,
     row,
     sample_of,
@@ -211,3 +212,52 @@ def test_the_json_matches_its_published_schema():
         jsonschema.validate({**doc, "time_to_ready": {**doc["time_to_ready"],
                                                       "verdict": "maybe"}},
                             schema_of("compare"))
+
+
+# -- ratios (speed-ups, throughput ratios) -------------------------------------------------------
+
+
+def by_inversion(num, den, confidence=0.95):
+    """Fieller's set by brute force: the rho on a fine grid that scipy's own Welch test of
+    ``num`` against ``rho * den`` does not reject (its degrees of freedom taken at each rho)."""
+    from scipy.stats import ttest_ind
+
+    value = (sum(num) / len(num)) / (sum(den) / len(den))
+    grid = [value * (0.2 + i * 0.0005) for i in range(6000)]
+    kept = [r for r in grid if ttest_ind(num, [r * y for y in den],
+                                         equal_var=False).pvalue >= 1 - confidence]
+    return min(kept), max(kept)
+
+
+def test_ratio_interval_matches_the_inverted_welch_test():
+    cases = [([46.0, 40.0, 44.0], [17.0, 16.0, 18.0]),  # a speed-up: warm default / winner
+             ([80.0, 70.0, 77.0], [16.8, 17.9]),
+             ([0.93, 0.95, 0.91, 0.94], [1.0, 1.02, 0.98])]  # a throughput ratio
+    for num, den in cases:
+        r = ratio_interval(num, den)
+        low, high = by_inversion(num, den)
+        assert r.value == pytest.approx((sum(num) / len(num)) / (sum(den) / len(den)))
+        assert r.low <= r.value <= r.high
+        # the df is taken at the estimate rather than at each rho: equal to within 2 %
+        assert (r.low, r.high) == (pytest.approx(low, rel=0.02), pytest.approx(high, rel=0.02))
+
+
+def test_ratio_interval_covers_the_true_ratio_about_95_percent_of_the_time():
+    rng = random.Random(11)
+    covered, trials = 0, 1500
+    for _ in range(trials):
+        num = [rng.gauss(40.0, 4.0) for _ in range(3)]  # warm default: true mean 40 s
+        den = [rng.gauss(16.0, 1.5) for _ in range(3)]  # winner: 16 s, so the ratio is 2.5
+        r = ratio_interval(num, den)
+        covered += r.low <= 2.5 <= r.high
+    assert 0.93 <= covered / trials <= 0.975
+
+
+def test_ratio_interval_edges():
+    one = ratio_interval([10.0], [5.0, 5.5])
+    assert one.value == pytest.approx(10 / 5.25) and one.low is None and "fewer than 2" in one.note
+    flat = ratio_interval([10.0, 10.0], [5.0, 5.0])
+    assert (flat.value, flat.low, flat.high) == (2.0, 2.0, 2.0)
+    # a denominator whose mean is within its own noise of 0: no bounded interval
+    loose = ratio_interval([10.0, 11.0, 9.0], [0.1, -0.2, 0.3])
+    assert loose.low is None and "cannot be told from 0" in loose.note
