@@ -14,6 +14,7 @@ delay that depends on eager mode.
 from __future__ import annotations
 
 import random
+import statistics
 
 from coldscope.tune.search import Measurement, TrialRequest
 
@@ -25,9 +26,10 @@ class FakeTunable:
     """Per-knob stage costs on the tiny-model scale of the real machine (seconds)."""
 
     def __init__(self, noise: float = 0.0, seed: int = 0, placebo: bool = False,
-                 fail: set[str] | None = None) -> None:
+                 fail: set[str] | None = None, round_noise: float = 0.03) -> None:
         self.rng = random.Random(seed)
         self.noise = noise
+        self.round_noise = round_noise
         self.primed: set[str] = set()
         self.calls: list[TrialRequest] = []
         self.fail = fail or set()
@@ -65,9 +67,11 @@ class FakeTunable:
             throughput *= 0.85
         if "multiprocessing_off" in knobs:
             throughput *= 0.93
+        # six serving rounds scattered around the configuration's throughput
+        rounds = [throughput * (1.0 + self.rng.gauss(0.0, self.round_noise)) for _ in range(6)]
         return Measurement(ok=True, run_id=f"r{req.index}", time_to_ready_s=sum(s.values()),
-                           stages=s, findings=findings, throughput=throughput,
-                           greedy="the same words")
+                           stages=s, findings=findings, throughput=statistics.median(rounds),
+                           rounds=rounds, greedy="the same words")
 
 
 def _serve() -> None:  # pragma: no cover - runs as the engine process

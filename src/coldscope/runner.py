@@ -333,7 +333,7 @@ def cache_dirs(config: RunConfig, run_id: str) -> CacheDirs:
 
 def run_once(config: RunConfig, *, run_id: str | None = None, cache_state: str | None = None,
              on_line: Callable[[str], None] | None = None,
-             after_ready: Callable[[str, str], dict] | None = None,
+             after_ready: Callable[[str, str, Callable[[], float]], dict] | None = None,
              on_start: Callable[[Run], None] | None = None,
              on_stage: Callable[[str, float], None] | None = None) -> tuple[Run, dict]:
     """Launch, time, and stop the engine once. Returns (run, raw evidence).
@@ -343,8 +343,9 @@ def run_once(config: RunConfig, *, run_id: str | None = None, cache_state: str |
     ``profile``) still propagates as ``RunInterrupted``, after the engine is stopped, so the
     caller can store the interrupted run and stop. ``on_start`` gets the run (status
     ``running``) just before the engine is launched, so a caller can record it first.
-    ``after_ready(base_url, served_model)`` runs while the engine is up (after the first
-    request); its dict is stored as ``run.verification``. ``on_stage(stage, seconds since
+    ``after_ready(base_url, served_model, cpu_seconds)`` runs while the engine is up (after
+    the first request; ``cpu_seconds()`` reads the engine process tree's CPU time so far); its
+    dict is stored as ``run.verification``. ``on_stage(stage, seconds since
     launch)`` is called when the engine's output shows it entering a stage (live progress;
     the engine adapter's ``live_stage``).
     """
@@ -510,7 +511,7 @@ def _prepare(config: RunConfig, run_id: str, cache_state: str | None) -> _Prepar
 
 def _launch(config: RunConfig, prep: _Prepared, pattern: re.Pattern[str] | None, *,
             on_line: Callable[[str], None] | None, on_stage: Callable[[str, float], None] | None,
-            after_ready: Callable[[str, str], dict] | None,
+            after_ready: Callable[[str, str, Callable[[], float]], dict] | None,
             on_start: Callable[[Run], None] | None) -> _Observed:
     """Start the engine, wait until it is ready, time the first token, run ``after_ready``;
     always stop the whole process tree and collect the raw evidence, whatever happens."""
@@ -572,7 +573,7 @@ def _launch(config: RunConfig, prep: _Prepared, pattern: re.Pattern[str] | None,
                                       config.request_timeout)
             seen.first_token_at = seen.ready_at + ttft
         if after_ready is not None:  # e.g. tune's verification, while the engine is still up
-            seen.verification = after_ready(base, served)
+            seen.verification = after_ready(base, served, _tree_cpu_seconds(proc.pid))
         if prep.receiver is not None:
             time.sleep(0.6)  # > OTEL_BSP_SCHEDULE_DELAY: let the last batch of spans arrive
         seen.status = "ok"
@@ -595,6 +596,27 @@ def _launch(config: RunConfig, prep: _Prepared, pattern: re.Pattern[str] | None,
             seen.otel = [s.to_dict() for s in prep.receiver.spans()]
         _cleanup(config, prep.dirs, ok=seen.status == "ok")
     return seen
+
+
+def _tree_cpu_seconds(root_pid: int) -> Callable[[], float]:
+    """A probe of the CPU seconds (user + system) the engine's process tree has used so far,
+    for checks that run while it is up (tune's serving check divides CPU time by tokens: other
+    work on a shared machine stretches wall time, not the engine's own CPU time)."""
+
+    def total() -> float:
+        try:
+            root = psutil.Process(root_pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return 0.0
+        seconds = 0.0
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                t = p.cpu_times()
+                seconds += t.user + t.system
+        return seconds
+
+    return total
 
 
 def _ready_pattern(text: str | None) -> re.Pattern[str] | None:

@@ -5,15 +5,18 @@ a trade-off like eager mode a number.
 The load is the same for every trial: ``REQUESTS`` completions of ``MAX_TOKENS`` tokens each
 (``ignore_eos`` so that every request really generates them), ``CONCURRENCY`` at a time, greedy,
 after one short unmeasured round, ``ROUNDS`` times. Throughput is output tokens per second of
-wall time over one round, the best round's.
+wall time over one round, the median round's; tokens per CPU second of the engine are kept
+beside it.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import statistics
 import time
 import urllib.parse
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from coldscope.errors import ColdscopeError
@@ -23,7 +26,8 @@ GREEDY_TOKENS = 16
 REQUESTS = 32
 CONCURRENCY = 4
 MAX_TOKENS = 32
-ROUNDS = 3
+ROUNDS = 6
+WARMUP_REQUESTS = 16
 LOAD_PROMPTS = tuple(f"Request {i}: describe the start-up of a server in detail."
                      for i in range(8))
 
@@ -73,21 +77,37 @@ def serving_load(base: str, model: str, *, requests: int = REQUESTS,
             "tokens_per_s": round(tokens / seconds, 3) if seconds > 0 else None}
 
 
-def verify(base: str, model: str, *, rounds: int = ROUNDS) -> dict:
+def verify(base: str, model: str, cpu_seconds: Callable[[], float] | None = None, *,
+           rounds: int = ROUNDS) -> dict:
     """Both checks; the runner stores this dict on the run as ``verification``.
 
     The load runs once unmeasured (first requests after start-up pay one-off costs), then
-    ``rounds`` times; the throughput is the best round's. On a shared machine, other work only
-    ever slows a round down, so the best of a few is the steadiest estimate of what the
-    configuration can do (measured here: single 32-request rounds of one configuration varied
-    by up to 25 %)."""
+    ``rounds`` times. Each round records output tokens per second of wall time and, when the
+    runner gives ``cpu_seconds`` (the engine process tree's CPU time so far), output tokens
+    per CPU second of the engine. ``throughput`` is the median round's tokens per wall second:
+    the median, not the best, so that one lucky round does not make a configuration look
+    faster than it serves (docs/tune.md shows the spread of rounds and of start-ups)."""
     text = greedy(base, model)
-    serving_load(base, model, requests=CONCURRENCY * 2)
-    loads = [serving_load(base, model) for _ in range(rounds)]
-    best = max(loads, key=lambda x: x["tokens_per_s"] or 0.0)
-    return {"greedy_prompt": GREEDY_PROMPT, "greedy": text, "load": best,
+    serving_load(base, model, requests=WARMUP_REQUESTS)
+    loads = []
+    for _ in range(rounds):
+        before = cpu_seconds() if cpu_seconds is not None else None
+        load = serving_load(base, model)
+        if before is not None and cpu_seconds is not None:
+            used = cpu_seconds() - before
+            load["cpu_s"] = round(used, 3)
+            load["tokens_per_cpu_s"] = round(load["output_tokens"] / used, 3) if used > 0 \
+                else None
+        loads.append(load)
+    wall = [x["tokens_per_s"] for x in loads if x["tokens_per_s"]]
+    cpu = [x["tokens_per_cpu_s"] for x in loads if x.get("tokens_per_cpu_s")]
+    return {"greedy_prompt": GREEDY_PROMPT, "greedy": text,
+            "load": {"requests": REQUESTS, "concurrency": CONCURRENCY, "max_tokens": MAX_TOKENS,
+                     "warmup_requests": WARMUP_REQUESTS, "rounds": rounds},
             "rounds_tokens_per_s": [x["tokens_per_s"] for x in loads],
-            "throughput": best["tokens_per_s"]}
+            "rounds_tokens_per_cpu_s": [x.get("tokens_per_cpu_s") for x in loads],
+            "throughput": statistics.median(wall) if wall else None,
+            "tokens_per_cpu_s": statistics.median(cpu) if cpu else None}
 
 
 def first_difference(a: str | None, b: str | None) -> str | None:
