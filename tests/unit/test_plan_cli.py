@@ -189,15 +189,23 @@ def test_engine_from_startup_model_and_check_against_store(capsys, tmp_path, sta
 
 def test_tuned_session_sets_the_engine_figure(capsys, tmp_path):
     tune = tmp_path / "tune.json"
-    tune.write_text(json.dumps({"session": "s1", "baseline_time_to_ready_s": 30.0,
-                                "best": {"time_to_ready_s": 12.5, "knobs": ["eager"]}}))
+    tune.write_text(json.dumps({
+        "schema_version": 2, "session": "s1",
+        "baselines": {"cold": {"time_to_ready_s": 30.0}, "warm": {"time_to_ready_s": 20.0}},
+        "best": {"time_to_ready_s": 12.5, "knobs": ["eager"], "seeded_caches": True}}))
     r = _plan(capsys, "--params", "7B", "--tuned", str(tune))
     eng = r["parts"][-1]
     assert (eng["low"], eng["high"]) == (12.5, 12.5)
+    # a scale-up starts on a new node: the cold default is the figure saved against
     assert eng["source"].startswith(f"tuned {tune}") and "eager" in eng["source"]
-    tune.write_text("{}")
+    assert "default cold 30.0 s, 17.5 s saved" in eng["source"]
+    assert any("new node" in n for n in r["notes"])
+    tune.write_text('{"schema_version": 2}')
     assert main(["plan", "--params", "7B", "--tuned", str(tune)]) == 2
     assert "not what `coldscope tune --json` prints" in capsys.readouterr().err
+    tune.write_text('{"best": {"time_to_ready_s": 12.5}, "baseline_time_to_ready_s": 30}')
+    assert main(["plan", "--params", "7B", "--tuned", str(tune)]) == 2
+    assert "schema 2" in capsys.readouterr().err
 
 
 def test_no_infinity_in_the_json(capsys, tmp_path):

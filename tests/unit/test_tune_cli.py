@@ -68,6 +68,11 @@ def test_tables_show_trials_skipped_and_winner(tmp_path):
     for item in tune_tables(spec, Outcome.model_validate(outcome.model_dump()), doc):
         con.print(item)
     text = con.export_text()
+    # the two answers lead, each with its interval: running the default again, a new node
+    warm_at, cold_at = text.index("vs running the default again"), text.index("vs a new node")
+    assert warm_at < cold_at < text.index("tune tune-x")
+    assert f"{78 / 50:.2f}x [" in text[warm_at:cold_at]  # the fake: 78 s warm, 50 s best
+    assert f"{122 / 50:.2f}x [" in text[cold_at:]
     assert "warm_caches" in text and "not tried" in text and "snapshot_restore" in text
     assert "VLLM_ENABLE_V1_MULTIPROCESSING=0" in text
     assert "coldscope bundle --tune tune-x" in text

@@ -25,7 +25,13 @@ def test_finds_the_combination_and_primes_seeded_configs():
     assert set(out.best_knobs) == {"warm_caches", "multiprocessing_off", "aot_compile_off",
                                    "enforce_eager"}
     assert out.best_seeded
-    assert out.speedup == pytest.approx(122.0 / 50.0)  # the fake's costs: 122 s -> 50 s
+    # the fake's stage costs (fake_tunable_engine.BASE and its rules), summed by hand:
+    # cold default 63+2+45+1+1+10 = 122 s, warm default 46+2+18+1+1+10 = 78 s, best 36+2+0+1+1+10
+    assert out.cold.times == [122.0, 122.0, 122.0]
+    assert set(out.warm.times) == {78.0}
+    assert out.best_s == pytest.approx(50.0)
+    assert out.vs_cold.value == pytest.approx(122.0 / 50.0)
+    assert out.vs_warm.value == pytest.approx(78.0 / 50.0)
     # every seeded start-up had caches from an earlier start-up of the same configuration
     seen: set[str] = set()
     for req in fake.calls:
@@ -42,40 +48,123 @@ def test_finds_the_combination_and_primes_seeded_configs():
     assert not tried & set(skipped)
 
 
+def test_both_baselines_come_first_and_the_warm_one_is_seeded_from_the_cold():
+    fake = FakeTunable()
+    out = Search(cpu_knobs(), fake, budget=16).run()
+    first = [(r.role, r.knobs, r.cache) for r in out.rows[:3]]
+    assert first == [("baseline", [], "cold"), ("warm", ["warm_caches"], "seeded"),
+                     ("baseline", [], "cold")]
+    assert fake.calls[1].cache_key == fake.calls[0].cache_key == "default"
+    assert "warm_caches" not in {r.change for r in out.rows}  # a baseline, not a trial
+
+
+def test_the_winner_is_proved_on_interleaved_start_ups_that_did_not_select_it():
+    fake = FakeTunable()
+    out = Search(cpu_knobs(), fake, budget=16).run()
+    confirm = [r for r in out.rows if r.phase == "confirm"]
+    # W B, one more cold default, W B, and the odd one left to the winner: the 5 start-ups
+    # kept back from the search and the one it did not spend
+    assert [r.role for r in confirm] == ["warm", "confirm", "baseline", "warm", "confirm",
+                                         "confirm"]
+    assert out.used == 16 and out.best_confirmed
+    assert out.best_runs == [r.run_id for r in confirm if r.role == "confirm"]
+    assert not set(out.best_runs) & set(out.best_selected_by)
+    # the speed-up against the warm default rests on the warm start-ups of the confirmation
+    assert out.vs_warm.num == [r.time_to_ready_s for r in confirm if r.role == "warm"]
+    assert out.vs_warm.den == [r.time_to_ready_s for r in confirm if r.role == "confirm"]
+    assert len(out.vs_cold.num) == 3  # two cold start-ups before the search, one among these
+
+
+def test_a_lucky_selecting_trial_does_not_make_the_headline():
+    class Lucky(FakeTunable):
+        """The trial that selects multiprocessing_off runs 20 s faster than that configuration
+        really starts (its confirmation start-ups)."""
+
+        def __call__(self, req):
+            m = super().__call__(req)
+            if req.role == "trial" and req.change == "multiprocessing_off":
+                m.time_to_ready_s -= 20.0
+            return m
+
+    out = Search(cpu_knobs(), Lucky(), budget=14).run()
+    assert "multiprocessing_off" in out.best_knobs
+    confirm = [r.time_to_ready_s for r in out.rows if r.role == "confirm"]
+    assert out.best_s == pytest.approx(sum(confirm) / len(confirm))
+    selecting = [r.time_to_ready_s for r in out.rows if r.run_id in out.best_selected_by]
+    assert min(selecting) < out.best_s
+
+
 def test_biggest_stage_and_findings_first():
     fake = FakeTunable()
     out = Search(cpu_knobs(), fake, budget=20).run()
     trials = [r.change for r in out.rows if r.role == "trial"]
-    # torch_compile (45 s, plus the cold-cache and model-inspect findings) goes first
-    assert trials[0] == "warm_caches"
-    # after the warm trial logs the load failure, the knob that fixes it comes before eager
+    # on the warm default, bootstrap (46 s, plus 20 s of repeated imports) is the biggest
+    assert trials[0] == "multiprocessing_off"
+    # the warm start-up logs the compile-cache load failure: the knob that fixes it comes
+    # before eager
     assert trials.index("aot_compile_off") < trials.index("enforce_eager")
 
 
-def test_throughput_constraint_rejects_eager():
-    out = Search(cpu_knobs(), FakeTunable(), budget=20, max_throughput_loss=0.10).run()
+def test_throughput_limit_is_judged_on_the_low_end_of_the_interval():
+    # eager serves at 0.85 of the default: rejected; multiprocessing off at 0.93, whose
+    # interval over six rounds with 3 % noise each reaches below 0.90: not shown within -10 %
+    out = Search(cpu_knobs(), FakeTunable(), budget=16, max_throughput_loss=0.10).run()
     assert "enforce_eager" not in out.best_knobs
-    eager = next(r for r in out.rows if r.change == "enforce_eager" and r.role == "trial")
-    assert eager.kept is False and "throughput -21 %" in eager.reason  # 0.85 x 0.93 (mp off kept)
-    assert out.best_throughput_ratio >= 0.9
-    assert out.speedup > 1.8
+    assert "multiprocessing_off" not in out.best_knobs
+    rows = {r.change: r for r in out.rows if r.role == "trial"}
+    assert rows["enforce_eager"].kept is False
+    assert "not shown within the allowed -10 %" in rows["enforce_eager"].reason
+    mp = rows["multiprocessing_off"]
+    assert mp.throughput_ratio > 0.9 > mp.throughput_low
+    # the winner (warm + aot_compile_off, 65 s) serves like the default: its interval over
+    # start-ups holds the true ratio 1
+    assert out.vs_cold.value == pytest.approx(122.0 / 65.0)
+    assert out.throughput_ratio.low <= 1.0 <= out.throughput_ratio.high
+    # with steady rounds the same 0.93 is shown within the limit, and kept, and the limit is
+    # shown to hold for the winner
+    steady = Search(cpu_knobs(), FakeTunable(round_noise=0.001), budget=16,
+                    max_throughput_loss=0.10).run()
+    assert "multiprocessing_off" in steady.best_knobs
+    assert steady.throughput_limit.holds is True and steady.throughput_ratio.low >= 0.9
+
+
+def test_every_knob_is_held_to_the_limit_cache_knobs_too():
+    class Contended(FakeTunable):
+        """aot_compile_off only changes where the compiled graph comes from, but its trial's
+        serving measured 40 % slower: the limit applies to it like any other knob."""
+
+        def __call__(self, req):
+            m = super().__call__(req)
+            if req.change == "aot_compile_off" and req.role == "trial":
+                m.rounds = [r * 0.6 for r in m.rounds]
+                m.throughput = m.throughput * 0.6
+            return m
+
+    out = Search(cpu_knobs(), Contended(), budget=16, max_throughput_loss=0.10).run()
+    row = next(r for r in out.rows if r.change == "aot_compile_off" and r.role == "trial")
+    assert row.kept is False and row.throughput_ratio == pytest.approx(0.6, abs=0.05)
+    assert "aot_compile_off" not in out.best_knobs
 
 
 def test_budget_is_never_exceeded():
-    for budget in (1, 2, 3, 5, 8, 12):
+    for budget in (2, 3, 5, 8, 12, 16):
         fake = FakeTunable(noise=0.05, seed=budget)
         out = Search(cpu_knobs(), fake, budget=budget).run()
         assert len(fake.calls) == out.used <= budget
         assert len(out.rows) == out.used
-        if out.used == budget and budget < 12:
-            assert "budget" in out.stopped
+
+
+def test_budget_below_two_is_refused():
+    with pytest.raises(ColdscopeError, match="at least 2"):
+        Search(cpu_knobs(), FakeTunable(), budget=1)
 
 
 def test_small_budget_keeps_what_it_measured():
     out = Search(cpu_knobs(), FakeTunable(), budget=3).run()
     assert out.used == 3
     assert out.best_knobs == ["warm_caches"]
-    assert out.baseline_s > out.best_s
+    assert out.cold.time_to_ready_s > out.best_s
+    assert out.vs_warm.value == 1.0 and "warm caches" in out.vs_warm.note
 
 
 def test_placebo_is_not_kept_under_noise():
@@ -189,34 +278,32 @@ def test_catalogue_never_offers_a_knob_the_engine_lacks():
     assert {k.name: k for k in catalogue(caps2)}["startup_plan"].available
 
 
-def test_greedy_difference_is_shown():
-    class Differs(FakeTunable):
-        def __call__(self, req):
-            m = super().__call__(req)
-            if "enforce_eager" in req.knobs:
-                m.greedy = "the same wordz"
-            return m
+class EagerChangesOutput(FakeTunable):
+    def __call__(self, req):
+        m = super().__call__(req)
+        if "enforce_eager" in req.knobs:
+            m.greedy = "the same wordz"
+        return m
 
-    out = Search(cpu_knobs(), Differs(), budget=20).run()
+
+def test_a_change_of_greedy_output_is_rejected():
+    out = Search(cpu_knobs(), EagerChangesOutput(), budget=20).run()
     eager = next(r for r in out.rows if r.change == "enforce_eager" and r.role == "trial")
     assert eager.greedy_match is False
     assert "character 13" in eager.greedy_diff
+    assert eager.kept is False and "greedy output differs" in eager.reason
+    assert "enforce_eager" not in out.best_knobs
+    assert out.greedy_match is True
     base = out.rows[0]
     assert base.greedy_match is True and base.greedy_diff is None
 
 
-def test_throughput_noise_does_not_reject_cache_knobs():
-    class NoisyThroughput(FakeTunable):
-        def __call__(self, req):
-            m = super().__call__(req)
-            if req.knobs == ("warm_caches",):
-                m.throughput = 60.0  # contention during this trial's load
-            return m
-
-    out = Search(cpu_knobs(), NoisyThroughput(), budget=20, max_throughput_loss=0.10).run()
-    warm = next(r for r in out.rows if r.change == "warm_caches" and r.role == "trial")
-    assert warm.kept and warm.throughput_ratio == pytest.approx(0.6)
-    assert "warm_caches" in out.best_knobs
+def test_allow_output_change_accepts_it_and_says_so():
+    out = Search(cpu_knobs(), EagerChangesOutput(), budget=20, allow_output_change=True).run()
+    eager = next(r for r in out.rows if r.change == "enforce_eager" and r.kept is not None)
+    assert eager.kept is True and "allowed by --allow-output-change" in eager.reason
+    assert "enforce_eager" in out.best_knobs
+    assert out.greedy_match is False and out.output_change_allowed
 
 
 def test_stage_gain_keeps_a_free_knob_when_the_total_is_noisy():

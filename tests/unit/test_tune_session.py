@@ -4,12 +4,15 @@ linked to the session, seeded caches, verification, JSON shape, bundles, plan --
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 import tarfile
 from pathlib import Path
 
+import jsonschema
 import pytest
 
+from coldscope.cli.schema import schema_of
 from coldscope.errors import ColdscopeError
 from coldscope.store import Store
 from coldscope.tune import bundle as tb
@@ -70,20 +73,46 @@ def test_session_on_fake_engine_stores_linked_runs_and_seeds_caches(tmp_path, mo
                    if cache_key(q.knobs, by) == cache_key(r.knobs, by)]
         assert earlier, r
     assert (d / "caches" / "default" / "vllm" / "torch_compile_cache" / "graph").exists()
-    assert outcome.best_s < outcome.baseline_s
     doc = tune_json(spec, outcome, store)
-    assert set(doc) >= {"baseline", "best", "speedup", "trials"}
-    assert set(doc["best"]) >= {"argv", "env", "time_to_ready_s", "throughput_ratio"}
-    assert doc["baseline"]["id"] == outcome.baseline_run
-    assert doc["speedup"] == pytest.approx(outcome.speedup)
-    json.dumps(doc)
+    assert doc["schema_version"] == 2
+    assert set(doc) >= {"baselines", "baseline", "best", "speedup", "trials"}
+    assert set(doc["best"]) >= {"argv", "env", "time_to_ready_s", "throughput_ratio",
+                                "greedy_match", "runs"}
+    # the figures, recomputed from the stored runs the JSON names (the store, not the search)
+    ttr = {r.id: r.time_to_ready_s for r in runs}
+    roles = {r.id: (r.campaign.role, r.campaign.cache) for r in runs}
+    cold = doc["baselines"]["cold"]["runs"]
+    assert cold and all(roles[i] == ("baseline", "cold") for i in cold)
+    assert all(roles[i] == ("warm", "seeded") for i in doc["baselines"]["warm"]["runs"])
+    best = doc["best"]["runs"]
+    assert best and all(roles[i] == ("confirm", "seeded") for i in best)
+    mean = lambda ids: sum(ttr[i] for i in ids) / len(ids)  # noqa: E731
+    assert doc["best"]["time_to_ready_s"] == pytest.approx(mean(best))
+    assert doc["speedup"]["vs_cold"]["value"] == pytest.approx(mean(cold) / mean(best))
+    confirm_warm = [r.run_id for r in outcome.rows if r.phase == "confirm" and r.role == "warm"]
+    assert doc["speedup"]["vs_warm"]["value"] == pytest.approx(mean(confirm_warm) / mean(best))
+    # the fake sleeps 112 x 0.03 s cold and at most 68 x 0.03 s seeded, plus the same start-up
+    # overhead: the winner starts faster than the cold default
+    assert doc["speedup"]["vs_cold"]["value"] > 1
+    assert doc["best"]["greedy_match"] is True
+    assert doc["baseline"]["id"] == cold[0]
+    jsonschema.validate(json.loads(json.dumps(doc)), schema_of("tune"))  # `coldscope schema tune`
+    # the serving check: six rounds, the start-up's throughput their median
+    for r in runs:
+        rounds = r.verification["rounds_tokens_per_s"]
+        assert len(rounds) == 6 and r.verification["throughput"] == statistics.median(rounds)
 
-    # plan --tuned reads the JSON
+    # plan --tuned reads the JSON: the new-node figures (the default cold vs the winner)
     path = tmp_path / "tune.json"
     path.write_text(json.dumps(doc))
     t = tuned_startup(path)
-    assert t["startup_s"] == pytest.approx(outcome.best_s)
-    assert t["savings_s"] == pytest.approx(outcome.baseline_s - outcome.best_s)
+    assert t["startup_s"] == pytest.approx(mean(best))
+    assert t["baseline_s"] == pytest.approx(mean(cold))
+    assert "new node" in t["basis"]
+    old = {k: v for k, v in doc.items() if k != "schema_version"}
+    path.write_text(json.dumps(old))
+    with pytest.raises(ColdscopeError, match="schema 2"):
+        tuned_startup(path)
 
     # bundle the winner's caches; it unpacks into a fresh cache root, checked first
     out = tmp_path / "caches.tar.gz"
@@ -102,15 +131,15 @@ def test_session_on_fake_engine_stores_linked_runs_and_seeds_caches(tmp_path, mo
 def test_executor_reports_each_launch_and_live_stage(tmp_path, model_dir):
     """tune's live progress is fed by the runner: the run about to start, then its stages."""
     store = Store(tmp_path / "store.db")
-    spec = _spec(model_dir, budget=1)
+    spec = _spec(model_dir, budget=2)
     d = tmp_path / "tune" / spec.id
     launched, stages = [], []
     executor = ts.EngineExecutor(spec, d, store, on_start=launched.append,
                                  on_stage=lambda stage, s: stages.append((stage, s)))
     ts.run_search(spec, d, executor)
-    assert [r.status for r in launched] == ["running"]
-    assert launched[0].id == store.runs()[0].id
-    assert [st for st, _ in stages] == ["model_loading"]
+    assert [r.status for r in launched] == ["running", "running"]
+    assert {r.id for r in launched} == {r.id for r in store.runs()}
+    assert [st for st, _ in stages] == ["model_loading", "model_loading"]
     assert stages[0][1] > 0
 
 

@@ -2,7 +2,7 @@
 
 The models are the single source: ``show``/``profile --json`` print ``Run``, ``plan --json``
 ``PlanReport``, ``compare --json`` ``Comparison``, ``simulate --json`` ``SimResult``,
-``predict --json`` ``PredictionReport``, and
+``predict --json`` ``PredictionReport``, ``tune --json`` ``TuneResult``, and
 ``fit`` writes ``StartupModelFile``.
 The schema describes the JSON as written (pydantic's serialization mode).
 """
@@ -24,6 +24,7 @@ SCHEMAS: dict[str, tuple[str, str]] = {
     "simulate": ("coldscope.sim:SimResult", "simulate --json"),
     "startup-model": ("coldscope.predictor:StartupModelFile", "the startup-model file of fit"),
     "predict": ("coldscope.predictor:PredictionReport", "predict --json"),
+    "tune": ("coldscope.tune.report:TuneResult", "tune --json"),
 }
 
 
@@ -45,5 +46,5 @@ def schema_of(kind: str) -> dict:
 @click.argument("kind", type=click.Choice(sorted(SCHEMAS)))
 def schema(kind):
     """Print the JSON Schema of a JSON output: run, compare, plan, predict, simulate,
-    startup-model."""
+    startup-model, tune."""
     print_json(schema_of(kind))

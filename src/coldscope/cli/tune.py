@@ -28,10 +28,15 @@ def parse_fraction(text: str | None) -> float | None:
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
-@click.option("--budget", default=12, show_default=True, type=click.IntRange(1),
-              help="Most engine start-ups to spend (the baseline included).")
+@click.option("--budget", default=16, show_default=True, type=click.IntRange(2),
+              help="Engine start-ups to spend in all: the cold and warm baselines, primes, "
+                   "trials, repeats and the confirmation start-ups.")
 @click.option("--max-throughput-loss", "max_loss", default=None, metavar="SHARE",
-              help="Reject changes that lose more serving throughput than this (e.g. 10%).")
+              help="Keep only changes whose serving throughput is shown (the low end of its 95 % "
+                   "interval) to lose at most this much (e.g. 10%).")
+@click.option("--allow-output-change", is_flag=True,
+              help="Accept changes whose greedy output differs from the default's (rejected "
+                   "otherwise); the result says so.")
 @click.option("--timeout", default=900.0, show_default=True, type=click.FloatRange(min=1),
               help="Seconds from launch to ready before a start-up is failed.")
 @click.option("--env", "env_pairs", multiple=True, metavar="KEY=VALUE",
@@ -48,11 +53,11 @@ def parse_fraction(text: str | None) -> float | None:
 @store_option
 @json_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def tune(budget, max_loss, timeout, env_pairs, bundle_file, resume, session, engine_python,
-         quiet, store_path, as_json, command):
+def tune(budget, max_loss, allow_output_change, timeout, env_pairs, bundle_file, resume,
+         session, engine_python, quiet, store_path, as_json, command):
     """Find the fastest start-up of an engine COMMAND (after `--`) on this machine, and prove it:
 
-    coldscope tune --budget 12 -- python -m vllm.entrypoints.openai.api_server --model DIR
+    coldscope tune --budget 16 -- python -m vllm.entrypoints.openai.api_server --model DIR
     """
     from coldscope.store import Store, default_store_path
     from coldscope.tune import session as ts
@@ -71,7 +76,7 @@ def tune(budget, max_loss, timeout, env_pairs, bundle_file, resume, session, eng
             raise ColdscopeError("give the engine command after `--` (or --resume)")
         spec, directory = _new_session(list(command), parse_env(env_pairs), budget,
                                        parse_fraction(max_loss), timeout, bundle_file,
-                                       engine_python, store_file)
+                                       engine_python, store_file, allow_output_change)
     out = console()
     if not as_json:
         from rich.text import Text
@@ -119,7 +124,7 @@ def tune(budget, max_loss, timeout, env_pairs, bundle_file, resume, session, eng
 
 
 def _new_session(command, env, budget, max_loss, timeout, bundle_file, engine_python,
-                 store_file):
+                 store_file, allow_output_change=False):
     import datetime as dt
     import shutil
 
@@ -141,7 +146,7 @@ def _new_session(command, env, budget, max_loss, timeout, bundle_file, engine_py
     spec = ts.SessionSpec(
         id=sid, created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         command=command, env=env, budget=budget, max_throughput_loss=max_loss,
-        timeout=timeout, knobs=knobs, capabilities=caps,
+        allow_output_change=allow_output_change, timeout=timeout, knobs=knobs, capabilities=caps,
     )
     if bundle_file:
         from coldscope.tune.bundle import unpack_for_session

@@ -151,6 +151,8 @@ class TunedStartup(BaseModel):
     startup_s: float = Field(gt=0, allow_inf_nan=False)
     baseline_s: float = Field(gt=0, allow_inf_nan=False)
     savings_s: float = Field(allow_inf_nan=False)
+    basis: str = Field("a new node: the default started cold vs the winner",
+                       description="which two start-ups the figures compare")
     knobs: list[str] = Field(default_factory=list)
     source: str = "tune session"
 
@@ -248,6 +250,8 @@ def plan(request: PlanRequest) -> PlanReport:
         engine = engine_from_tune(request.tuned)
         notes.append("the --tuned figure is a measured time to ready: it includes the tuned "
                      "model's own weight loading, which the weight_load part also counts")
+        notes.append(f"the --tuned figures are those of {request.tuned.basis}: a scale-up "
+                     "starts on a new node")
     if request.startup_model:
         if features is None:
             raise ColdscopeError("--startup-model needs --model (the predictor reads features)")
@@ -282,7 +286,7 @@ def engine_from_tune(t: TunedStartup) -> Any:
     return EngineEstimate(
         low=t.startup_s, high=t.startup_s, median=t.startup_s,
         source=(f"tuned {t.source}: winner's measured time to ready {t.startup_s:.1f} s "
-                f"({knobs}; baseline {t.baseline_s:.1f} s, {t.savings_s:.1f} s saved)"))
+                f"({knobs}; default cold {t.baseline_s:.1f} s, {t.savings_s:.1f} s saved)"))
 
 
 def stored_runs(store_path: str | None, model_path: str, cache: str | None) -> list[Any]:

@@ -5,11 +5,16 @@ and environment, and the ``--json`` document (the shape the report's tune waterf
 from __future__ import annotations
 
 import shlex
-from typing import Any
+import statistics
+from typing import Any, Final, Literal
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from coldscope.compare import Ratio
 from coldscope.errors import ColdscopeError
 from coldscope.tune.knob import apply_all
-from coldscope.tune.search import Outcome
+from coldscope.tune.search import Baseline, Outcome, Skipped, ThroughputLimit, TrialRow
+from coldscope.tune.verify import ROUNDS
 
 
 def best_command(spec, knobs: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -28,48 +33,172 @@ def _run_json(store, run_id: str | None) -> dict | None:
     return run.to_json()
 
 
+#: Version of the ``tune --json`` document: 2 adds the warm baseline, the speed-ups against
+#: both baselines with intervals from confirmation start-ups, and the winner's throughput interval.
+TUNE_SCHEMA_VERSION: Final = 2
+
+
 def waterfall(spec, outcome: Outcome) -> list[dict]:
-    """Baseline, each kept change, best: time to ready and stages, for the report."""
+    """Cold default, warm default, each kept change, best: time to ready and stages (each
+    row's start-up that measured it), for the report."""
     rows = []
-    base = next((r for r in outcome.rows if r.role == "baseline" and r.ok), None)
     by_run = {d["measurement"].get("run_id"): d["measurement"] for d in spec.done}
-    if base is not None:
-        m = by_run.get(base.run_id) or {}
-        rows.append({"step": "baseline", "knobs": [], "time_to_ready_s": outcome.baseline_s,
-                     "stages": m.get("stages") or {}, "run_id": base.run_id})
+
+    def row(step: str, knobs: list[str], run_id: str | None, seconds: float | None) -> dict:
+        m = by_run.get(run_id) or {}
+        return {"step": step, "knobs": knobs, "time_to_ready_s": seconds,
+                "stages": m.get("stages") or {}, "run_id": run_id}
+
+    cold = next((r for r in outcome.rows if r.role == "baseline" and r.ok), None)
+    if cold is not None:
+        rows.append(row("baseline", [], cold.run_id, outcome.cold.time_to_ready_s))
+    warm = next((r for r in outcome.rows if r.role == "warm" and r.ok), None)
+    if warm is not None:
+        rows.append(row("warm", warm.knobs, warm.run_id, outcome.warm.time_to_ready_s))
     for r in outcome.rows:
         if r.kept:
-            m = by_run.get(r.run_id) or {}
-            rows.append({"step": r.change, "knobs": r.knobs, "time_to_ready_s": r.time_to_ready_s,
-                         "stages": m.get("stages") or {}, "run_id": r.run_id})
-    rows.append({"step": "best", "knobs": outcome.best_knobs, "time_to_ready_s": outcome.best_s,
-                 "stages": rows[-1]["stages"] if rows else {},
-                 "run_id": outcome.best_runs[-1] if outcome.best_runs else None})
+            rows.append(row(r.change or "+".join(r.knobs), r.knobs, r.run_id, r.time_to_ready_s))
+    last = outcome.best_runs[-1] if outcome.best_runs else (
+        outcome.best_selected_by[-1] if outcome.best_selected_by else None)
+    best = row("best", outcome.best_knobs, last, outcome.best_s)
+    if not best["stages"] and rows:
+        best["stages"] = rows[-1]["stages"]
+    rows.append(best)
     return rows
 
 
-def tune_json(spec, outcome: Outcome, store=None) -> dict[str, Any]:
-    """``{"baseline", "best": {"argv", "env", "time_to_ready_s", "throughput_ratio", ...},
-    "speedup", "trials", ...}``."""
+class _Doc(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class VsBaseline(_Doc):
+    """A ratio of means with its 95 % Fieller interval (``compare.ratio_interval``) and the
+    values it rests on: a speed-up is ``mean(baseline) / mean(best)`` over times to ready, a
+    throughput ratio ``mean(best) / mean(baseline)`` over tokens per second."""
+
+    value: float | None
+    low: float | None
+    high: float | None
+    baseline: list[float]
+    best: list[float]
+    method: str
+    note: str | None = None
+
+
+class Best(_Doc):
+    """The winner: its ready command line and environment, its figures from the confirmation
+    start-ups (``runs``; ``selected_by`` the trials that chose it) and the checks it passed."""
+
+    argv: list[str]
+    env: dict[str, str]
+    knobs: list[str]
+    seeded_caches: bool
+    time_to_ready_s: float
+    runs: list[str]
+    confirmed: bool
+    selected_by: list[str]
+    cold_time_to_ready_s: float | None
+    throughput_ratio: VsBaseline | None
+    throughput_limit: ThroughputLimit | None
+    greedy_match: bool | None
+    output_change_allowed: bool
+
+
+class Speedup(_Doc):
+    vs_cold: VsBaseline = Field(description="vs a new node: every cold start-up of the default")
+    vs_warm: VsBaseline | None = Field(description="vs running the default again: the warm "
+                                                   "start-ups interleaved with the winner's")
+
+
+class Baselines(_Doc):
+    cold: Baseline
+    warm: Baseline
+
+
+class TuneResult(_Doc):
+    """What ``coldscope tune --json`` prints (``coldscope schema tune``)."""
+
+    schema_version: Literal[2] = TUNE_SCHEMA_VERSION
+    session: str
+    baselines: Baselines
+    baseline: dict[str, Any] = Field(description="the first cold start-up, a stored run")
+    best: Best
+    speedup: Speedup
+    spread: float = Field(description="relative run-to-run spread the search measured")
+    budget: int
+    used: int
+    stopped: str
+    notes: list[str]
+    trials: list[TrialRow]
+    skipped: list[Skipped]
+    waterfall: list[dict[str, Any]]
+
+
+def _vs(r: Ratio | None, *, best_is_num: bool) -> VsBaseline | None:
+    if r is None:
+        return None
+    best, baseline = (r.num, r.den) if best_is_num else (r.den, r.num)
+    return VsBaseline(value=r.value, low=r.low, high=r.high, baseline=baseline, best=best,
+                      method=r.method, note=r.note)
+
+
+def tune_result(spec, outcome: Outcome, store=None) -> TuneResult:
+    """The typed ``tune --json`` document (``schema_version`` 2); docs/tune.md describes it."""
     argv, env = best_command(spec, outcome.best_knobs)
-    return {
-        "session": spec.id,
-        "baseline": _run_json(store, outcome.baseline_run) or {"id": outcome.baseline_run},
-        "baseline_time_to_ready_s": outcome.baseline_s,
-        "best": {
-            "argv": argv, "env": env, "time_to_ready_s": outcome.best_s,
-            "throughput_ratio": outcome.best_throughput_ratio, "knobs": outcome.best_knobs,
-            "seeded_caches": outcome.best_seeded, "runs": outcome.best_runs,
-        },
-        "speedup": outcome.speedup,
-        "spread": outcome.spread,
-        "budget": outcome.budget,
-        "used": outcome.used,
-        "stopped": outcome.stopped,
-        "trials": [r.model_dump(mode="json") for r in outcome.rows],
-        "skipped": [s.model_dump(mode="json") for s in outcome.skipped],
-        "waterfall": waterfall(spec, outcome),
-    }
+    first_cold = outcome.cold.runs[0] if outcome.cold.runs else None
+    return TuneResult(
+        session=spec.id,
+        baselines=Baselines(cold=outcome.cold, warm=outcome.warm),
+        baseline=_run_json(store, first_cold) or {"id": first_cold},
+        best=Best(
+            argv=argv, env=env, knobs=outcome.best_knobs, seeded_caches=outcome.best_seeded,
+            time_to_ready_s=outcome.best_s, runs=outcome.best_runs,
+            confirmed=outcome.best_confirmed, selected_by=outcome.best_selected_by,
+            cold_time_to_ready_s=outcome.best_cold_s,
+            throughput_ratio=_vs(outcome.throughput_ratio, best_is_num=True),
+            throughput_limit=outcome.throughput_limit, greedy_match=outcome.greedy_match,
+            output_change_allowed=outcome.output_change_allowed),
+        speedup=Speedup(vs_cold=_vs(outcome.vs_cold, best_is_num=False),
+                        vs_warm=_vs(outcome.vs_warm, best_is_num=False)),
+        spread=outcome.spread, budget=outcome.budget, used=outcome.used,
+        stopped=outcome.stopped, notes=outcome.notes, trials=outcome.rows,
+        skipped=outcome.skipped, waterfall=waterfall(spec, outcome),
+    )
+
+
+def tune_json(spec, outcome: Outcome, store=None) -> dict[str, Any]:
+    """``tune_result`` as JSON-able data (what ``--json`` prints)."""
+    return tune_result(spec, outcome, store).model_dump(mode="json")
+
+
+def _times(r: Ratio | None) -> str:
+    if r is None or r.value is None:
+        return "not measured"
+    iv = f" [{r.low:.2f}x, {r.high:.2f}x]" if r.low is not None and r.high is not None else \
+        " (no interval: fewer than 2 start-ups a side)"
+    return f"{r.value:.2f}x{iv}"
+
+
+def headline(outcome: Outcome) -> list[str]:
+    """The two answers first: against running the default again, and against a new node."""
+    best = f"{outcome.best_s:.1f} s"
+    lines = []
+    if outcome.vs_warm is not None:
+        lines.append(f"vs running the default again (warm caches, {len(outcome.vs_warm.num)} "
+                     f"start-ups): {_times(outcome.vs_warm)} faster, "
+                     f"{statistics.fmean(outcome.vs_warm.num):.1f} s -> {best}")
+    new_node = "with its caches shipped (coldscope bundle)" if outcome.best_seeded else ""
+    lines.append(f"vs a new node (default, cold caches, {len(outcome.vs_cold.num)} start-ups): "
+                 f"{_times(outcome.vs_cold)} faster, {outcome.cold.time_to_ready_s:.1f} s -> "
+                 f"{best} {new_node}".rstrip())
+    if outcome.best_seeded and outcome.best_cold_s is not None:
+        lines.append(f"  (the winner without its caches started in {outcome.best_cold_s:.1f} s, "
+                     "one start-up)")
+    how = (f"interleaved confirmation start-ups ({len(outcome.best_runs)} of the winner), "
+           "not the trials that chose it" if outcome.best_confirmed
+           else "the trials that chose the winner: no budget was left to confirm it")
+    lines.append(f"95 % intervals (Fieller); the winner's figures come from {how}")
+    return lines
 
 
 def _pct(ratio: float | None) -> str:
@@ -100,7 +229,7 @@ def tune_tables(spec, outcome: Outcome, doc: dict) -> list:
             {True: "yes", False: "no", None: ""}[r.kept],
             r.reason or "",
         )
-    out: list = [t]
+    out: list = [Text("\n".join(headline(outcome)), style="bold"), t]
     if outcome.skipped:
         s = Table(title="not tried", title_justify="left", box=box.SIMPLE)
         s.add_column("knob")
@@ -109,11 +238,23 @@ def tune_tables(spec, outcome: Outcome, doc: dict) -> list:
             s.add_row(k.knob, k.reason)
         out.append(s)
     best = doc["best"]
-    lines = [f"best: {outcome.best_s:.1f} s to ready vs {outcome.baseline_s:.1f} s default cold "
-             f"= {outcome.speedup:.2f}x faster"]
-    if best["throughput_ratio"] is not None:
-        lines.append(f"serving throughput {_pct(best['throughput_ratio'])} vs the baseline "
-                     "(32 requests, 4 at a time)")
+    lines = [f"best: {'+'.join(outcome.best_knobs) or 'the default'}"]
+    tp = outcome.throughput_ratio
+    if tp is not None and tp.value is not None:
+        iv = f" [{100 * (tp.low - 1):+.0f} %, {100 * (tp.high - 1):+.0f} %]" \
+            if tp.low is not None and tp.high is not None else " (no interval)"
+        lines.append(f"serving throughput {_pct(tp.value)}{iv} vs the warm default "
+                     f"({len(tp.num)} vs {len(tp.den)} start-ups, median of {ROUNDS} rounds each)")
+    lim = outcome.throughput_limit
+    if lim is not None:
+        verdict = {True: "holds", False: "NOT shown to hold", None: "cannot be judged"}[lim.holds]
+        lines.append(f"--max-throughput-loss {100 * lim.max_loss:.0f} %: {verdict} (judged on "
+                     "the interval's low end)")
+    if outcome.greedy_match is not None:
+        lines.append("greedy output: " + ("the baseline's" if outcome.greedy_match else
+                                          "DIFFERS from the baseline's" +
+                                          (" (allowed by --allow-output-change)"
+                                           if outcome.output_change_allowed else "")))
     lines.append("command: " + shlex.join(best["argv"]))
     env = {k: v for k, v in best["env"].items()}
     if env:
@@ -121,5 +262,6 @@ def tune_tables(spec, outcome: Outcome, doc: dict) -> list:
     if outcome.best_seeded:
         lines.append(f"needs its caches pre-seeded: coldscope bundle --tune {spec.id} -o "
                      "caches.tar.gz, then profile/tune --bundle caches.tar.gz")
+    lines.extend(f"note: {n}" for n in outcome.notes)
     out.append(Text("\n".join(lines), style="bold"))
     return out

@@ -44,6 +44,7 @@ class SessionSpec(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     budget: int
     max_throughput_loss: float | None = None
+    allow_output_change: bool = False
     timeout: float = 900.0
     knobs: list[Knob]
     capabilities: dict[str, Any] = Field(default_factory=dict)
@@ -141,7 +142,8 @@ def run_search(spec: SessionSpec, directory: Path,
                ) -> Outcome:
     """Drive (or resume) the search of ``spec``; the outcome is saved with the session."""
     search = Search(spec.knobs, Replay(spec, directory, execute, on_measured),
-                    budget=spec.budget, max_throughput_loss=spec.max_throughput_loss)
+                    budget=spec.budget, max_throughput_loss=spec.max_throughput_loss,
+                    allow_output_change=spec.allow_output_change)
     if spec.bundle_key:
         search.primed.add(spec.bundle_key)
     outcome = search.run()
@@ -207,7 +209,7 @@ class EngineExecutor:
 
     def __init__(self, spec: SessionSpec, directory: Path, store, *, quiet: bool = True,
                  on_line: Callable[[str], None] | None = None,
-                 verify: Callable[[str, str], dict] | None = None,
+                 verify: Callable[[str, str, Callable[[], float]], dict] | None = None,
                  on_start: Callable[[Any], None] | None = None,
                  on_stage: Callable[[str, float], None] | None = None) -> None:
         from coldscope.tune.verify import verify as default_verify
@@ -269,6 +271,7 @@ class EngineExecutor:
             time_to_ready_s=run.time_to_ready_s, stages=dict(run.stages),
             findings=[{"id": f.id, "seconds_at_stake": f.seconds_at_stake} for f in findings],
             throughput=ver.get("throughput"), greedy=ver.get("greedy"),
+            rounds=[float(x) for x in ver.get("rounds_tokens_per_s") or [] if x],
         )
 
 
