@@ -299,15 +299,15 @@ def tune_run(rid: str, role: str, knobs: tuple[str, ...], trial: int, stages: di
 
 
 def _session() -> list[Run]:
-    """Baseline twice, warm kept, eager primed then kept (with a repeat), mp-off not kept,
-    then the confirm of warm+eager."""
+    """Baseline twice, the default warm, eager primed then kept (with a repeat), mp-off not
+    kept, then the confirm of warm+eager."""
     w, e, m = ("warm",), ("warm", "eager"), ("warm", "eager", "mp")
     return [
         tune_run("b1", "baseline", (), 0, {"bootstrap": 30.0, "torch_compile": 40.0,
                                            "server_ready": 2.0}, 100.0),
         tune_run("b2", "baseline", (), 1, {"bootstrap": 34.0, "torch_compile": 44.0,
                                            "server_ready": 2.0}, 110.0),
-        tune_run("t2", "trial", w, 2, {"bootstrap": 28.0, "torch_compile": 20.0,
+        tune_run("t2", "warm", w, 2, {"bootstrap": 28.0, "torch_compile": 20.0,
                                        "server_ready": 2.0}, 104.0),
         tune_run("p3", "prime", e, 3, {"bootstrap": 40.0, "torch_compile": 0.0,
                                        "server_ready": 2.0}, 90.0),
@@ -325,10 +325,12 @@ def test_tune_waterfall_steps_sum_from_baseline_to_best_per_stage():
     [w], notes = d.tune_waterfalls(runs, {"tune-1": {"steps": [[], ["warm"], ["warm", "eager"]],
                                                      "descriptions": {"eager": "no compile"}}})
     assert notes == []
-    assert [s["name"] for s in w["steps"]] == ["baseline", "warm", "eager"]
+    assert [s["name"] for s in w["steps"]] == ["baseline", "warm caches (the default run again)",
+                                               "eager"]
     base, warm, eager = w["steps"]
-    # means over the measuring start-ups: the prime (p3) and the rejected mp trial are left out
-    assert base["runs"] == ["b1", "b2"] and eager["runs"] == ["t4", "r5", "c7"]
+    # means over the measuring start-ups: the prime (p3) and the rejected mp trial are left out,
+    # and the best is measured by its confirmation alone, not by the trials that selected it
+    assert base["runs"] == ["b1", "b2"] and eager["runs"] == ["c7"]
     assert w["baseline_s"] == pytest.approx(76.0) and w["best_s"] == pytest.approx(33.0)
     assert base["stages"]["torch_compile"] == pytest.approx(42.0)
     assert warm["saved"]["torch_compile"] == pytest.approx(22.0)
@@ -387,8 +389,12 @@ def test_tune_waterfall_agrees_with_the_search_it_draws():
     steps = [row["knobs"] for row in waterfall(spec, outcome) if row["step"] != "best"]
     w = d.tune_waterfall("tune-1", runs, steps)
     assert len(w["steps"]) >= 3
-    assert w["baseline_s"] == pytest.approx(outcome.baseline_s)
-    assert w["best_s"] == pytest.approx(outcome.best_s)
+    assert w["baseline_s"] == pytest.approx(outcome.cold.time_to_ready_s)
+    assert w["best_s"] == pytest.approx(outcome.best_s)  # both from the confirmation runs
     assert w["best_knobs"] == outcome.best_knobs
-    assert w["best_throughput_ratio"] == pytest.approx(outcome.best_throughput_ratio)
+    # the best's serving over the cold baseline's, from the measurements themselves
+    confirm = [m.throughput for r, m in measured if r.role == "confirm"]
+    cold = [m.throughput for r, m in measured if r.role == "baseline"]
+    assert w["best_throughput_ratio"] == pytest.approx(
+        (sum(confirm) / len(confirm)) / (sum(cold) / len(cold)))
     assert [s["knobs"] for s in d.tune_waterfall("tune-1", runs)["steps"]] == steps

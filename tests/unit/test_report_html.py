@@ -144,21 +144,26 @@ def test_every_axis_caption_and_numeric_header_has_a_unit(two_runs):
 def _write_session(store_path, last_kept: bool):
     """A session file for ``_session()``'s runs without their confirm: the budget ran out
     after the mp trial, which only the file says was kept (or not)."""
+    from coldscope.compare import ratio_interval
     from coldscope.tune.knob import Knob
-    from coldscope.tune.search import Outcome, TrialRow
+    from coldscope.tune.search import Baseline, Outcome, TrialRow
     from coldscope.tune.session import SessionSpec, save, sessions_dir
 
     runs = _session()[:-1]
     rows = [TrialRow(trial=r.campaign.trial, role=r.campaign.role, change=r.campaign.change,
                      knobs=d.tune_knobs(r), cache="seeded" if r.campaign.trial > 1 else "cold",
                      run_id=r.id, ok=True, time_to_ready_s=r.time_to_ready_s,
-                     kept={"t2": True, "r5": True, "t6": last_kept}.get(r.id))
+                     kept={"r5": True, "t6": last_kept}.get(r.id))
             for r in runs]
     best = ["warm", "eager", "mp"] if last_kept else ["warm", "eager"]
-    outcome = Outcome(baseline_s=76.0, baseline_run="b1", best_knobs=best, best_s=13.0,
-                      best_runs=["t6"], best_throughput_ratio=None, best_seeded=True,
-                      speedup=76 / 13, spread=0.1, used=7, budget=7, rows=rows, skipped=[],
-                      stopped="budget of 7 start-ups spent")
+    outcome = Outcome(cold=Baseline(time_to_ready_s=76.0, runs=["b1", "b2"], times=[72, 80]),
+                      warm=Baseline(time_to_ready_s=50.0, runs=["t2"], times=[50.0]),
+                      best_knobs=best, best_s=13.0, best_runs=[], best_selected_by=["t6"],
+                      best_confirmed=False, best_seeded=True,
+                      vs_cold=ratio_interval([72, 80], [13.0]), vs_warm=None,
+                      throughput_ratio=None, throughput_limit=None, greedy_match=True,
+                      output_change_allowed=False, spread=0.1, used=7, budget=7, rows=rows,
+                      skipped=[], stopped="budget of 7 start-ups spent")
     knobs = [Knob(name=n, stage="bootstrap", description=f"what {n} does", tradeoff="")
              for n in ("warm", "eager", "mp")]
     spec = SessionSpec(id="tune-1", created_at="2026-01-01T00:00:00+00:00", command=["x"],
@@ -204,7 +209,8 @@ def test_tune_waterfall_chart_spans_baseline_to_best(two_runs):
                        flags=re.S).group(1)
     root = ET.fromstring(markup)
     texts = [t.text for t in root.iter(SVG_NS + "text")]
-    assert "+ warm" in texts and "+ eager" in texts and "best: 2 change(s)" in texts
+    assert "+ warm caches (the default run again)" in texts and "+ eager" in texts
+    assert "best: 2 change(s)" in texts
     assert "throughput 0.99× of baseline" in texts  # warm: 104 / 105 tokens/s
     assert "−26.0 s → 50.0 s" in texts and "33.0 s · 2.30× faster" in texts
     ticks = {t.text: float(t.get("x")) for t in root.iter(SVG_NS + "text")
@@ -220,7 +226,8 @@ def test_tune_waterfall_chart_spans_baseline_to_best(two_runs):
         return (min(float(r.get("x")) for r in rects),
                 max(float(r.get("x")) + float(r.get("width")) for r in rects))
 
-    assert span("warm: ") == pytest.approx((px(50.0), px(76.0)), abs=0.2)
+    assert span("warm caches (the default run again): ") == pytest.approx(
+        (px(50.0), px(76.0)), abs=0.2)
     # eager saves 20 s of compile, leftwards from 50 s; its 2 s more bootstrap and 1 s more
     # server_ready are added back on the thin bar, ending at its 33 s
     assert span("eager: torch compile saved") == pytest.approx((px(30.0), px(50.0)), abs=0.2)

@@ -44,7 +44,8 @@ def store_features(runs: Sequence[Run], progress: Progress | None = None,
 def tune_decisions(store_path: Path, runs: Sequence[Run]) -> dict[str, dict[str, Any]]:
     """What each tune session among ``runs`` kept, from its session file
     (``<store dir>/tune/<id>/session.json``), through tune's own ``waterfall``: session id ->
-    ``{"steps": [knobs of the baseline, of each kept change...], "descriptions"}``. A session
+    ``{"steps": [knobs of the baseline, of each kept change...], "descriptions", "speedup"}``
+    (``speedup``: the outcome's ``vs_cold`` and ``vs_warm`` with their intervals). A session
     whose file is missing, unreadable or unfinished is left out (the report then reads its
     kept changes from the runs and says so)."""
     from coldscope.report.data import tune_runs
@@ -61,9 +62,17 @@ def tune_decisions(store_path: Path, runs: Sequence[Run]) -> dict[str, dict[str,
             continue
         if not spec.outcome:
             continue
-        rows = waterfall(spec, Outcome.model_validate(spec.outcome))
+        try:
+            outcome = Outcome.model_validate(spec.outcome)
+        except ValueError:  # a session file of an older tune: its runs still tell the steps
+            continue
+        rows = waterfall(spec, outcome)
         out[sid] = {"steps": [r["knobs"] for r in rows if r["step"] != "best"],
-                    "descriptions": {k.name: k.description for k in spec.knobs}}
+                    "descriptions": {k.name: k.description for k in spec.knobs},
+                    "speedup": {
+                        "vs_cold": outcome.vs_cold.model_dump(mode="json"),
+                        "vs_warm": outcome.vs_warm.model_dump(mode="json")
+                        if outcome.vs_warm else None}}
     return out
 
 

@@ -757,7 +757,7 @@ def _largest_change(cmps: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
 
 #: Roles of a tune session's start-ups that measure their configuration as the search judged
 #: it; a ``prime`` start-up is the cold run that leaves a seeded configuration its caches.
-TUNE_MEASURING_ROLES = ("baseline", "trial", "repeat", "confirm")
+TUNE_MEASURING_ROLES = ("baseline", "warm", "trial", "repeat", "confirm")
 
 
 def tune_runs(runs: Iterable[Run]) -> dict[str, list[Run]]:
@@ -785,7 +785,7 @@ def inferred_tune_steps(runs: Sequence[Run]) -> list[tuple[str, ...]]:
     incumbents = {()}
     for r in runs:
         role, knobs = (r.campaign.role if r.campaign else None), tune_knobs(r)
-        if role == "confirm":
+        if role in ("confirm", "warm"):
             incumbents.add(knobs)
         elif role in ("trial", "repeat", "prime") and knobs:
             incumbents.add(knobs[:-1])
@@ -803,7 +803,8 @@ def _throughput(run: Run) -> float | None:
 
 def tune_waterfall(session: str, runs: Sequence[Run],
                    steps: Sequence[Sequence[str]] | None = None,
-                   descriptions: Mapping[str, str] | None = None) -> dict[str, Any]:
+                   descriptions: Mapping[str, str] | None = None,
+                   speedup: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """One tune session as a waterfall: the baseline, one step per kept change, the best.
 
     ``steps`` are the configurations the session kept, in order (each a knob list, the first
@@ -815,8 +816,12 @@ def tune_waterfall(session: str, runs: Sequence[Run],
     ready, a step's per-stage seconds saved (previous mean minus this one; negative: slower)
     sum to its saving, and the steps' savings sum, stage by stage, from the baseline to the
     best. ``throughput_ratio`` is the configuration's mean serving throughput over the
-    baseline's. Raises ``ColdscopeError`` when a kept configuration has no successful run
-    among ``runs`` (e.g. a ``--runs`` selection left it out).
+    baseline's. The best configuration is measured by its confirmation start-ups when it has
+    any (not by the trials that selected it); a step measured only by the default's warm
+    start-ups is named ``warm caches (the default run again)``. ``speedup``: the session's own
+    ``{"vs_cold", "vs_warm"}`` ratios with their intervals, shown as they are. Raises
+    ``ColdscopeError`` when a kept configuration has no successful run among ``runs`` (e.g. a
+    ``--runs`` selection left it out).
     """
     inferred = steps is None
     chosen = [tuple(s) for s in (inferred_tune_steps(runs) if steps is None else steps)]
@@ -829,6 +834,9 @@ def tune_waterfall(session: str, runs: Sequence[Run],
         rs = [r for r in runs if r.status == "ok" and r.time_to_ready_s is not None
               and tune_knobs(r) == knobs and r.campaign is not None
               and r.campaign.role in TUNE_MEASURING_ROLES]
+        if i == len(chosen) - 1 and any(r.campaign.role == "confirm" for r in rs
+                                        if r.campaign is not None):
+            rs = [r for r in rs if r.campaign is not None and r.campaign.role == "confirm"]
         if not rs:
             what = "+".join(knobs) or "the baseline"
             raise ColdscopeError(f"tune session {session}: no successful run of {what} among "
@@ -843,8 +851,10 @@ def tune_waterfall(session: str, runs: Sequence[Run],
         before = tuple(prev["knobs"]) if prev else ()
         change = None if i == 0 else (knobs[-1] if knobs[:-1] == before else
                                       "+".join(k for k in knobs if k not in before) or None)
+        warm_only = all(r.campaign is not None and r.campaign.role == "warm" for r in rs)
         out_steps.append({
-            "name": "baseline" if i == 0 else (change or "+".join(knobs)), "change": change,
+            "name": "baseline" if i == 0 else "warm caches (the default run again)" if warm_only
+            else (change or "+".join(knobs)), "change": change,
             "knobs": list(knobs),
             "description": descriptions.get(change) if change else None,
             "runs": [r.id for r in rs], "n": len(rs), "time_to_ready_s": ttr,
@@ -864,6 +874,7 @@ def tune_waterfall(session: str, runs: Sequence[Run],
         "speedup": base["time_to_ready_s"] / best["time_to_ready_s"]
         if best["time_to_ready_s"] else None,
         "best_throughput_ratio": best["throughput_ratio"],
+        "speedup_intervals": dict(speedup) if speedup else None,
     }
 
 
@@ -877,7 +888,8 @@ def tune_waterfalls(runs: Sequence[Run], sessions: Mapping[str, Mapping[str, Any
     for sid, rs in tune_runs(runs).items():
         known = sessions.get(sid) or {}
         try:
-            w = tune_waterfall(sid, rs, known.get("steps"), known.get("descriptions"))
+            w = tune_waterfall(sid, rs, known.get("steps"), known.get("descriptions"),
+                               known.get("speedup"))
         except ColdscopeError as exc:
             notes.append(f"{exc}: its waterfall is left out")
             continue

@@ -944,6 +944,14 @@ def _ratio_text(step: Mapping[str, Any]) -> str:
     return "throughput not measured" if r is None else f"throughput {r:.2f}× of baseline"
 
 
+def _interval_x(r: Mapping[str, Any] | None) -> str:
+    """A speed-up with its 95 % interval: ``2.71× [2.30×, 3.12×]``."""
+    r = r or {}
+    if r.get("low") is None or r.get("high") is None:
+        return f"{fmt_x(r.get('value'))} (no interval)"
+    return f"{fmt_x(r['value'])} [{fmt_x(r['low'])}, {fmt_x(r['high'])}]"
+
+
 def tune_chart(w: Mapping[str, Any], title: str) -> str:
     """A waterfall of one tune session, one row per configuration, top to bottom: the
     baseline's stacked stages from launch to its time to ready; then, per kept change, the
@@ -1058,6 +1066,12 @@ def tune_section(data: Mapping[str, Any]) -> str:
                             "over the baseline's")
         title = (f"Tune session {w['session']}: {fmt_s(w['baseline_s'])} → "
                  f"{fmt_s(w['best_s'])} to ready ({fmt_x(w['speedup'])} faster)")
+        iv = w.get("speedup_intervals") or {}
+        said = [f"{_interval_x(iv.get(k))} {what}" for k, what in
+                (("vs_warm", "vs running the default again"), ("vs_cold", "vs a new node"))
+                if (iv.get(k) or {}).get("value") is not None]
+        if said:
+            title = f"Tune session {w['session']}: " + "; ".join(said)
         drawn = [b for b in BUCKETS if any(
             abs((s["saved"] or {}).get(b) or 0.0) > 0.005 or (s["stages"].get(b) or 0.0) > 0.005
             for s in steps)]
