@@ -95,6 +95,11 @@ def test_session_on_fake_engine_stores_linked_runs_and_seeds_caches(tmp_path, mo
     # overhead: the winner starts faster than the cold default
     assert doc["speedup"]["vs_cold"]["value"] > 1
     assert doc["best"]["greedy_match"] is True
+    # per stage, the winner against the warm default's confirmation start-ups (compare's core)
+    cmp = doc["comparison"]
+    assert cmp["a"]["runs"] == confirm_warm and cmp["b"]["runs"] == best
+    assert cmp["time_to_ready"]["a_mean"] == pytest.approx(mean(confirm_warm))
+    assert cmp["time_to_ready"]["b_mean"] == pytest.approx(mean(best))
     assert doc["baseline"]["id"] == cold[0]
     jsonschema.validate(json.loads(json.dumps(doc)), schema_of("tune"))  # `coldscope schema tune`
     # the serving check: six rounds, the start-up's throughput their median

@@ -10,7 +10,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from coldscope.compare import Ratio
+from coldscope.compare import Comparison, Ratio, compare
 from coldscope.errors import ColdscopeError
 from coldscope.tune.knob import apply_all
 from coldscope.tune.search import Baseline, Outcome, Skipped, ThroughputLimit, TrialRow
@@ -124,6 +124,9 @@ class TuneResult(_Doc):
     baseline: dict[str, Any] = Field(description="the first cold start-up, a stored run")
     best: Best
     speedup: Speedup
+    comparison: Comparison | None = Field(
+        None, description="the winner (b) against the warm default (a), per stage and sub-step, "
+                          "over the confirmation start-ups: coldscope compare's core")
     spread: float = Field(description="relative run-to-run spread the search measured")
     budget: int
     used: int
@@ -140,6 +143,24 @@ def _vs(r: Ratio | None, *, best_is_num: bool) -> VsBaseline | None:
     best, baseline = (r.num, r.den) if best_is_num else (r.den, r.num)
     return VsBaseline(value=r.value, low=r.low, high=r.high, baseline=baseline, best=best,
                       method=r.method, note=r.note)
+
+
+def per_stage(outcome: Outcome, store) -> Comparison | None:
+    """Where the winner's seconds come from: ``compare`` of the warm default's confirmation
+    start-ups (a) with the winner's (b), read from the store (whole runs, so a stage the
+    winner does not run, eager's torch_compile, counts as 0 s). None without a store, or
+    when the winner is the warm default itself."""
+    warm = [r.run_id for r in outcome.rows if r.phase == "confirm" and r.role == "warm"
+            and r.ok and r.run_id]
+    if store is None or not warm or not outcome.best_runs:
+        return None
+    try:
+        a = [store.run(i) for i in warm]
+        b = [store.run(i) for i in outcome.best_runs]
+    except ColdscopeError:  # runs not in this store: the document stands without it
+        return None
+    return compare(a, b, a_info={"label": "the default, warm caches"},
+                   b_info={"label": "+".join(outcome.best_knobs)})
 
 
 def tune_result(spec, outcome: Outcome, store=None) -> TuneResult:
@@ -160,6 +181,7 @@ def tune_result(spec, outcome: Outcome, store=None) -> TuneResult:
             output_change_allowed=outcome.output_change_allowed),
         speedup=Speedup(vs_cold=_vs(outcome.vs_cold, best_is_num=False),
                         vs_warm=_vs(outcome.vs_warm, best_is_num=False)),
+        comparison=per_stage(outcome, store),
         spread=outcome.spread, budget=outcome.budget, used=outcome.used,
         stopped=outcome.stopped, notes=outcome.notes, trials=outcome.rows,
         skipped=outcome.skipped, waterfall=waterfall(spec, outcome),
@@ -229,7 +251,16 @@ def tune_tables(spec, outcome: Outcome, doc: dict) -> list:
             {True: "yes", False: "no", None: ""}[r.kept],
             r.reason or "",
         )
-    out: list = [Text("\n".join(headline(outcome)), style="bold"), t]
+    lines0 = headline(outcome)
+    cmp = doc.get("comparison")
+    if cmp:
+        said = [f"{name} {row['delta']:+.1f} s [{row['low']:+.1f}, {row['high']:+.1f}]"
+                for name, row in sorted(cmp["stages"].items(), key=lambda kv: kv[1]["delta"]
+                                        if kv[1]["delta"] is not None else 0.0)
+                if row["verdict"] != "unresolved"]
+        lines0.append("where it comes from, vs the warm default (resolved stages): "
+                      + ("; ".join(said) if said else "no stage resolved"))
+    out: list = [Text("\n".join(lines0), style="bold"), t]
     if outcome.skipped:
         s = Table(title="not tried", title_justify="left", box=box.SIMPLE)
         s.add_column("knob")
