@@ -91,7 +91,8 @@ def test_tune_session_renders_as_a_waterfall(browser, tmp_path):
               segs: f.querySelectorAll('svg .mark.seg').length,
               width: f.querySelector('svg').getBoundingClientRect().width};
     })()""")
-    assert got["rows"] == ["baseline (default, cold)", "+ warm", "+ eager", "best: 2 change(s)"]
+    assert got["rows"] == ["baseline (default, cold)", "+ warm caches (the default run again)",
+                           "+ eager", "best: 2 change(s)"]
     assert got["ratios"] == ["throughput 0.99× of baseline", "throughput 0.81× of baseline",
                              "throughput 0.81× of baseline"]
     assert "torch compile" in got["legend"] and any("slower" in k for k in got["legend"])
