@@ -43,6 +43,12 @@ class Knob(BaseModel):
     reason: str | None = None
     priority: int = 50
 
+    @property
+    def changes_command(self) -> bool:
+        """Whether it changes the command line or environment (a seed-only knob does not):
+        what the engine keys its compile cache by."""
+        return bool(self.env or self.add_args or self.remove_args)
+
     def to_mitigation(self):
         """The engine-neutral ``coldscope.engines.Mitigation`` record of this knob."""
         from coldscope.engines import Mitigation

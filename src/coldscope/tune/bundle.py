@@ -570,6 +570,7 @@ def pack_session(directory: Path, output: Path, *, cache_key: str | None = None)
     """Pack the caches of a tune session's winner (or of ``cache_key``)."""
     from coldscope.tune import session as ts
     from coldscope.tune.report import best_command
+    from coldscope.tune.search import DEFAULT_KEY
     from coldscope.tune.search import cache_key as key_of
 
     spec = ts.load(directory)
@@ -582,7 +583,7 @@ def pack_session(directory: Path, output: Path, *, cache_key: str | None = None)
         cache_key = key_of(knobs, by)
     else:
         plain_key(cache_key, "--config")
-        knobs = cache_key.split("+") if cache_key != "default" else []
+        knobs = cache_key.split("+") if cache_key != DEFAULT_KEY else []
         unknown = [k for k in knobs if k not in by]
         if unknown:
             raise ColdscopeError(f"--config {cache_key}: no such knob in session {spec.id}: "
@@ -610,15 +611,16 @@ def unpack_for_session(bundle: Path, directory: Path, spec) -> str:
     configuration, so the search starts that configuration seeded without priming it.
     Returns the configuration's cache key."""
     from coldscope.tune import session as ts
+    from coldscope.tune.search import DEFAULT_KEY
 
     manifest = read_manifest(bundle)
     caps = spec.capabilities
     check(manifest, engine_version=caps.get("version"), torch=caps.get("torch"),
           model_path=_model_of(spec.command), bundle=bundle)
-    key = plain_key((manifest.get("config") or {}).get("cache_key") or "default",
+    key = plain_key((manifest.get("config") or {}).get("cache_key") or DEFAULT_KEY,
                     f"{bundle} {MANIFEST}")
     names = {k.name for k in spec.knobs}
-    unknown = [k for k in key.split("+") if key != "default" and k not in names]
+    unknown = [k for k in key.split("+") if key != DEFAULT_KEY and k not in names]
     if unknown:
         raise ColdscopeError(f"{bundle.name} was made with knobs this catalogue lacks: "
                              f"{', '.join(unknown)}: refused")

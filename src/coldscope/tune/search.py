@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -198,19 +198,21 @@ class Outcome(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
+#: The cache key of the command as given (no knob that changes it).
+DEFAULT_KEY: Final = "default"
+
+
 def cache_key(knobs: Sequence[str], catalogue: dict[str, Knob]) -> str:
     """Identity of a configuration for its caches: the knobs that change the command line or
     environment (seed-only knobs do not), in a fixed order."""
-    parts = sorted(k for k in knobs if catalogue[k].env or catalogue[k].add_args
-                   or catalogue[k].remove_args)
-    return "+".join(parts) or "default"
+    return "+".join(sorted(k for k in knobs if catalogue[k].changes_command)) or DEFAULT_KEY
 
 
 def warm_knob(knobs: Sequence[Knob]) -> Knob | None:
     """The catalogue's "start from every cache the same configuration left" knob: the warm
     default is the command as given with it."""
-    return next((k for k in knobs if k.available and k.seed == (ALL_CACHES,) and not k.env
-                 and not k.add_args and not k.remove_args), None)
+    return next((k for k in knobs if k.available and k.seed == (ALL_CACHES,)
+                 and not k.changes_command), None)
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -268,6 +270,9 @@ class Search:
         self.notes: list[str] = []
         self.stopped = "nothing left to try"
         self._throughput: dict[str, float] = {}  # run id -> its serving throughput
+        # the confirmation's warm default and winner, apart from the runs that chose them
+        self.confirm_warm: _Config | None = None
+        self.confirm_best: _Config | None = None
 
     # -- bookkeeping ----------------------------------------------------------------------
 
@@ -315,8 +320,7 @@ class Search:
             greedy_diff=first_difference(self.base_greedy, m.greedy) if m.ok else None,
             reason=m.reason if not m.ok else None,
         ))
-        if m.ok and not any(self.catalogue[k].env or self.catalogue[k].add_args
-                            or self.catalogue[k].remove_args for k in knobs):
+        if m.ok and key == DEFAULT_KEY:
             self.default_rounds.extend(m.rounds)  # the default's serving, cold or warm
         return m
 
@@ -402,7 +406,7 @@ class Search:
             self._confirm(cold, warm if warm is not None and warm.times else None, inc)
         except BudgetSpent:
             self.stopped = f"budget of {self.budget} start-ups spent"
-        return self._outcome(cold, warm, inc, self.stopped)
+        return self._outcome(cold, warm, inc)
 
     def _search(self, inc: _Config) -> _Config:
         tried: set[str] = {inc.knobs[0]} if inc.knobs else set()
@@ -436,35 +440,25 @@ class Search:
         m = self._measure_config(cfg, "trial", k.name, inc)
         row = self.rows[-1]
         if not m.ok:
-            row.kept = False
-            row.reason = f"start-up failed: {m.reason}"
-            return inc
+            return self._drop(row, inc, f"start-up failed: {m.reason}")
         refused = self._refuse(row)
         if refused:
-            row.kept = False
-            row.reason = refused
-            return inc
+            return self._drop(row, inc, refused)
         noise = self.spread * inc.time
         gain = inc.time - cfg.time
         if 0 < gain <= 2 * noise:
             if self.left < 1:
-                row.kept = False
-                row.reason = (f"saves {gain:.1f} s, within 2 x noise {noise:.1f} s, and no "
-                              "budget is left to measure it again")
-                return inc
+                return self._drop(row, inc, f"saves {gain:.1f} s, within 2 x noise {noise:.1f} "
+                                            "s, and no budget is left to measure it again")
             row.reason = f"saves {gain:.1f} s, within 2 x noise {noise:.1f} s: measured again"
             m2 = self._measure_config(cfg, "repeat", k.name, inc)
             self._note_pair(cfg)
             row = self.rows[-1]
             if not m2.ok:
-                row.kept = False
-                row.reason = f"repeat failed: {m2.reason}"
-                return inc
+                return self._drop(row, inc, f"repeat failed: {m2.reason}")
             refused = self._refuse(row)
             if refused:
-                row.kept = False
-                row.reason = refused
-                return inc
+                return self._drop(row, inc, refused)
             noise = self.spread * inc.time
             gain = inc.time - cfg.time
             if gain > noise:
@@ -479,14 +473,11 @@ class Search:
                 return self._keep(row, cfg, (
                     f"saves {stage_gain:.1f} s in {k.stage} (mean of 2) > 2 x its noise "
                     f"{stage_noise:.1f} s; total {gain:.1f} s, within the noise"))
-            row.kept = False
-            row.reason = f"saves {gain:.1f} s (mean of 2), within the noise {noise:.1f} s"
-            return inc
+            return self._drop(row, inc, f"saves {gain:.1f} s (mean of 2), within the noise "
+                                        f"{noise:.1f} s")
         if gain > 2 * noise:
             return self._keep(row, cfg, f"saves {gain:.1f} s > 2 x noise {noise:.1f} s")
-        row.kept = False
-        row.reason = f"no gain ({-gain:+.1f} s)" if gain <= 0 else None
-        return inc
+        return self._drop(row, inc, f"no gain ({-gain:+.1f} s)" if gain <= 0 else None)
 
     def _keep(self, row: TrialRow, cfg: _Config, why: str) -> _Config:
         row.kept = True
@@ -494,6 +485,13 @@ class Search:
         if row.greedy_match is False:
             row.reason += "; its greedy output differs (allowed by --allow-output-change)"
         return cfg
+
+    @staticmethod
+    def _drop(row: TrialRow, inc: _Config, why: str | None) -> _Config:
+        """The change is not kept, for ``why``; the incumbent stays."""
+        row.kept = False
+        row.reason = why
+        return inc
 
     def _refuse(self, row: TrialRow) -> str | None:
         """Why this start-up's output or serving rules its change out (None: it passes)."""
@@ -517,24 +515,24 @@ class Search:
     def _confirm(self, cold: _Config, warm: _Config | None, best: _Config) -> None:
         """Interleave the warm default and the winner on the budget left (W B W B ...), with
         one more cold default after the first pair when the budget is 14 or more."""
-        self.confirm_warm = _Config(warm.knobs) if warm is not None else None
-        self.confirm_best = _Config(best.knobs)
+        cw = self.confirm_warm = _Config(warm.knobs) if warm is not None else None
+        cb = self.confirm_best = _Config(best.knobs)
         left = self.budget - self.used
         extra_cold = 1 if self.budget >= 14 and left >= 5 else 0
-        if warm is None or best is warm:  # nothing beat the warm default: measure it more
-            sides: list[_Config] = [self.confirm_best] * (left - extra_cold)
+        if cw is None or best is warm:  # nothing beat the warm default: measure it more
+            sides: list[_Config] = [cb] * (left - extra_cold)
         else:
             pairs = (left - extra_cold) // 2
-            sides = [c for _ in range(pairs) for c in (self.confirm_warm, self.confirm_best)]
+            sides = [c for _ in range(pairs) for c in (cw, cb)]
             if (left - extra_cold) % 2:  # an odd one left: one more of the winner, last
-                sides.append(self.confirm_best)
+                sides.append(cb)
         if extra_cold:
             sides.insert(min(2, len(sides)), cold)
         for cfg in sides:
             if cfg is cold:
                 self._measure_config(cold, "baseline", None, cold)
                 self._note_pair(cold)
-            elif cfg is self.confirm_best:
+            elif cfg is cb:
                 self._measure_config(cfg, "confirm", None, best)
                 self._check_confirm(self.rows[-1])
             else:
@@ -544,12 +542,10 @@ class Search:
         if row.ok and row.greedy_match is False:
             row.reason = f"greedy output differs from the baseline's ({row.greedy_diff})"
 
-    def _outcome(self, cold: _Config, warm: _Config | None, best: _Config,
-                 stopped: str) -> Outcome:
-        cw = getattr(self, "confirm_warm", None)
-        cb = getattr(self, "confirm_best", None)
+    def _outcome(self, cold: _Config, warm: _Config | None, best: _Config) -> Outcome:
+        cw, cb = self.confirm_warm, self.confirm_best
         confirmed = cb is not None and len(cb.times) > 0
-        proof = cb if confirmed and cb is not None else best
+        proof = cb if cb is not None and confirmed else best
         best_is_warm = warm is not None and best.knobs == warm.knobs
         if not confirmed and best.knobs and not best_is_warm:
             self.notes.append("no start-up was left to confirm the winner: its figures come "
@@ -563,8 +559,7 @@ class Search:
             vs_warm = ratio_interval(warm_ref.times, proof.times)
         throughput = None
         if warm_ref is not None and not best_is_warm:
-            num = [r for r in self._medians(proof.runs)]
-            den = [r for r in self._medians(warm_ref.runs)]
+            num, den = self._medians(proof.runs), self._medians(warm_ref.runs)
             if num and den:
                 throughput = ratio_interval(num, den)
         limit = None
@@ -593,7 +588,7 @@ class Search:
             greedy_match=all(greedy) if greedy else None,
             output_change_allowed=self.allow_output_change, spread=self.spread,
             used=self.used, budget=self.budget, rows=self.rows, skipped=self.skipped,
-            stopped=stopped, notes=self.notes,
+            stopped=self.stopped, notes=self.notes,
         )
 
     def _medians(self, run_ids: Sequence[str]) -> list[float]:
