@@ -834,9 +834,9 @@ def tune_waterfall(session: str, runs: Sequence[Run],
         rs = [r for r in runs if r.status == "ok" and r.time_to_ready_s is not None
               and tune_knobs(r) == knobs and r.campaign is not None
               and r.campaign.role in TUNE_MEASURING_ROLES]
-        if i == len(chosen) - 1 and any(r.campaign.role == "confirm" for r in rs
-                                        if r.campaign is not None):
-            rs = [r for r in rs if r.campaign is not None and r.campaign.role == "confirm"]
+        confirmed = [r for r in rs if r.campaign is not None and r.campaign.role == "confirm"]
+        if i == len(chosen) - 1 and confirmed:  # the best, by the runs that did not choose it
+            rs = confirmed
         if not rs:
             what = "+".join(knobs) or "the baseline"
             raise ColdscopeError(f"tune session {session}: no successful run of {what} among "
