@@ -11,9 +11,9 @@ from coldscope.tune.report import TUNE_SCHEMA_VERSION
 
 
 def tuned_startup(path: str | Path) -> dict[str, Any]:
-    """``{"startup_s", "baseline_s", "savings_s", "speedup", "speedup_low", "speedup_high",
-    "basis", "stage_savings_s", "throughput_ratio", "knobs", "argv", "env", "session"}`` from a
-    tune JSON file (``schema_version`` 2).
+    """``{"startup_s", "baseline_s", "savings_s", "speedup", "basis", "stage_savings_s",
+    "throughput_ratio", "knobs", "argv", "env", "session"}`` from a tune JSON file
+    (``schema_version`` 2).
 
     A plan is about scaling up, so it takes the **new-node** figures: ``baseline_s`` is the
     default command started cold (a fresh node has no caches) and ``startup_s`` the winner's
@@ -50,9 +50,6 @@ def tuned_startup(path: str | Path) -> dict[str, Any]:
                 w = last.get(k)
                 if _seconds(v) and _seconds(w):
                     stages[k] = round(v - w, 3)
-    speedup = (doc.get("speedup") or {}).get("vs_cold") if isinstance(doc.get("speedup"),
-                                                                        dict) else None
-    speedup = speedup if isinstance(speedup, dict) else {}
     tp = best.get("throughput_ratio")
     tp_value = tp.get("value") if isinstance(tp, dict) else None
     knobs, argv, env = best.get("knobs"), best.get("argv"), best.get("env")
@@ -60,7 +57,6 @@ def tuned_startup(path: str | Path) -> dict[str, Any]:
     return {
         "startup_s": startup, "baseline_s": float(base), "savings_s": float(base) - startup,
         "speedup": float(base) / startup if startup > 0 else None,
-        "speedup_low": _number(speedup.get("low")), "speedup_high": _number(speedup.get("high")),
         "basis": "a new node: the default started cold vs the winner"
                  + (" with its caches shipped in the image (coldscope bundle)" if seeded else ""),
         "stage_savings_s": stages,
