@@ -83,23 +83,33 @@ def test_session_on_fake_engine_stores_linked_runs_and_seeds_caches(tmp_path, mo
     roles = {r.id: (r.campaign.role, r.campaign.cache) for r in runs}
     cold = doc["baselines"]["cold"]["runs"]
     assert cold and all(roles[i] == ("baseline", "cold") for i in cold)
-    assert all(roles[i] == ("warm", "seeded") for i in doc["baselines"]["warm"]["runs"])
+    # the one knob tried (multiprocessing off: 20 of the fake's 68 seeded units) saves about as
+    # much as twice the prior noise on this scale, so whether it is kept depends on the
+    # machine; the figures must match the stored runs either way
+    winner_is_warm = doc["best"]["knobs"] == ["warm_caches"]
+    warm_roles = {("warm", "seeded"), ("confirm", "seeded")} if winner_is_warm else \
+        {("warm", "seeded")}
+    assert all(roles[i] in warm_roles for i in doc["baselines"]["warm"]["runs"])
     best = doc["best"]["runs"]
     assert best and all(roles[i] == ("confirm", "seeded") for i in best)
     mean = lambda ids: sum(ttr[i] for i in ids) / len(ids)  # noqa: E731
     assert doc["best"]["time_to_ready_s"] == pytest.approx(mean(best))
     assert doc["speedup"]["vs_cold"]["value"] == pytest.approx(mean(cold) / mean(best))
-    confirm_warm = [r.run_id for r in outcome.rows if r.phase == "confirm" and r.role == "warm"]
-    assert doc["speedup"]["vs_warm"]["value"] == pytest.approx(mean(confirm_warm) / mean(best))
     # the fake sleeps 112 x 0.03 s cold and at most 68 x 0.03 s seeded, plus the same start-up
     # overhead: the winner starts faster than the cold default
     assert doc["speedup"]["vs_cold"]["value"] > 1
     assert doc["best"]["greedy_match"] is True
-    # per stage, the winner against the warm default's confirmation start-ups (compare's core)
-    cmp = doc["comparison"]
-    assert cmp["a"]["runs"] == confirm_warm and cmp["b"]["runs"] == best
-    assert cmp["time_to_ready"]["a_mean"] == pytest.approx(mean(confirm_warm))
-    assert cmp["time_to_ready"]["b_mean"] == pytest.approx(mean(best))
+    confirm_warm = [r.run_id for r in outcome.rows if r.phase == "confirm" and r.role == "warm"]
+    if winner_is_warm:
+        assert doc["speedup"]["vs_warm"]["value"] == 1.0 and doc["comparison"] is None
+    else:
+        assert doc["speedup"]["vs_warm"]["value"] == pytest.approx(mean(confirm_warm) /
+                                                                   mean(best))
+        # per stage, the winner against the warm default's confirmation start-ups
+        cmp = doc["comparison"]
+        assert cmp["a"]["runs"] == confirm_warm and cmp["b"]["runs"] == best
+        assert cmp["time_to_ready"]["a_mean"] == pytest.approx(mean(confirm_warm))
+        assert cmp["time_to_ready"]["b_mean"] == pytest.approx(mean(best))
     assert doc["baseline"]["id"] == cold[0]
     jsonschema.validate(json.loads(json.dumps(doc)), schema_of("tune"))  # `coldscope schema tune`
     # the serving check: six rounds, the start-up's throughput their median
