@@ -166,6 +166,26 @@ class ProcessRecord(_Record):
     argv: list[str] = Field(default_factory=list)
 
 
+class ImportRecord(BaseModel):
+    """One top-level package's imports in one engine process (``profile --imports``): the
+    self time of its modules summed (``seconds``; nested imports of other packages excluded),
+    how many modules, when the first began (s since launch), the package whose import first
+    pulled it in (``via``), and the bucket that first import began in (``stage``). The
+    package ``<other>`` sums a process's packages too small to keep."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    process: str = Field(description="the process's role (api_server, engine_core, worker, "
+                                     "helper)")
+    pid: int
+    package: str
+    seconds: float = Field(ge=0)
+    modules: int = Field(ge=0)
+    start: float | None = None
+    via: str | None = None
+    stage: str | None = None
+
+
 class LogInfo(_Record):
     """What the log adapter learnt about the engine from its output."""
 
@@ -257,6 +277,9 @@ class Run(_Record):
     log_info: LogInfo | None = None
     processes: list[ProcessRecord] = Field(default_factory=list)
     probe_cost_s: float | None = None
+    imports: list[ImportRecord] = Field(
+        default_factory=list, description="import time by top-level package per process "
+                                          "(profile --imports)")
     cpu: CpuSamples | None = None
     paper_metrics: dict[str, float | None] | None = None
     missed_by_paper_parser: list[MissedItem] | None = None

@@ -168,6 +168,33 @@ def processes_table(run: Run) -> Table:
     return t
 
 
+def imports_table(run: Run, top: int = 8, min_total: float = 0.1) -> Table:
+    """Each engine process's costliest imports (``profile --imports``): the ``top`` packages
+    by self time, with the process's total import time (all packages, ``<other>`` included).
+    Processes that imported less than ``min_total`` seconds in all are left out."""
+    from coldscope.capture.imports import OTHER
+
+    t = Table(title="top imports (probe, self time by package)", title_justify="left")
+    for c in ("process", "package", "s", "modules", "via", "first in"):
+        t.add_column(c, justify="right" if c in ("s", "modules") else "left")
+    order: list[tuple[str, int]] = []
+    for r in run.imports:
+        if (r.process, r.pid) not in order:
+            order.append((r.process, r.pid))
+    for role, pid in order:
+        mine = [r for r in run.imports if (r.process, r.pid) == (role, pid)]
+        total = sum(r.seconds for r in mine)
+        if total < min_total:
+            continue
+        shown = sorted((r for r in mine if r.package != OTHER), key=lambda r: -r.seconds)[:top]
+        t.add_row(plain(f"{role} {pid}"), Text("all imports", style="bold"),
+                  f"{total:.2f}", str(sum(r.modules for r in mine)), "", "")
+        for r in shown:
+            t.add_row("", plain(r.package), f"{r.seconds:.2f}", str(r.modules),
+                      plain(r.via or ""), plain(r.stage or ""))
+    return t
+
+
 def compare_table(runs: Sequence[Run]) -> Table:
     """Runs side by side, one column per run, with the ratio of the last to the first."""
     table = Table(title="start-up, side by side (seconds)", box=box.SIMPLE_HEAVY,

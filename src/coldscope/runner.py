@@ -44,6 +44,7 @@ from coldscope import __version__
 from coldscope.assemble import finish
 from coldscope.capture.environment import collect as environment_of
 from coldscope.capture.environment import storage_kind
+from coldscope.capture.imports import read_import_files
 from coldscope.capture.otlp import Receiver
 from coldscope.capture.probe import PROBE_DIR, read_probe_events
 from coldscope.capture.sources import Context
@@ -86,6 +87,8 @@ class RunConfig(BaseModel):
     max_tokens: int = Field(8, ge=1)
     request_timeout: float = 120.0
     probe: bool = True
+    imports: bool = Field(False, description="time every import in each engine process (the "
+                                             "probe's import timing; needs probe)")
     spans: bool = True
     cpu_interval: float = Field(0.5, gt=0)
     drop_page_cache: bool = False
@@ -361,6 +364,8 @@ def run_once(config: RunConfig, *, run_id: str | None = None, cache_state: str |
     }
     if config.probe:
         evidence["probe"] = read_probe_events(prep.probe_dir)
+        if config.imports:
+            evidence["imports"] = read_import_files(prep.probe_dir)
     ok = seen.status == "ok"
     run = prep.run.model_copy(update={
         "status": seen.status, "reason": seen.reason, "verification": seen.verification,
@@ -449,6 +454,10 @@ def _prepare(config: RunConfig, run_id: str, cache_state: str | None) -> _Prepar
                 p for p in (_compiled_probe_dir(), env.get("PYTHONPATH", "")) if p
             )
             env["COLDSCOPE_PROBE_DIR"] = str(probe_dir)
+            if config.imports:
+                env["COLDSCOPE_PROBE_IMPORTS"] = "1"
+            else:  # only what the config asks for: the runner reads the files only then
+                env.pop("COLDSCOPE_PROBE_IMPORTS", None)
             hooks = ";".join(f"{m}:{q}={n}" for m, q, n in engine.probe_hooks())
             env["COLDSCOPE_PROBE_HOOKS"] = ";".join(
                 h for h in (hooks, env.get("COLDSCOPE_PROBE_HOOKS", "")) if h)

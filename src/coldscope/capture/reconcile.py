@@ -8,7 +8,8 @@ engine: what it needs of one comes in ``Context.engine``.
 
 Raw evidence is a mapping by kind, as the store keeps it:
 ``log`` ([[seconds since launch, line], ...]), ``probe`` (the probe's event dicts),
-``otel`` (received span dicts), ``launch`` ({"mono", "wall", "root_pid"}).
+``otel`` (received span dicts), ``launch`` ({"mono", "wall", "root_pid"}), ``imports``
+({pid: the probe's import file text}, with ``profile --imports``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coldscope.capture.sources import SOURCES, Context
-from coldscope.records import LogInfo, ProcessRecord, Run, timeline_fields
+from coldscope.records import ImportRecord, LogInfo, ProcessRecord, Run, timeline_fields
 from coldscope.stages import CUDA_GRAPH_CAPTURE, TORCH_COMPILE
 from coldscope.timeline import Span, Timeline, reconcile
 
@@ -30,6 +31,7 @@ class Reconciled:
     timeline: Timeline
     log_info: LogInfo | None = None
     processes: list[ProcessRecord] = field(default_factory=list)
+    imports: list[ImportRecord] = field(default_factory=list)
 
 
 def build_timeline(evidence: Mapping[str, Any], ctx: Context) -> Reconciled:
@@ -57,7 +59,16 @@ def build_timeline(evidence: Mapping[str, Any], ctx: Context) -> Reconciled:
         not_applicable.add(CUDA_GRAPH_CAPTURE)
     tl = reconcile(spans, ctx.ready_at, not_applicable=not_applicable,
                    origin_unix=ctx.launch_wall)
-    return Reconciled(tl, log_info, list(facts.get("processes") or []))
+    processes = list(facts.get("processes") or [])
+    imports: list[ImportRecord] = []
+    if evidence.get("imports"):
+        from coldscope.capture.imports import import_records
+
+        imports = import_records(evidence["imports"],
+                                 roles={p.pid: p.role for p in processes},
+                                 launch_mono=ctx.launch_mono, ready_at=ctx.ready_at,
+                                 segments=tl.segments)
+    return Reconciled(tl, log_info, processes, imports)
 
 
 def apply(run: Run, rec: Reconciled) -> Run:
@@ -65,6 +76,7 @@ def apply(run: Run, rec: Reconciled) -> Run:
     update: dict[str, Any] = timeline_fields(rec.timeline)
     update["log_info"] = rec.log_info
     update["processes"] = rec.processes
+    update["imports"] = rec.imports
     # the probe's own time, summed over all processes: an upper bound of its overhead
     update["probe_cost_s"] = sum(p.probe_cost_s for p in rec.processes)
     if rec.log_info is not None and rec.log_info.version and not run.engine.version:

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 @click.option("--no-request", is_flag=True, help="Do not send the first request.")
 @click.option("--no-probe", is_flag=True, help="Do not load the in-process probe.")
 @click.option("--no-spans", is_flag=True, help="Do not receive the engine's OTLP spans.")
+@click.option("--imports", is_flag=True,
+              help="Time every import in each engine process (the probe's import timing): "
+                   "`show` lists each process's costliest packages.")
 @click.option("--drop-page-cache", is_flag=True,
               help="Evict the weights from the page cache first.")
 @click.option("--label", default=None, help="A label stored with the runs.")
@@ -45,7 +48,7 @@ if TYPE_CHECKING:
 @json_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def profile(repeat, cache, timeout, health_url, ready_pattern, no_request, no_probe, no_spans,
-            drop_page_cache, label, env_pairs, cache_root, otlp_export, quiet, bundle,
+            imports, drop_page_cache, label, env_pairs, cache_root, otlp_export, quiet, bundle,
             store_path, as_json, command):
     """Profile the start-up of an engine COMMAND (after `--`), e.g.
 
@@ -55,10 +58,13 @@ def profile(repeat, cache, timeout, health_url, ready_pattern, no_request, no_pr
     from coldscope.runner import profile as run_profile
     from coldscope.store import Store
 
+    if imports and no_probe:
+        raise click.UsageError("--imports needs the probe (drop --no-probe)")
     config = RunConfig(
         command=list(command), cache=cache, repeat=repeat, timeout=timeout,
         health_url=health_url, ready_pattern=ready_pattern, first_request=not no_request,
-        probe=not no_probe, spans=not no_spans, drop_page_cache=drop_page_cache, label=label,
+        probe=not no_probe, spans=not no_spans, imports=imports,
+        drop_page_cache=drop_page_cache, label=label,
         env=parse_env(env_pairs), cache_root=Path(cache_root),
     )
     if bundle:
@@ -160,12 +166,14 @@ def show(run_id, with_env, store_path, as_json):
     if as_json:
         print_json(record.to_json())
     else:
-        from coldscope.render import environment_table, processes_table
+        from coldscope.render import environment_table, imports_table, processes_table
 
         out = console()
         _print_run(out, record)
         if any(p.role != "helper" for p in record.processes):
             out.print(processes_table(record))
+        if record.imports:
+            out.print(imports_table(record))
         if with_env:
             out.print(environment_table(record))
 

@@ -17,6 +17,18 @@ Events:
   A hook whose module or attribute does not exist in this engine version is skipped silently:
   the probe must never change the engine's behaviour or fail it.
 
+With ``COLDSCOPE_PROBE_IMPORTS=1`` it also times every module import of the process and writes
+one tab-separated line per finished import to ``$COLDSCOPE_PROBE_DIR/imports-<pid>.tsv``:
+``start`` (``time.monotonic()`` s), ``self`` and ``cumulative`` (integer microseconds), ``depth``
+(0 for an import no other timed import encloses), the module's name, and its importer's (the
+enclosing import's module; for depth 0, the ``__name__`` of the code that imported it, or empty).
+It measures what ``python -X importtime`` measures, at the same point: the import system's
+``_find_and_load`` (finding, loading and executing a module not yet in ``sys.modules``), wrapped
+in place, so no finder or loader is replaced and modules see no difference; a name already in
+``sys.modules`` (``importlib.import_module`` of a loaded module) is not timed. ``self`` excludes
+the nested imports and the probe's own bookkeeping for them. Modules imported before the probe
+loads (``site``, ``encodings``, ``os`` ...) are not seen. A forked child writes its own file.
+
 If another ``sitecustomize`` exists further down ``sys.path``, it is loaded afterwards.
 
 The probe imports only modules that the interpreter has already loaded before ``site`` runs
@@ -272,6 +284,103 @@ class _Finder:
         return None
 
 
+# -- import timing (COLDSCOPE_PROBE_IMPORTS=1) ------------------------------------------------
+
+_ilocal = _thread._local()  # .stack: [module name, time spent in nested imports (s)] per level
+_ifile = [None]
+# Importers that are the import system itself, skipped when naming a depth-0 import's importer.
+_IMPORT_SYSTEM = ("importlib._bootstrap", "importlib._bootstrap_external", "importlib",
+                  "_frozen_importlib", "_frozen_importlib_external", __name__)
+
+
+def _importer():
+    """``__name__`` of the code that started a depth-0 import (an ``import`` statement's module,
+    or ``importlib.import_module``'s caller)."""
+    try:
+        f = sys._getframe(2)
+        while f is not None:
+            name = f.f_globals.get("__name__")
+            if name not in _IMPORT_SYSTEM:
+                return name if isinstance(name, str) else ""
+            f = f.f_back
+    except Exception:
+        pass
+    return ""
+
+
+def _write_import(line):
+    try:
+        f = _ifile[0]
+        if f is None:
+            f = _ifile[0] = open(  # noqa: SIM115 - kept open for the process's life
+                os.path.join(_DIR, f"imports-{os.getpid()}.tsv"), "a", buffering=1,
+                encoding="utf-8", errors="replace")
+        f.write(line)
+    except Exception:
+        pass
+
+
+def _after_fork():
+    _ifile[0] = None  # the child writes its own file, and starts with no import in progress
+    _ilocal.stack = []
+
+
+def _timed_find_and_load(inner):
+    """``inner`` (the import system's ``_find_and_load``) timed: one line per import."""
+    mono = time.monotonic
+    modules = sys.modules
+
+    def _find_and_load(name, import_):
+        if name in modules:  # importlib.import_module of a loaded module, or a circular
+            return inner(name, import_)  # import's wait: nothing loads (importtime skips it)
+        t0 = mono()
+        try:
+            stack = _ilocal.stack
+        except AttributeError:
+            stack = _ilocal.stack = []
+        parent = stack[-1][0] if stack else None
+        frame = [name, 0.0]
+        stack.append(frame)
+        t1 = mono()
+        try:
+            return inner(name, import_)
+        finally:
+            t2 = mono()
+            try:
+                for i in range(len(stack) - 1, -1, -1):
+                    if stack[i] is frame:
+                        del stack[i:]
+                        break
+                depth = len(stack)
+                if parent is None:
+                    parent = _importer()
+                cum = t2 - t1
+                line = (f"{t1:.6f}\t{round((cum - frame[1]) * 1e6)}\t{round(cum * 1e6)}\t"
+                        f"{depth}\t{name}\t{parent}\n")
+                if line.count("\t") == 5 and line.count("\n") == 1:  # else a name no import
+                    _write_import(line)                                # statement makes
+                t3 = mono()
+                if stack:  # the enclosing import's self time excludes this one and its bookkeeping
+                    stack[-1][1] += t3 - t0
+                _cost[0] += (t1 - t0) + (t3 - t2)
+            except Exception:
+                pass
+
+    _find_and_load.__wrapped__ = inner
+    return _find_and_load
+
+
+def _time_imports():
+    try:
+        bootstrap = sys.modules["_frozen_importlib"]
+        inner = bootstrap._find_and_load
+        if getattr(inner, "__wrapped__", None) is None:
+            bootstrap._find_and_load = _timed_find_and_load(inner)
+            os.register_at_fork(after_in_child=_after_fork)
+    except Exception:
+        pass
+
+
 def _chain_next_sitecustomize():
     here = os.path.dirname(os.path.abspath(__file__))
     for entry in sys.path:
@@ -300,6 +409,8 @@ if _DIR and os.path.isdir(_DIR):
     import atexit
 
     sys.meta_path.insert(0, _Finder())
+    if os.environ.get("COLDSCOPE_PROBE_IMPORTS") == "1":
+        _time_imports()
     atexit.register(lambda: _event("exit", "exit"))
     _cost[0] += time.perf_counter() - _T0
     _event("process", "process", argv=sys.argv[:8], ppid=os.getppid(),
