@@ -10,6 +10,10 @@ by the log adapters) gives when each logged stage began and ended; the medians p
 printed side by side.
 
     .venv/bin/python benches/bench_profiler_overhead.py [--pairs 10] [--cache warm]
+        [--arm both|probe|spans|imports|none]
+
+``--arm imports`` pairs the probe with its import timing (``profile --imports``) against the
+probe alone, both without the OTLP receiver.
 """
 
 from __future__ import annotations
@@ -36,8 +40,10 @@ def main() -> int:
     ap.add_argument("--cache", choices=["cold", "warm"], default="warm")
     ap.add_argument("--model", default=str(REPO / "models" / "tiny"))
     ap.add_argument("--port", type=int, default=8781)
-    ap.add_argument("--arm", choices=["both", "probe", "spans", "none"], default="both",
+    ap.add_argument("--arm", choices=["both", "probe", "spans", "imports", "none"],
+                    default="both",
                     help="what 'on' turns on (default: probe and OTLP receiver, as profile does;"
+                         " 'imports': the probe's import timing, the probe on in both arms;"
                          " 'none' is an A/A control that measures the bench's own noise)")
     args = ap.parse_args()
     missing = engine_missing(args.model)
@@ -55,13 +61,14 @@ def main() -> int:
 
     def run(on: bool) -> float:
         cfg = RunConfig(command=command, cache=args.cache,
-                        probe=on and args.arm in ("both", "probe"),
+                        probe=args.arm == "imports" or (on and args.arm in ("both", "probe")),
                         spans=on and args.arm in ("both", "spans"),
+                        imports=on and args.arm == "imports",
                         cache_root=root / "caches", first_request=False)
         record, evidence = run_once(cfg)
         if record.status != "ok" or record.time_to_ready_s is None:
             raise SystemExit(f"run failed: {record.reason}")
-        if record.probe_cost_s is not None:
+        if record.probe_cost_s is not None and (on or args.arm != "imports"):
             probe_costs.append(record.probe_cost_s / record.time_to_ready_s)
         spans, _ = resolve(command).log_spans([(t, text) for t, text in evidence["log"]])
         log_marks[on].append({s.name: (s.start, s.end) for s in spans})
