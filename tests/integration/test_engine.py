@@ -155,3 +155,67 @@ def test_real_engine_cold_then_warm(tmp_path):
     assert any(t.startswith("worker") for t in tracks)
     assert any(t.startswith("engine_core") for t in tracks)
     assert os.path.getsize(trace) > 1000
+
+
+IMPORTS_PORT = 8774
+
+
+@needs(*engine_ready())
+def test_profile_imports_attributes_import_time_per_process(tmp_path):
+    """``profile --imports`` on one real start-up: each engine process's import time by
+    package, torch among the costliest, within each process's life and bootstrap share."""
+    from coldscope.capture.imports import OTHER, parse_import_rows
+    from coldscope.store import Store
+
+    store = tmp_path / "store.db"
+    cli = str(Path(sys.executable).parent / "coldscope")
+    cmd = [
+        cli, "profile", "--imports", "--json", "--no-request", "--store", str(store),
+        "--cache-root", str(tmp_path / "caches"), "--timeout", "600",
+        "--", "python", "-m", "vllm.entrypoints.openai.api_server", "--model", str(MODEL),
+        "--host", "127.0.0.1", "--port", str(IMPORTS_PORT), "--max-model-len", "256",
+        "--max-num-seqs", "4", "--dtype", "bfloat16",
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=900)
+    [run] = json.loads(done.stdout)["runs"] if done.stdout.strip() else [None]
+    assert done.returncode == 0, (done.stderr[-2000:], run and run["log_tail"][-4000:])
+    assert run["status"] == "ok"
+    assert not run_processes()
+    ready = run["time_to_ready_s"]
+    loaded = {p["pid"]: p["probe_loaded_s"] for p in run["processes"]}
+    roles = {p["pid"]: p["role"] for p in run["processes"]}
+    by_pid: dict[int, list[dict]] = {}
+    for r in run["imports"]:
+        by_pid.setdefault(r["pid"], []).append(r)
+    engine_pids = [pid for pid, role in roles.items()
+                   if role in ("api_server", "engine_core", "worker")]
+    assert {roles[pid] for pid in by_pid} >= {"api_server", "engine_core"}
+    for pid in engine_pids:
+        recs = by_pid[pid]
+        top = [r["package"] for r in sorted(recs, key=lambda r: -r["seconds"])
+               if r["package"] != OTHER][:5]
+        assert "torch" in top, (roles[pid], top)
+        torch = next(r for r in recs if r["package"] == "torch")
+        assert torch["via"] == "vllm" and torch["stage"] == "bootstrap", torch
+        # all of a process's import self time lies within its life up to ready
+        assert 0 < sum(r["seconds"] for r in recs) <= ready - loaded[pid], roles[pid]
+
+    # imports begun and finished in bootstrap add up to at most the process's share of it
+    # (bootstrap may be cut in pieces by a sub-step of another stage, e.g. the tokenizer's)
+    boot_end = max(s["end"] for s in run["segments"] if s["bucket"] == "bootstrap")
+    with Store(store, create=False) as stored:
+        evidence = stored.evidence(run["id"])
+    launch = evidence["launch"]["mono"]
+    for pid in engine_pids:
+        rows = parse_import_rows(evidence["imports"][str(pid)])
+        in_boot = [r for r in rows if r.end - launch <= boot_end]
+        assert in_boot, roles[pid]
+        assert sum(r.self_s for r in in_boot) <= boot_end - loaded[pid], roles[pid]
+
+    shown = subprocess.run([cli, "show", run["id"], "--store", str(store)],
+                           capture_output=True, text=True, check=True,
+                           env=dict(os.environ, COLUMNS="160")).stdout
+    assert "top imports" in shown and "torch" in shown
+    # three engine processes each importing torch and vLLM (about 10 s each here)
+    [repeated] = [f for f in run["findings"] if f["id"] == "repeated_imports"]
+    assert "imports by package (self time): api_server torch " in repeated["evidence"]
