@@ -18,6 +18,7 @@ from rich.text import Text
 from coldscope.compare import Comparison
 from coldscope.compare import Row as CompareRow
 from coldscope.records import Run
+from coldscope.releases import Change, ReleasesResult
 from coldscope.safeio import clean_text
 from coldscope.stages import BUCKETS, STAGES
 from coldscope.terminal import plain
@@ -368,3 +369,74 @@ def _row_cells(r: CompareRow, bold: bool = False) -> list:
     return [Text(num(r.a_mean), style=style), Text(num(r.b_mean), style=style),
             Text(_signed(r.delta), style=style), Text(interval, style=style),
             Text(r.verdict, style=_VERDICT_STYLE[r.verdict])]
+
+
+def releases_tables(result: ReleasesResult) -> Group:
+    """``coldscope releases``: one row per release (time to ready and each stage, means over
+    its runs), each release's top bootstrap imports, then per consecutive pair the change of
+    time to ready and of every stage with its interval and verdict, the resolved sub-steps,
+    and the imports that changed most (``--json`` has everything)."""
+    parts: list = []
+    table = Table(box=box.SIMPLE_HEAVY, title=f"start-up per release ({result.cache}, mean of "
+                  f"{result.repeat} run(s) each)", title_justify="left")
+    shown = [b for b in BUCKETS if any(r.stages.get(b) for r in result.releases)]
+    table.add_column("release")
+    table.add_column("version")
+    table.add_column("runs", justify="right")
+    table.add_column("ready (s)", justify="right")
+    for bucket in shown:
+        table.add_column(bucket, justify="right")
+    for rel in result.releases:
+        ready = "" if rel.time_to_ready_s is None else f"{rel.time_to_ready_s:.2f}"
+        runs = f"{len(rel.runs)}" + (f" (+{len(rel.failed)} failed)" if rel.failed else "")
+        table.add_row(plain(rel.spec), plain(rel.engine_version or "?"), runs, ready,
+                      *[_fmt(rel.stages.get(b)).strip() for b in shown])
+    parts.append(table)
+    for rel in result.releases:
+        if not rel.imports:
+            continue
+        by_process: dict[str, list[str]] = {}
+        for imp in rel.imports:
+            row = by_process.setdefault(imp.process, [])
+            if len(row) < 5:
+                row.append(f"{imp.module} {imp.seconds:.2f}")
+        parts.append(plain(f"{rel.spec} imports during bootstrap (s): " + "; ".join(
+            f"{p}: {', '.join(mods)}" for p, mods in by_process.items())))
+    for d in result.deltas:
+        t = d.time_to_ready
+        head = Text(f"{d.from_} -> {d.to}: time to ready {_signed(t.delta)} s", style="bold")
+        if t.low is not None:
+            head.append(f" (95 % interval {_signed(t.low)} to {_signed(t.high)} s)")
+        head.append(": ")
+        head.append(_verdict_text(t.verdict), style=_VERDICT_STYLE[t.verdict])
+        parts.append(head)
+        dt = Table(box=box.SIMPLE, show_header=True)
+        for col, justify in (("stage", "left"), ("change (s)", "right"),
+                             ("95 % interval (s)", "right"), ("verdict", "left")):
+            dt.add_column(col, justify=justify)  # type: ignore[arg-type]
+        for bucket in BUCKETS:
+            c = d.stages.get(bucket)
+            if c is None or (not c.delta and bucket not in shown):
+                continue
+            dt.add_row(bucket, *_change_cells(c))
+            for name, sc in d.substeps.items():
+                if name.split("/", 1)[0] == bucket and sc.verdict != "unresolved":
+                    dt.add_row(plain("  └ " + name.split("/", 1)[1], style="dim"),
+                               *_change_cells(sc))
+        parts.append(dt)
+        if d.imports:
+            parts.append(plain("  imports that changed most (s): " + ", ".join(
+                f"{i.process} {i.module} {_signed(i.delta)}" for i in d.imports[:6])))
+        for note in d.notes:
+            parts.append(plain(f"  note: {note}", style="dim"))
+    parts.append(Text("Each change is to - from of the means, with its Welch 95 % interval; "
+                      "faster/slower only when the whole interval is on one side of 0, else "
+                      "unresolved. Sub-steps shown only when resolved.", style="dim"))
+    return Group(*parts)
+
+
+def _change_cells(c: Change) -> list:
+    interval = f"{_signed(c.low)} to {_signed(c.high)}" if c.low is not None else \
+        "(too few runs)"
+    verdict = c.verdict if c.verdict in _VERDICT_STYLE else "unresolved"
+    return [_signed(c.delta), interval, Text(c.verdict, style=_VERDICT_STYLE[verdict])]

@@ -39,6 +39,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("coldscope.cli.simulate:simulate",
                  "Simulate autoscaling with cold starts over a request trace."),
     "traces": ("coldscope.cli.traces:traces", "Request traces: synthesise (synth)."),
+    "releases": ("coldscope.cli.releases:releases",
+                 "Start-up across engine releases, interleaved, with intervals."),
     "report": ("coldscope.cli.report:report", "Write a self-contained HTML report of the runs."),
     "tune": ("coldscope.cli.tune:tune", "Find and prove the fastest start-up of a command."),
     "bundle": ("coldscope.cli.tune:bundle", "Pack the caches a tuned configuration relies on."),

