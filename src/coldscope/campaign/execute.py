@@ -200,6 +200,23 @@ def ensure_models(cells: list[Cell], on_make: Callable[[str, str], None] | None 
         make_model(cell.shape, path)
 
 
+def ensure_releases(cells: list[Cell], on_make: Callable[[str], None] | None = None) -> None:
+    """Make (or reuse) the environment of every release the cells start from, on this node,
+    before any start-up; a release that cannot be installed stops the campaign with pip's
+    reason."""
+    from coldscope.envs import ensure, parse_spec
+
+    seen: set[tuple[str, str]] = set()
+    for cell in cells:
+        if cell.release is None or cell.envs_dir is None or \
+                (cell.release, cell.envs_dir) in seen:
+            continue
+        seen.add((cell.release, cell.envs_dir))
+        if on_make:
+            on_make(cell.release)
+        ensure(parse_spec(cell.release), Path(cell.envs_dir))
+
+
 # -- running ---------------------------------------------------------------------------------
 
 

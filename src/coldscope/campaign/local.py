@@ -13,6 +13,7 @@ from coldscope.campaign.execute import (
     cache_root,
     cache_root_warning,
     ensure_models,
+    ensure_releases,
     reap,
     run_wave,
     state_dir,
@@ -37,6 +38,8 @@ def run_local(spec: CampaignSpec, cells: list[Cell], store, reporter: Reporter, 
     try:
         ensure_models(cells, on_make=lambda name, path: reporter.note(
             f"making model {name} in {path}"))
+        ensure_releases(cells, on_make=lambda spec: reporter.note(
+            f"environment of {spec}: reusing it, or making it (pip, minutes)"))
     except KeyboardInterrupt:
         return True
 

@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from coldscope.campaign.spec import CampaignSpec
+from coldscope.envs import Spec, default_root
 from coldscope.models import ModelShape
 from coldscope.records import Membership
 
@@ -37,6 +38,10 @@ class Cell(BaseModel):
     concurrency: int
     command: list[str]
     env: dict[str, str]
+    release: str | None = None
+    """The release spec whose environment (its python in ``command``) must exist first."""
+    envs_dir: str | None = None
+    """Where that environment lives."""
 
     def argv(self, port: int) -> list[str]:
         """The engine command for a slot's port."""
@@ -69,6 +74,12 @@ def model_paths(spec: CampaignSpec, base: Path) -> dict[str, tuple[str, ModelSha
     return out
 
 
+def envs_root(base: Path) -> Path:
+    """Where release environments live for a campaign in ``base``: ``$COLDSCOPE_ENVS``, else
+    ``base/.coldscope/envs`` (absolute, so every node and slot reads the same path)."""
+    return (base / default_root()).resolve()
+
+
 def render_command(command: list[str], model_path: str, python: str) -> list[str]:
     """Fill ``{model}`` and ``{python}``; a bare leading ``python`` also means the engine's
     interpreter. ``{port}`` is left for the executor."""
@@ -84,6 +95,7 @@ def expand(spec: CampaignSpec, base: Path, concurrency: int | None = None) -> li
     half-way still has something of each. ``concurrency`` overrides the file's."""
     conc = concurrency or spec.concurrency
     models = model_paths(spec, base)
+    envs_dir = envs_root(base)
     cells = []
     for rep in range(1, spec.repetitions + 1):
         for m in spec.models:
@@ -91,14 +103,17 @@ def expand(spec: CampaignSpec, base: Path, concurrency: int | None = None) -> li
             path, shape = models[name]
             for engine in spec.engines:
                 for flags in spec.flags:
-                    command = render_command(spec.command, path, engine.python) + flags.argv()
+                    python = engine.python if engine.release is None else \
+                        str(envs_dir / Spec(engine.release, "requirement").slug / "bin" / "python")
+                    command = render_command(spec.command, path, python) + flags.argv()
                     for cache in spec.cache:
                         cells.append(Cell(
                             id=cell_id(name, engine.name, flags.name, cache, rep, conc),
                             campaign=spec.name, model=name, model_path=path, shape=shape,
                             engine=engine.name, flags=flags.name, cache=cache, repetition=rep,
                             concurrency=conc, command=command,
-                            env={**spec.env, **engine.env},
+                            env={**spec.env, **engine.env}, release=engine.release,
+                            envs_dir=str(envs_dir) if engine.release else None,
                         ))
     return cells
 

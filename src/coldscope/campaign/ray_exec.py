@@ -14,7 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from coldscope.campaign.execute import ensure_models, failed_record, reap, run_wave, state_dir
+from coldscope.campaign.execute import (
+    ensure_models,
+    ensure_releases,
+    failed_record,
+    reap,
+    run_wave,
+    state_dir,
+)
 from coldscope.campaign.plan import Cell, waves
 from coldscope.campaign.progress import Reporter
 from coldscope.campaign.spec import CampaignSpec
@@ -31,9 +38,11 @@ def _ray():
 
 
 def wave_task(wave: list[Cell], spec: CampaignSpec, base: str) -> list[tuple[Run, dict]]:
-    """Runs on a Ray node: stop engines orphaned by a dead task, make the models, run."""
+    """Runs on a Ray node: stop engines orphaned by a dead task, make the models and the
+    release environments, run."""
     reap(state_dir(spec, Path(base)), spec.shutdown_grace)
     ensure_models(wave)
+    ensure_releases(wave)
     return run_wave(wave, spec, Path(base))
 
 

