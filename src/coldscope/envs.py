@@ -338,7 +338,9 @@ def share_files(root: Path, new: Path) -> int:
     stale and every module compiled again at the next start-up (seen here: 43 s -> 90-100 s).
     So ``.pyc`` files are not compared as bytes; a linked source's ``.pyc`` is linked to the
     other environment's when that one records the shared source's time and size (it is then
-    exactly what Python would write), and left alone otherwise."""
+    exactly what Python would write), and left alone otherwise. Sources linked by an earlier
+    call count as linked, so a second call repairs the byte code of environments made before
+    this rule."""
     others = [p for p in sorted(root.iterdir()) if p != new and p.is_dir()
               and not p.is_symlink() and _marker(p) is not None] if root.is_dir() else []
     shared = 0
@@ -347,11 +349,15 @@ def share_files(root: Path, new: Path) -> int:
         if st.st_size < _MIN_SHARED_BYTES or rel.endswith(".pyc"):
             continue
         for other in others:
-            if _same_file(other / rel, new / rel, st):
-                if _link(other / rel, new / rel):
-                    shared += st.st_size
-                    if rel.endswith(".py"):
-                        linked_sources.append((rel, other))
+            try:
+                already = os.lstat(other / rel).st_ino == st.st_ino
+            except OSError:
+                continue
+            if already or (_same_file(other / rel, new / rel, st)
+                           and _link(other / rel, new / rel)):
+                shared += 0 if already else st.st_size
+                if rel.endswith(".py"):
+                    linked_sources.append((rel, other))
                 break
     for rel, other in linked_sources:
         source = new / rel
@@ -361,6 +367,8 @@ def share_files(root: Path, new: Path) -> int:
         src = source.stat()
         for pyc in cache.glob(source.stem + ".*.pyc"):
             theirs = other / os.path.relpath(pyc, new)
+            if theirs.exists() and os.path.samefile(theirs, pyc):
+                continue
             if _pyc_matches(theirs, src) and _link(theirs, pyc):
                 shared += pyc.stat().st_size
     return shared

@@ -182,3 +182,28 @@ def test_byte_code_of_a_linked_source_stays_valid(tmp_path):
                           text=True, check=True)
     assert f"code object from '{b / pyc}'" in done.stderr
     assert "bytecode is stale" not in done.stderr
+
+
+def test_a_second_pass_repairs_byte_code_of_sources_linked_before(tmp_path):
+    """Environments made before byte code followed its source have the source linked and
+    their own, stale .pyc: sharing again links the .pyc too, and shares nothing twice."""
+    import py_compile
+    import time
+
+    source = "".join(f"X{i} = {i}\n" for i in range(100)).encode()
+    a = _ready(tmp_path, "a", "vllm==1", {"lib/mod.py": source}) / "lib"
+    py_compile.compile(str(a / "mod.py"), doraise=True)
+    time.sleep(1.1)
+    b = _ready(tmp_path, "b", "vllm==2", {}) / "lib"
+    b.mkdir()
+    os.link(a / "mod.py", b / "mod.py")               # what the first version did
+    (b / "__pycache__").mkdir()
+    stale = (a / "__pycache__/mod.cpython-311.pyc").read_bytes()
+    stale = stale[:8] + (int.from_bytes(stale[8:12], "little") + 5).to_bytes(4, "little") + \
+        stale[12:]                                      # compiled from a copy 5 s younger
+    (b / "__pycache__/mod.cpython-311.pyc").write_bytes(stale)
+    pyc_size = len(stale)
+    assert envs.share_files(tmp_path, tmp_path / "b") == pyc_size   # the .pyc, not the source
+    assert os.stat(b / "__pycache__/mod.cpython-311.pyc").st_ino == \
+        os.stat(a / "__pycache__/mod.cpython-311.pyc").st_ino
+    assert envs.share_files(tmp_path, tmp_path / "b") == 0
