@@ -96,6 +96,9 @@ class RunFacts:
     ready_at: float | None = None
     compile_enabled: bool | None = None
     imports: Sequence[Mapping[str, Any]] = ()
+    storage: Mapping[str, Any] = field(default_factory=dict)
+    """The run's ``Storage`` record as a dict (residency at launch, bytes read during
+    ``model_loading/weights``), empty when unknown."""
 
 
 # -- building the facts ------------------------------------------------------------------------
@@ -190,6 +193,7 @@ def facts_from_run(record: Any, log: Sequence[Any] | None = None) -> RunFacts:
         cpu=rec.get("cpu"), cache=cache if cache in ("cold", "warm") else None,
         page_cache=_page_cache_state(rec), ready_at=rec.get("time_to_ready_s"),
         compile_enabled=compiled, imports=rec.get("imports") or (),
+        storage=rec.get("storage") or {},
     )
 
 
@@ -422,11 +426,41 @@ def rule_single_core(f: RunFacts) -> list[Finding]:
     )]
 
 
+#: Share of the weight files' bytes read from storage during loading that makes a finding.
+DISK_READ_SHARE = 0.5
+
+
 def rule_weights_from_disk(f: RunFacts) -> list[Finding]:
-    """``weights_from_disk``: the weights were read from storage, not the page cache."""
+    """``weights_from_disk``: the weights were read from storage, not the page cache. Measured
+    when the probe saw the loading process's storage reads (``Storage.weights_read_bytes``:
+    at least half of the weight files' bytes); otherwise known only when coldscope evicted
+    them first."""
+    secs = f.substeps.get(f"{MODEL_LOADING}/weights") or _stage(f, MODEL_LOADING)
+    read = f.storage.get("weights_read_bytes")
+    size = f.storage.get("weights_bytes")
+    if read is not None and size:
+        if read < DISK_READ_SHARE * size:
+            return []
+        rate = f.storage.get("read_bandwidth_bps")
+        held = f.storage.get("resident_at_launch")
+        evidence = (f"during model_loading/weights the engine read {read / 1e9:.3f} GB from "
+                    f"storage, {read / size:.0%} of the {size / 1e9:.3f} GB of weight files")
+        if held is not None:
+            evidence += f" ({held:.0%} of them were in the page cache at launch)"
+        if rate:
+            evidence += f", at {rate / 1e9:.2f} GB/s"
+        if secs is not None:
+            evidence += f"; model_loading/weights took {secs:.2f} s"
+        return [Finding(
+            id="weights_from_disk", stage=MODEL_LOADING, seconds_at_stake=secs,
+            evidence=evidence,
+            advice=_advice(f, "weights_from_disk",
+                           "keep the weights in memory between start-ups (page cache, tmpfs, "
+                           "a local NVMe copy) or use the engine's streaming loader if it has "
+                           "one."),
+        )]
     if f.page_cache != "cold":
         return []
-    secs = f.substeps.get(f"{MODEL_LOADING}/weights") or _stage(f, MODEL_LOADING)
     return [Finding(
         id="weights_from_disk", stage=MODEL_LOADING, seconds_at_stake=secs,
         evidence="the weights were evicted from the page cache before the run, so they were "

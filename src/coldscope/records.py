@@ -122,12 +122,25 @@ class Environment(BaseModel):
 
 class Storage(_Record):
     """Where the weights were read from, as far as the run knows. ``page_cache`` is "cold"
-    only when the run evicted the weights first; None means not known."""
+    only when the run evicted the weights first; None means not known. The measured fields
+    (``coldscope.capture.storage``) are None when not measured: a model that is not a local
+    directory, a run without the probe, a kernel without ``/proc/PID/io``."""
 
     page_cache: Literal["hot", "cold"] | None = None
     kind: str | None = Field(None, description="nvme, ssd, hdd, nfs, tmpfs, dram, ...")
-    read_bandwidth_bps: float | None = None
+    read_bandwidth_bps: float | None = Field(
+        None, description="bytes per second the loading process(es) read from storage during "
+                          "model_loading/weights (weights_read_bytes / weights_read_s)")
     source: str | None = None
+    weights_bytes: int | None = Field(None, description="bytes of the model's weight files")
+    resident_at_launch: float | None = Field(
+        None, ge=0, le=1, description="share of the weight files' bytes in the page cache just "
+                                      "before launch (mincore)")
+    weights_read_bytes: int | None = Field(
+        None, ge=0, description="bytes the engine's processes read from storage during "
+                                "model_loading/weights (/proc/PID/io read_bytes, via the probe)")
+    weights_read_s: float | None = Field(
+        None, ge=0, description="seconds of the model_loading/weights calls those reads span")
 
 
 class SpanRecord(_Record):

@@ -142,6 +142,13 @@ def environment_table(run: Run) -> Group:
     row("storage", ", ".join(x for x in (
         st.kind, f"page cache {st.page_cache}" if st.page_cache else None,
         f"{st.read_bandwidth_bps / 1e9:.2f} GB/s" if st.read_bandwidth_bps else None) if x))
+    if st.weights_bytes is not None:
+        held = f"{st.resident_at_launch:.0%}" if st.resident_at_launch is not None else "?"
+        read = f"{st.weights_read_bytes / 1e6:.1f} MB read from storage in " \
+               f"{st.weights_read_s or 0:.2f} s" if st.weights_read_bytes is not None \
+            else "reads not measured"
+        row("weights", f"{st.weights_bytes / 1e6:.1f} MB, {held} in the page cache at launch; "
+                       f"model_loading/weights: {read}")
     if env.weights_fs:
         row("weights on", " ".join(x for x in (env.weights_fs.fstype, env.weights_fs.device,
                                                env.weights_fs.mountpoint) if x))

@@ -48,6 +48,7 @@ from coldscope.capture.imports import read_import_files
 from coldscope.capture.otlp import Receiver
 from coldscope.capture.probe import PROBE_DIR, read_probe_events
 from coldscope.capture.sources import Context
+from coldscope.capture.storage import residency
 from coldscope.engines import Engine, resolve
 from coldscope.errors import ColdscopeError
 from coldscope.records import (
@@ -478,6 +479,7 @@ def _prepare(config: RunConfig, run_id: str, cache_state: str | None) -> _Prepar
                         env[key] = value
 
         page_cache = drop_page_cache(model) if config.drop_page_cache else "not requested"
+        held = residency(model) if model and os.path.isdir(model) else None
         engine_python = shutil.which(argv[0], path=env["PATH"])
         environment = Environment.model_validate(environment_of(
             engine_python=engine_python if engine_python and "python" in engine_python else None,
@@ -496,7 +498,10 @@ def _prepare(config: RunConfig, run_id: str, cache_state: str | None) -> _Prepar
                 kind=storage_kind(environment.weights_fs.model_dump() if environment.weights_fs
                                   else None),
                 source="weights filesystem; page cache dropped" if page_cache.startswith("done")
-                else "weights filesystem"),
+                else "weights filesystem",
+                weights_bytes=held.bytes if held else None,
+                resident_at_launch=round(held.share, 4) if held and held.share is not None
+                else None),
             model=ModelRef(
                 path=os.path.abspath(model) if model and os.path.exists(model) else model,
                 name=os.path.basename(model.rstrip("/")) if model else None),

@@ -61,6 +61,38 @@ class ProbedProcess:
         return out
 
 
+@dataclass(frozen=True)
+class StorageRead:
+    """What one process read from storage during one hooked call (``name``): bytes, from the
+    probe's ``io_read`` at its begin and end, and the call's seconds."""
+
+    pid: int
+    role: str
+    name: str
+    bytes: int
+    seconds: float
+
+
+def storage_reads(processes: list[ProbedProcess], name: str) -> list[StorageRead]:
+    """Per process, the storage reads of each outermost ``name`` call whose begin and end
+    both carry ``io_read`` (a kernel without ``/proc/PID/io`` gives none)."""
+    out = []
+    for p in processes:
+        begin: dict | None = None
+        for e in p.events:
+            if e.get("name") != name:
+                continue
+            if e.get("ev") == "begin":
+                begin = e
+            elif e.get("ev") == "end" and begin is not None:
+                a, b = begin.get("io_read"), e.get("io_read")
+                if isinstance(a, int) and isinstance(b, int) and b >= a:
+                    out.append(StorageRead(p.pid, p.role, name, b - a,
+                                           float(e["mono"]) - float(begin["mono"])))
+                begin = None
+    return out
+
+
 def read_probe_events(directory: Path) -> list[dict]:
     """Every event the probe wrote in ``directory`` (all processes, file order); torn or
     foreign lines are skipped. This raw list is what the store keeps as ``probe`` evidence."""

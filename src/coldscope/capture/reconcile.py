@@ -18,8 +18,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from coldscope.capture.probe import StorageRead
 from coldscope.capture.sources import SOURCES, Context
-from coldscope.records import ImportRecord, LogInfo, ProcessRecord, Run, timeline_fields
+from coldscope.records import (
+    ImportRecord,
+    LogInfo,
+    ProcessRecord,
+    Run,
+    Storage,
+    timeline_fields,
+)
 from coldscope.stages import CUDA_GRAPH_CAPTURE, TORCH_COMPILE
 from coldscope.timeline import Span, Timeline, reconcile
 
@@ -32,6 +40,7 @@ class Reconciled:
     log_info: LogInfo | None = None
     processes: list[ProcessRecord] = field(default_factory=list)
     imports: list[ImportRecord] = field(default_factory=list)
+    weights_reads: list[StorageRead] = field(default_factory=list)
 
 
 def build_timeline(evidence: Mapping[str, Any], ctx: Context) -> Reconciled:
@@ -68,7 +77,8 @@ def build_timeline(evidence: Mapping[str, Any], ctx: Context) -> Reconciled:
                                  roles={p.pid: p.role for p in processes},
                                  launch_mono=ctx.launch_mono, ready_at=ctx.ready_at,
                                  segments=tl.segments)
-    return Reconciled(tl, log_info, processes, imports)
+    return Reconciled(tl, log_info, processes, imports,
+                      list(facts.get("weights_reads") or []))
 
 
 def apply(run: Run, rec: Reconciled) -> Run:
@@ -77,6 +87,13 @@ def apply(run: Run, rec: Reconciled) -> Run:
     update["log_info"] = rec.log_info
     update["processes"] = rec.processes
     update["imports"] = rec.imports
+    if rec.weights_reads:
+        read = sum(r.bytes for r in rec.weights_reads)
+        secs = sum(r.seconds for r in rec.weights_reads)
+        update["storage"] = Storage.model_validate({
+            **run.storage.model_dump(), "weights_read_bytes": read,
+            "weights_read_s": round(secs, 6),
+            "read_bandwidth_bps": read / secs if read and secs > 0 else None})
     # the probe's own time, summed over all processes: an upper bound of its overhead
     update["probe_cost_s"] = sum(p.probe_cost_s for p in rec.processes)
     if rec.log_info is not None and rec.log_info.version and not run.engine.version:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from coldscope.stages import MODEL_LOADING
 from coldscope.timeline import Span
 
 if TYPE_CHECKING:
@@ -76,12 +77,18 @@ class LogSource:
 
 class ProbeSource:
     """The in-process probe's events (``coldscope/probe/sitecustomize.py``). Facts:
-    ``processes`` (``records.ProcessRecord`` per probed process)."""
+    ``processes`` (``records.ProcessRecord`` per probed process) and ``weights_reads``
+    (``capture.probe.StorageRead`` of each ``model_loading/weights`` call)."""
 
     kind = "probe"
 
     def spans(self, raw: list[dict[str, Any]], ctx: Context) -> SourceResult:
-        from coldscope.capture.probe import probe_spans, process_table, processes_from_events
+        from coldscope.capture.probe import (
+            probe_spans,
+            process_table,
+            processes_from_events,
+            storage_reads,
+        )
         from coldscope.records import ProcessRecord
 
         if ctx.root_pid is None:
@@ -90,7 +97,8 @@ class ProbeSource:
         spans = probe_spans(processes, launch_mono=ctx.launch_mono, root_pid=ctx.root_pid,
                             ready_at=ctx.ready_at, compile_enabled=ctx.compile_enabled)
         table = [ProcessRecord(**row) for row in process_table(processes, ctx.launch_mono)]
-        return SourceResult(spans, {"processes": table})
+        reads = storage_reads(processes, f"{MODEL_LOADING}/weights")
+        return SourceResult(spans, {"processes": table, "weights_reads": reads})
 
 
 class OtelSource:

@@ -13,7 +13,8 @@ Events:
 - ``process``: once per process at probe load, with argv, ppid and the process start time read
   from ``/proc/self/stat`` (so interpreter start-up before the probe is counted too).
 - ``begin``/``end`` around the functions of ``HOOKS`` (from ``COLDSCOPE_PROBE_HOOKS``), wrapped
-  when their module is imported.
+  when their module is imported, each with ``io_read``: the bytes the process has read from
+  storage so far (``/proc/self/io``), so the reads of one hooked call are the difference.
   A hook whose module or attribute does not exist in this engine version is skipped silently:
   the probe must never change the engine's behaviour or fail it.
 
@@ -119,10 +120,27 @@ def _write(record):
         pass
 
 
+def _io_read():
+    """Bytes this process has caused to be read from storage so far (``read_bytes`` of
+    /proc/self/io: page-cache hits are not counted, page faults on mapped files are); None
+    where the kernel does not say."""
+    try:
+        with open("/proc/self/io", "rb") as f:
+            for line in f.read().splitlines():
+                if line.startswith(b"read_bytes:"):
+                    return int(line.split()[1])
+    except Exception:
+        pass
+    return None
+
+
 def _event(ev, name, **extra):
     t = time.perf_counter()
     rec = {"ev": ev, "name": name, "mono": time.monotonic(), "wall": time.time(),
            "pid": os.getpid()}
+    if ev in ("begin", "end"):
+        # storage reads around each hooked call: what model_loading/weights read from disk
+        rec["io_read"] = _io_read()
     rec.update(extra)
     rec["cost"] = round(_cost[0], 6)
     _write(rec)
