@@ -97,7 +97,7 @@ def main() -> int:
     table = markdown(doc)
     (out / "releases.md").write_text(table + "\n")
     print(table)
-    figure("start-ups", f"{len(doc['order'])} in {wall / 60:.1f} min (installs included)")
+    figure("start-ups", f"{len(doc['order'])} in {wall / 60:.1f} min")
     for rel in doc["releases"]:
         figure(f"time to ready {rel['spec']}", f"{_pm(rel['time_to_ready_runs_s'])} s "
                f"({len(rel['runs'])} runs)")

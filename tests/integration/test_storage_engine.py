@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TINY_MODEL, engine_ready, needs
+from tests.conftest import REPO, TINY_MODEL, engine_ready, needs
 
 PORT = 8774
 pytestmark = pytest.mark.engine
@@ -35,6 +35,10 @@ def test_weights_read_from_storage_when_evicted_and_not_when_cached(tmp_path):
     size = sum(p.stat().st_size for p in TINY_MODEL.glob("*.safetensors"))
     evicted = _profile(tmp_path, "--drop-page-cache")
     cached = _profile(tmp_path)
+    artefact = REPO / "artifacts" / "storage-integration.json"
+    artefact.parent.mkdir(exist_ok=True)
+    artefact.write_text(json.dumps({"weights_bytes_on_disk": size, "evicted": evicted["storage"],
+                                    "cached": cached["storage"]}, indent=2))
     for run in (evicted, cached):
         assert run["status"] == "ok"
         assert run["storage"]["weights_bytes"] == size
