@@ -379,25 +379,28 @@ def _row_cells(r: CompareRow, bold: bool = False) -> list:
 
 
 def releases_tables(result: ReleasesResult) -> Group:
-    """``coldscope releases``: one row per release (time to ready and each stage, means over
-    its runs), each release's top bootstrap imports, then per consecutive pair the change of
+    """``coldscope releases``: one column per release (time to ready and each stage, means
+    over its runs), each release's top bootstrap imports, then per consecutive pair the change of
     time to ready and of every stage with its interval and verdict, the resolved sub-steps,
     and the imports that changed most (``--json`` has everything)."""
     parts: list = []
     table = Table(box=box.SIMPLE_HEAVY, title=f"start-up per release ({result.cache}, mean of "
-                  f"{result.repeat} run(s) each)", title_justify="left")
+                  f"{result.repeat} run(s) each, seconds)", title_justify="left")
     shown = [b for b in BUCKETS if any(r.stages.get(b) for r in result.releases)]
-    table.add_column("release")
-    table.add_column("version")
-    table.add_column("runs", justify="right")
-    table.add_column("ready (s)", justify="right")
-    for bucket in shown:
-        table.add_column(bucket, justify="right")
+    table.add_column("", no_wrap=True)
+    versions = [r.engine_version for r in result.releases]
+    by_version = None not in versions and len(set(versions)) == len(versions)
     for rel in result.releases:
-        ready = "" if rel.time_to_ready_s is None else f"{rel.time_to_ready_s:.2f}"
-        runs = f"{len(rel.runs)}" + (f" (+{len(rel.failed)} failed)" if rel.failed else "")
-        table.add_row(plain(rel.spec), plain(rel.engine_version or "?"), runs, ready,
-                      *[_fmt(rel.stages.get(b)).strip() for b in shown])
+        head = (rel.engine_version if by_version else None) or rel.spec
+        if rel.failed:
+            head += f" ({len(rel.failed)} failed)"
+        table.add_column(plain(head), justify="right")
+    table.add_row("runs", *[str(len(r.runs)) for r in result.releases])
+    table.add_row(Text("time to ready", style="bold"), *[
+        Text("" if r.time_to_ready_s is None else f"{r.time_to_ready_s:.2f}", style="bold")
+        for r in result.releases])
+    for bucket in shown:
+        table.add_row(bucket, *[_fmt(r.stages.get(bucket)).strip() for r in result.releases])
     parts.append(table)
     for rel in result.releases:
         if not rel.imports:
@@ -415,7 +418,8 @@ def releases_tables(result: ReleasesResult) -> Group:
         if t.low is not None:
             head.append(f" (95 % interval {_signed(t.low)} to {_signed(t.high)} s)")
         head.append(": ")
-        head.append(_verdict_text(t.verdict), style=_VERDICT_STYLE[t.verdict])
+        said = {"faster": f"{d.to} is faster", "slower": f"{d.to} is slower"}
+        head.append(said.get(t.verdict, "unresolved"), style=_VERDICT_STYLE[t.verdict])
         parts.append(head)
         dt = Table(box=box.SIMPLE, show_header=True)
         for col, justify in (("stage", "left"), ("change (s)", "right"),

