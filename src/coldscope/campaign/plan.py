@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from coldscope.campaign.spec import CampaignSpec
-from coldscope.envs import Spec, default_root
+from coldscope.envs import default_root, slug
 from coldscope.models import ModelShape
 from coldscope.records import Membership
 
@@ -104,7 +104,7 @@ def expand(spec: CampaignSpec, base: Path, concurrency: int | None = None) -> li
             for engine in spec.engines:
                 for flags in spec.flags:
                     python = engine.python if engine.release is None else \
-                        str(envs_dir / Spec(engine.release, "requirement").slug / "bin" / "python")
+                        str(envs_dir / slug(engine.release) / "bin" / "python")
                     command = render_command(spec.command, path, python) + flags.argv()
                     for cache in spec.cache:
                         cells.append(Cell(
