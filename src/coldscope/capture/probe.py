@@ -47,18 +47,23 @@ class ProbedProcess:
     def first(self, ev: str, name: str) -> float | None:
         return next((e["mono"] for e in self.events if e["ev"] == ev and e["name"] == name), None)
 
-    def intervals(self, name: str) -> list[tuple[float, float]]:
-        """Matched begin/end pairs of ``name`` (outermost calls, in order)."""
-        out, begin = [], None
+    def calls(self, name: str) -> list[tuple[dict, dict]]:
+        """Matched begin/end events of ``name`` (outermost calls, in order)."""
+        out: list[tuple[dict, dict]] = []
+        begin = None
         for e in self.events:
-            if e["name"] != name:
+            if e.get("name") != name:
                 continue
-            if e["ev"] == "begin":
-                begin = e["mono"]
-            elif e["ev"] == "end" and begin is not None:
-                out.append((begin, e["mono"]))
+            if e.get("ev") == "begin":
+                begin = e
+            elif e.get("ev") == "end" and begin is not None:
+                out.append((begin, e))
                 begin = None
         return out
+
+    def intervals(self, name: str) -> list[tuple[float, float]]:
+        """Matched begin/end times of ``name`` (outermost calls, in order)."""
+        return [(a["mono"], b["mono"]) for a, b in self.calls(name)]
 
 
 @dataclass(frozen=True)
@@ -78,18 +83,11 @@ def storage_reads(processes: list[ProbedProcess], name: str) -> list[StorageRead
     both carry ``io_read`` (a kernel without ``/proc/PID/io`` gives none)."""
     out = []
     for p in processes:
-        begin: dict | None = None
-        for e in p.events:
-            if e.get("name") != name:
-                continue
-            if e.get("ev") == "begin":
-                begin = e
-            elif e.get("ev") == "end" and begin is not None:
-                a, b = begin.get("io_read"), e.get("io_read")
-                if isinstance(a, int) and isinstance(b, int) and b >= a:
-                    out.append(StorageRead(p.pid, p.role, name, b - a,
-                                           float(e["mono"]) - float(begin["mono"])))
-                begin = None
+        for begin, end in p.calls(name):
+            a, b = begin.get("io_read"), end.get("io_read")
+            if isinstance(a, int) and isinstance(b, int) and b >= a:
+                out.append(StorageRead(p.pid, p.role, name, b - a,
+                                       float(end["mono"]) - float(begin["mono"])))
     return out
 
 

@@ -11,7 +11,7 @@ weights came from disk, how much, and how fast: the evidence of ``weights_from_d
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import functools
 import mmap
 import os
 from dataclasses import dataclass
@@ -47,8 +47,11 @@ def weight_files(model_path: str | os.PathLike[str]) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.suffix in WEIGHT_SUFFIXES and p.is_file())
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL:
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    """The C library's mmap/munmap/mincore, set up once (the process's own libc, as the
+    runner's prctl: no ``find_library``, which runs ldconfig, per weight file)."""
+    libc = ctypes.CDLL(None, use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
     libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
                           ctypes.c_int, ctypes.c_long)
