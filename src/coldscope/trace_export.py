@@ -1,5 +1,7 @@
 """Export a stored run as a Chrome trace (opens in Perfetto / chrome://tracing) or as OTLP
-spans to a user's collector. Functions of a ``coldscope.records.Run`` only.
+spans to a user's collector. Functions of a ``coldscope.records.Run``, plus, optionally, the
+run's import slices (``capture.imports.import_intervals`` of its stored ``imports`` evidence,
+which the run record keeps only as per-package sums); nothing here reads the store.
 
 Both exports show the same shape: the reconciled stages (which tile launch → ready), then each
 engine process with the evidence it gave, every sub-step nested under its stage. Evidence is
@@ -7,6 +9,11 @@ first made *nestable*: per process, a stage or sub-step seen by several sources 
 the best source only (``timeline.SOURCES`` order), and overlapping intervals of one name are
 merged, so no stage appears twice or inside itself. What still overlaps without nesting (two
 sub-steps running at once in one process) goes on a second track of that process.
+
+Import slices (``import torch``, source ``probe imports``, category ``import``) go into the
+process of their pid and are packed with its evidence, after it at equal times, so they nest
+under ``bootstrap`` and its sub-steps, and nested imports under their importer; an import that
+crosses a sub-step's end goes on a second track like any other crossing slice.
 """
 
 from __future__ import annotations
@@ -15,10 +22,11 @@ import datetime as dt
 import http.client
 import os
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from coldscope.capture.imports import ImportInterval
 from coldscope.errors import ColdscopeError
 from coldscope.records import Run
 from coldscope.timeline import SOURCES
@@ -33,6 +41,13 @@ SYNTHETIC_BASE = 1 << 22
 #: Process roles in the order their tracks are shown.
 ROLE_ORDER = ("api_server", "engine_core", "worker", "engine", "helper")
 
+#: The source and the Chrome trace category of import slices (filter on ``cat`` in Perfetto).
+IMPORT_SOURCE = "probe imports"
+IMPORT_CATEGORY = "import"
+
+#: Per pid, the import slices of a run (``capture.imports.import_intervals``).
+Imports = Mapping[int, Sequence[ImportInterval]]
+
 
 @dataclass
 class Slice:
@@ -44,10 +59,20 @@ class Slice:
     source: str
     also: set[str] = field(default_factory=set)  # other sources that saw it, for the record
     children: list[Slice] = field(default_factory=list)
+    imported: ImportInterval | None = None  # set on an import slice
 
     @property
     def depth(self) -> int:
+        """Nesting rank among slices of equal start and end: stages, sub-steps, then imports
+        by their import depth."""
+        if self.imported is not None:
+            return 1_000 + self.imported.depth
         return self.name.count("/")
+
+    @property
+    def category(self) -> str:
+        """The Chrome trace category: the source, or ``import`` for an import slice."""
+        return IMPORT_CATEGORY if self.imported is not None else self.source
 
 
 @dataclass
@@ -85,18 +110,30 @@ def merge_evidence(intervals: Iterable[tuple[float, float, str]],
     return [(start, end, best, others) for start, end in out]
 
 
-def processes(run: Run) -> list[Process]:
+def processes(run: Run, *, imports: Imports | None = None) -> list[Process]:
     """The run's evidence by process, deduplicated and packed into nesting tracks: a slice goes
     on the first track where it fits inside the slice open at its start (or where nothing is
-    open), stages before their sub-steps; a slice that would cross another opens a new track."""
+    open), stages before their sub-steps before imports; a slice that would cross another opens
+    a new track. ``imports``' slices join the process of their pid (a pid with no evidence of
+    its own becomes a process of the role ``run.processes`` gives it, else ``helper``)."""
     by_proc: dict[tuple[str, int | None], dict[str, list[tuple[float, float, str]]]] = {}
     for iv in run.intervals:
         names = by_proc.setdefault((iv.process or "engine", iv.pid), {})
         names.setdefault(iv.name, []).append((iv.start, iv.end, iv.source))
+    imported: dict[tuple[str, int | None], list[Slice]] = {}
+    roles = {p.pid: p.role for p in run.processes}
+    for import_pid, ivs in (imports or {}).items():
+        key = next((k for k in by_proc if k[1] == import_pid), None)
+        if key is None:
+            key = (roles.get(import_pid, "helper"), import_pid)
+            by_proc[key] = {}
+        imported.setdefault(key, []).extend(
+            Slice(iv.name, iv.start, iv.end, IMPORT_SOURCE, imported=iv) for iv in ivs)
     out = []
     for (role, pid), names in by_proc.items():
         slices = [Slice(name, s, e, src, also)
                   for name, items in names.items() for s, e, src, also in merge_evidence(items)]
+        slices += imported.get((role, pid), [])
         slices.sort(key=lambda s: (s.start, -s.end, s.depth))
         proc = Process(role, pid)
         stacks: list[list[Slice]] = []
@@ -138,11 +175,12 @@ def _label(proc: Process) -> str:
 # -- Chrome trace ------------------------------------------------------------------------------
 
 
-def chrome_trace(run: Run) -> dict[str, Any]:
+def chrome_trace(run: Run, *, imports: Imports | None = None) -> dict[str, Any]:
     """Trace Event Format: a track of the reconciled stages (they tile [0, ready] exactly) with
     the ready and first-token markers, one process per engine process under its real pid (a
     synthetic one only when the pid is unknown) whose threads hold its stages with their
-    sub-steps nested inside, thread and process names, and CPU use as counters."""
+    sub-steps nested inside (and ``imports``' slices, category ``import``, nested in those),
+    thread and process names, and CPU use as counters."""
     events: list[dict[str, Any]] = []
     synthetic = iter(range(SYNTHETIC_BASE, SYNTHETIC_BASE + 1_000_000))
 
@@ -172,7 +210,7 @@ def chrome_trace(run: Run) -> dict[str, Any]:
             events.append({"ph": "i", "name": name, "cat": "marker", "s": "g",
                            "pid": stages_pid, "tid": stages_pid, "ts": t * _US,
                            "args": {"seconds": round(t, 6)}})
-    for k, proc in enumerate(processes(run), start=1):
+    for k, proc in enumerate(processes(run, imports=imports), start=1):
         pid = proc.pid if proc.pid is not None else next(synthetic)
         meta(pid, _label(proc), k)
         for j, track in enumerate(proc.tracks):
@@ -180,10 +218,14 @@ def chrome_trace(run: Run) -> dict[str, Any]:
             meta(pid, "", j, tid=tid, thread=f"{proc.role}: start-up" if j == 0 else
                  f"{proc.role}: overlapping ({j + 1})")
             for sl in track:
-                args = {"source": sl.source, "seconds": round(sl.end - sl.start, 6)}
+                args: dict[str, Any] = {"source": sl.source,
+                                        "seconds": round(sl.end - sl.start, 6)}
                 if sl.also:
                     args["also_seen_by"] = ", ".join(sorted(sl.also))
-                events.append({"ph": "X", "name": sl.name, "cat": sl.source, "pid": pid,
+                if sl.imported is not None:
+                    args.update(self_seconds=round(sl.imported.self_s, 6),
+                                depth=sl.imported.depth, importer=sl.imported.parent)
+                events.append({"ph": "X", "name": sl.name, "cat": sl.category, "pid": pid,
                                "tid": tid, "ts": sl.start * _US,
                                "dur": (sl.end - sl.start) * _US, "args": args})
     if run.cpu is not None and run.cpu.t:
@@ -226,10 +268,12 @@ def _origin(run: Run) -> float:
     return 0.0
 
 
-def otlp_request(run: Run) -> bytes:
+def otlp_request(run: Run, *, imports: Imports | None = None) -> bytes:
     """The run as an OTLP ExportTraceServiceRequest. Span tree: ``coldscope.startup`` (launch
     → ready) → the reconciled stages, and → one span per engine process → its stages → their
-    sub-steps (the same nesting as the Chrome trace's threads)."""
+    sub-steps → ``imports``' slices (the same nesting as the Chrome trace's threads; an import
+    span has ``coldscope.kind`` ``import``, and one the Chrome trace puts on an overlap track
+    is the child of the innermost span that holds it, e.g. ``bootstrap``)."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
     )
@@ -272,21 +316,41 @@ def otlp_request(run: Run) -> bytes:
                                         "coldscope.source": run.sources.get(bucket)})
 
     def emit(sl: Slice, parent: bytes, proc: Process) -> None:
-        sid = span(sl.name, sl.start, sl.end, parent, {
+        attrs: dict[str, Any] = {
             "coldscope.kind": "evidence", "coldscope.source": sl.source,
-            "coldscope.process": proc.role, "process.pid": proc.pid})
+            "coldscope.process": proc.role, "process.pid": proc.pid}
+        if sl.imported is not None:
+            attrs.update({"coldscope.kind": IMPORT_CATEGORY,
+                          "coldscope.import.module": sl.imported.module,
+                          "coldscope.import.self_s": round(sl.imported.self_s, 6),
+                          "coldscope.import.depth": sl.imported.depth,
+                          "coldscope.import.importer": sl.imported.parent or None})
+        sid = span(sl.name, sl.start, sl.end, parent, attrs)
+        emitted.append((sl, sid))
         for child in sl.children:
             emit(child, sid, proc)
 
-    for proc in processes(run):
+    for proc in processes(run, imports=imports):
         pspan = span(f"process {_label(proc)}", proc.start, proc.end, root,
                      {"coldscope.kind": "process", "coldscope.process": proc.role,
                       "process.pid": proc.pid})
         nested = {id(c) for t in proc.tracks for s in t for c in s.children}
-        for track in proc.tracks:
+        emitted: list[tuple[Slice, bytes]] = []
+        crossing: list[Slice] = []
+        for j, track in enumerate(proc.tracks):
             for sl in track:
-                if id(sl) not in nested:
+                if id(sl) in nested:
+                    continue
+                if j and sl.imported is not None:
+                    crossing.append(sl)
+                else:
                     emit(sl, pspan, proc)
+        # an import on an overlap track (it crosses a sub-step's end): under the innermost
+        # span that holds it (bootstrap), not directly under the process
+        for sl in sorted(crossing, key=lambda s: (s.start, -s.end, s.depth)):
+            holders = [(s.end - s.start, -k, sid) for k, (s, sid) in enumerate(emitted)
+                       if s.start <= sl.start + _EPS and sl.end <= s.end + _EPS]
+            emit(sl, min(holders)[2] if holders else pspan, proc)
     req = ExportTraceServiceRequest(resource_spans=[ResourceSpans(
         resource=Resource(attributes=[kv(k, v) for k, v in resource_attributes(run).items()]),
         scope_spans=[ScopeSpans(scope=InstrumentationScope(name="coldscope"), spans=spans)],
@@ -304,9 +368,11 @@ class Sent(NamedTuple):
         return f"sent {self.spans} spans to {endpoint} (HTTP {self.status})"
 
 
-def send_otlp(run: Run, endpoint: str, timeout: float = 10.0) -> Sent:
-    """POST the run's spans to an OTLP/HTTP collector (``http://host:4318/v1/traces``); a
-    one-line ``ColdscopeError`` when the collector cannot be reached or refuses them."""
+def send_otlp(run: Run, endpoint: str, timeout: float = 10.0, *,
+              imports: Imports | None = None) -> Sent:
+    """POST the run's spans (``otlp_request``) to an OTLP/HTTP collector
+    (``http://host:4318/v1/traces``); a one-line ``ColdscopeError`` when the collector cannot be
+    reached or refuses them."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
     )
@@ -315,7 +381,7 @@ def send_otlp(run: Run, endpoint: str, timeout: float = 10.0) -> Sent:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ColdscopeError(f"not an OTLP/HTTP endpoint URL: {endpoint!r}")
     cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    body = otlp_request(run)
+    body = otlp_request(run, imports=imports)
     req = ExportTraceServiceRequest()
     req.ParseFromString(body)
     n = sum(len(ss.spans) for rs in req.resource_spans for ss in rs.scope_spans)

@@ -342,27 +342,38 @@ def _print_many(parsed, *, vs_paper: bool, saved: bool, as_json: bool) -> None:
 @json_option
 def trace(run_id, output, otlp_export, store_path, as_json):
     """Write a run as a Chrome trace / Perfetto file: the reconciled stages, then one process
-    per engine process (real pids) with its sub-steps nested in their stages."""
+    per engine process (real pids) with its sub-steps nested in their stages and, for a run
+    profiled with --imports, its imports of 10 ms or more nested in those."""
+    from coldscope.capture.imports import import_intervals
     from coldscope.safeio import check_output_target, write_atomic
     from coldscope.store import Store
-    from coldscope.trace_export import chrome_trace, send_otlp
+    from coldscope.trace_export import IMPORT_CATEGORY, chrome_trace, send_otlp
 
     check_output_target(output)
-    run = Store(store_path, create=False).run(run_id)
-    if run.status != "ok":
-        raise ColdscopeError(f"run {run.id} failed ({run.reason}); no timeline")
-    data = chrome_trace(run)
+    with Store(store_path, create=False) as store:
+        run = store.run(run_id)
+        if run.status != "ok":
+            raise ColdscopeError(f"run {run.id} failed ({run.reason}); no timeline")
+        evidence = store.evidence(run.id)
+    launch_mono = (evidence.get("launch") or {}).get("mono")
+    imports = (import_intervals(evidence["imports"], launch_mono=float(launch_mono),
+                                ready_at=run.time_to_ready_s)
+               if evidence.get("imports") and launch_mono is not None else None)
+    data = chrome_trace(run, imports=imports)
+    n_imports = (sum(e.get("cat") == IMPORT_CATEGORY for e in data["traceEvents"])
+                 if imports is not None else None)
     try:
         write_atomic(output, dumps_json(data, indent=None))  # no NaN/Infinity
     except OSError as exc:
         raise ColdscopeError(f"cannot write {output}: {exc.strerror or exc}") from None
-    sent = send_otlp(run, otlp_export) if otlp_export else None
+    sent = send_otlp(run, otlp_export, imports=imports) if otlp_export else None
     if as_json:
         print_json({"run": run.id, "output": output, "events": len(data["traceEvents"]),
-                    "otlp_export": otlp_export,
+                    "import_slices": n_imports, "otlp_export": otlp_export,
                     "otlp": {"status": sent.status, "spans": sent.spans} if sent else None})
     else:
-        echo(f"wrote {output} ({len(data['traceEvents'])} events); open it in "
+        slices = f", {n_imports} import slices" if n_imports is not None else ""
+        echo(f"wrote {output} ({len(data['traceEvents'])} events{slices}); open it in "
              "ui.perfetto.dev")
         if sent:
             echo(sent.message(otlp_export))
