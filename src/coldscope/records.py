@@ -210,22 +210,26 @@ class LogInfo(_Record):
 
 
 class Membership(_Record):
-    """The campaign cell (or tune session) a run was measured for. ``kind`` says which."""
+    """The campaign cell, tune session or ``releases`` measurement a run was measured for.
+    ``kind`` says which."""
 
-    kind: Literal["campaign", "tune"] = "campaign"
-    name: str | None = Field(None, description="campaign name, or tune session id")
+    kind: Literal["campaign", "tune", "releases"] = "campaign"
+    name: str | None = Field(None, description="campaign name, tune session id, or releases "
+                                               "measurement name")
     cell: str | None = None
     model: str | None = None
-    engine: str | None = None
+    engine: str | None = Field(None, description="releases: the release's spec")
     flags: str | None = None
     cache: str | None = None
-    repetition: int | None = None
+    repetition: int | None = Field(None, description="releases: the round (0-based; None for "
+                                                     "a prime)")
     concurrency: int | None = None
-    role: str | None = Field(None, description="measure or prime (campaign); baseline, trial "
-                                               "or verify (tune)")
+    role: str | None = Field(None, description="measure or prime (campaign, releases); "
+                                               "baseline, trial or verify (tune)")
     trial: int | None = Field(None, description="tune: the trial's number")
     change: str | None = Field(None, description="tune: the mitigation tried")
-    slot: int | None = None
+    slot: int | None = Field(None, description="campaign: the wave's slot; releases: the "
+                                               "release's place in the order given (0-based)")
     port: int | None = None
     host: str | None = None
     started_with: list[str] = Field(default_factory=list)

@@ -4,11 +4,13 @@ environment, interleaved, and every change between consecutive releases with its
 ``measure`` starts every release ``repeat`` times, round-robin (release 1 2 3, then 2 3 1,
 then 3 1 2 ...: each release takes each place in a round equally often, so a drift of the
 machine lands on all of them), after one prime each when caches are warm; every start-up is a
-stored run labelled ``NAME:SPEC``. ``summarise`` turns the runs into per-release means and,
-between consecutive releases (in the order given), ``coldscope.compare``'s rows: per stage and
-sub-step b - a with its 95 % interval and a verdict, so a change the noise cannot resolve is
-``unresolved``. Each run's buckets sum exactly to its time to ready, so the stage deltas of
-two releases add up to their time-to-ready delta.
+stored run labelled ``NAME:SPEC`` and carrying its membership (``Membership`` kind
+``releases``: the measurement's name, the release's spec and place, measure or prime, the
+round), by which ``stored`` finds a measurement's runs again. ``summarise`` turns the runs into
+per-release means and, between consecutive releases (in the order given),
+``coldscope.compare``'s rows: per stage and sub-step b - a with its 95 % interval and a
+verdict, so a change the noise cannot resolve is ``unresolved``. Each run's buckets sum exactly
+to its time to ready, so the stage deltas of two releases add up to their time-to-ready delta.
 
 Import attribution (``Run.imports``, from the probe) gives per release the mean self time of
 each top-level package in each engine process during ``bootstrap``, and between releases the
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -28,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from coldscope.compare import Row, compare
 from coldscope.errors import ColdscopeError
-from coldscope.records import Run
+from coldscope.records import Membership, Run
 from coldscope.stages import BOOTSTRAP, BUCKETS
 
 if TYPE_CHECKING:  # the records below are read by `show`-weight commands: no runner import
@@ -167,7 +169,8 @@ def measure(envs: Sequence[Env], args: Sequence[str], *, name: str, repeat: int,
             on_launch: Callable[[Run], None] | None = None,
             **config: Any) -> list[Started]:
     """Start every release ``repeat`` times, round-robin (``rounds``), after one prime each
-    when ``cache`` is warm; store every start-up; ``on_run`` after each."""
+    when ``cache`` is warm; store every start-up, carrying its membership (``membership``,
+    which the runner puts on the run from its first record on); ``on_run`` after each."""
     from coldscope.runner import run_sequence
 
     if len(envs) < 1:
@@ -175,15 +178,18 @@ def measure(envs: Sequence[Env], args: Sequence[str], *, name: str, repeat: int,
     if repeat < 1:
         raise ColdscopeError("--repeat must be at least 1")
     base = configs(envs, args, name=name, cache=cache, cache_root=cache_root, **config)
-    plan = [(i, True) for i in range(len(envs))] if cache == "warm" else []
-    plan += [(i, False) for i in rounds(len(envs), repeat)]
-    todo = [base[i].model_copy(update={"label": f"{name}:{envs[i].spec}:prime"}) if prime
-            else base[i] for i, prime in plan]
+    # (release, prime, round): one prime each first when warm, then the rounds
+    plan: list[tuple[int, bool, int | None]] = \
+        [(i, True, None) for i in range(len(envs))] if cache == "warm" else []
+    plan += [(i, False, k // len(envs)) for k, i in enumerate(rounds(len(envs), repeat))]
+    todo = [base[i].model_copy(update={
+        "label": f"{name}:{envs[i].spec}:prime" if prime else base[i].label,
+        "membership": membership(name, envs[i].spec, i, cache, prime=prime, repetition=r)})
+        for i, prime, r in plan]
     started: list[Started] = []
-    steps = iter(plan)
 
     def ran(run: Run) -> None:
-        i, prime = next(steps)
+        i, prime, _ = plan[len(started)]
         started.append(Started(envs[i], prime, run))
         if on_run is not None:
             on_run(started[-1])
@@ -191,6 +197,14 @@ def measure(envs: Sequence[Env], args: Sequence[str], *, name: str, repeat: int,
     run_sequence(todo, store, on_run=ran, on_line=on_line, on_stage=on_stage,
                  on_launch=on_launch)
     return started
+
+
+def membership(name: str, spec: str, place: int, cache: str, *, prime: bool,
+               repetition: int | None) -> Membership:
+    """What a start-up of measurement ``name`` carries (``run.campaign``): the release's spec
+    and its place in the order given, measure or prime, the round (None for a prime)."""
+    return Membership(kind="releases", name=name, engine=spec, slot=place, cache=cache,
+                      role="prime" if prime else "measure", repetition=repetition)
 
 
 # -- summarising ----------------------------------------------------------------------------------
@@ -278,3 +292,75 @@ def summarise(started: Sequence[Started], envs: Sequence[Env], *, name: str,
     return ReleasesResult(name=name, cache=cache, repeat=repeat, args=list(args),
                           order=[s.env.spec for s in started if not s.prime],
                           releases=releases, deltas=deltas)
+
+
+# -- from the store -------------------------------------------------------------------------------
+
+
+def stored(runs: Iterable[Run]) -> list[ReleasesResult]:
+    """The ``releases`` measurements among stored runs (membership kind ``releases``, as
+    ``measure`` stores them), each summarised by ``summarise`` as the command summarised it,
+    newest first (by its latest start-up). Releases keep the order they were given in (their
+    ``slot``); the start-ups, the order they ran in (``started_at``). Runs that are not among
+    ``runs`` (e.g. failed ones a caller left out) are not counted: a release none of whose
+    start-ups is there is left out."""
+    by_name: dict[str, list[Run]] = defaultdict(list)
+    for r in runs:
+        m = r.campaign
+        if m is not None and m.kind == "releases" and m.name and m.engine:
+            by_name[m.name].append(r)
+    out: list[tuple[str, ReleasesResult]] = []
+    for name, rs in by_name.items():
+        rs.sort(key=lambda r: (r.started_at or "", r.id))
+        envs = _stored_envs(rs)
+        by_spec = {e.spec: e for e in envs}
+        started = [Started(by_spec[_member(r).engine or ""], _member(r).role == "prime", r)
+                   for r in rs]
+        first = _member(rs[0])
+        cache: Literal["cold", "warm"] = "warm" if (first.cache or rs[0].cache_requested) \
+            == "warm" else "cold"
+        rounds_seen = [m.repetition for m in map(_member, rs) if m.repetition is not None]
+        measured = next((s.run for s in started if not s.prime), rs[0])
+        out.append((rs[-1].started_at or "", summarise(
+            started, envs, name=name, cache=cache, repeat=max(rounds_seen, default=0) + 1,
+            args=_server_args(measured, by_spec[_member(measured).engine or ""]))))
+    out.sort(key=lambda item: item[0], reverse=True)
+    return [result for _, result in out]
+
+
+def _member(run: Run) -> Membership:
+    """A stored start-up's membership (``stored`` keeps only runs that have one)."""
+    return run.campaign or Membership(kind="releases")
+
+
+def _stored_envs(runs: Sequence[Run]) -> list[Env]:
+    """One ``Env`` per release among a measurement's runs, in the order the releases were given
+    (their ``slot``; runs without one, by first start-up), as far as the runs tell it: the
+    interpreter that started it, its engine adapter, the version its runs recorded."""
+    from coldscope.envs import Env
+
+    first: dict[str, Run] = {}
+    for r in runs:
+        first.setdefault(_member(r).engine or "", r)
+    places: dict[str, int] = {}
+    for r in runs:
+        m = _member(r)
+        if m.slot is not None:
+            places[m.engine or ""] = min(m.slot, places.get(m.engine or "", m.slot))
+    seen = list(first)
+    order = sorted(seen, key=lambda s: (s not in places, places.get(s, 0), seen.index(s)))
+    return [Env(spec=s, python=(first[s].engine.argv or [""])[0],
+                engine=first[s].engine.name or "", engine_version=None) for s in order]
+
+
+def _server_args(run: Run, env: Env) -> list[str]:
+    """The server arguments ``run`` was started with: its command line after its engine's
+    server command (as ``configs`` built it), or none when that cannot be told."""
+    from coldscope.engines import by_name
+
+    try:
+        prefix = by_name(env.engine).server_command(env.python, [])
+    except ColdscopeError:
+        return []
+    argv = run.engine.argv
+    return list(argv[len(prefix):]) if argv[:len(prefix)] == prefix else []

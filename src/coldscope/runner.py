@@ -56,6 +56,7 @@ from coldscope.records import (
     EngineInfo,
     Environment,
     Launch,
+    Membership,
     ModelRef,
     Run,
     Storage,
@@ -102,6 +103,9 @@ class RunConfig(BaseModel):
         True, description="add --host 127.0.0.1 when the command chooses no host (engines "
                           "whose adapter knows the flag)")
     origin: Literal["profile", "campaign", "tune"] = "profile"
+    membership: Membership | None = Field(
+        None, description="what the runs were measured for (``Run.campaign``), on every "
+                          "record of them from the first")
 
 
 # -- identity ----------------------------------------------------------------------------
@@ -493,6 +497,7 @@ def _prepare(config: RunConfig, run_id: str, cache_state: str | None) -> _Prepar
             tool=Tool(version=__version__), label=config.label, config_key=config_key(config),
             cache_requested=config.cache, env_overrides=dict(config.env), origin=config.origin,
             notes=notes, page_cache=page_cache,
+            campaign=config.membership,
             storage=Storage(
                 page_cache="cold" if page_cache.startswith("done") else None,
                 kind=storage_kind(environment.weights_fs.model_dump() if environment.weights_fs

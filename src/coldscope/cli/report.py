@@ -31,8 +31,8 @@ LARGE_STORE = 200
 @json_option
 def report(output, runs, model, paper, startup_model, title, store_path, as_json):
     """Write a self-contained HTML report (opens offline): stage breakdown, per-process
-    timeline, scaling, comparisons, tune sessions as waterfalls, CPU use and predictions, each
-    with a table and CSV."""
+    timeline, scaling, comparisons, start-up per release (`coldscope releases` runs), tune
+    sessions as waterfalls, CPU use and predictions, each with a table and CSV."""
     from coldscope.report.build import make_report
     from coldscope.selection import parse_selectors
 
@@ -54,7 +54,8 @@ def report(output, runs, model, paper, startup_model, title, store_path, as_json
                "timelines": len(data["timelines"]), "comparisons": len(data["comparisons"]),
                "scaling_panels": sum(1 for p in data["scaling"] if p["series"]),
                "predictions": data["predictions"] is not None,
-               "tune_sessions": len(data.get("tune") or [])}
+               "tune_sessions": len(data.get("tune") or []),
+               "releases_measurements": len(data.get("releases") or [])}
     if as_json:
         print_json(summary)
     else:

@@ -19,7 +19,7 @@ import re
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packaging.version import InvalidVersion, Version
 
@@ -37,6 +37,9 @@ from coldscope.stages import (
     UNATTRIBUTED,
     stage_of,
 )
+
+if TYPE_CHECKING:
+    from coldscope.releases import Change, ReleasesResult
 
 #: What a run's configuration is made of, in the order group names show them.
 DIMENSIONS: tuple[str, ...] = ("model", "cache", "mode", "load_format", "weights",
@@ -900,6 +903,81 @@ def tune_waterfalls(runs: Sequence[Run], sessions: Mapping[str, Mapping[str, Any
     return out, notes
 
 
+# -- 8. releases -------------------------------------------------------------------------------
+
+#: At most this many ``coldscope releases`` measurements (the newest) get a block of their own.
+MAX_RELEASES_MEASUREMENTS = 3
+
+#: Per measurement, this many of the largest stage changes between consecutive releases.
+RELEASE_CHANGES = 5
+
+
+def releases_measurements(runs: Iterable[Run]) -> tuple[list[dict[str, Any]], list[str]]:
+    """One block (``release_block``) per ``coldscope releases`` measurement among ``runs``
+    (membership kind ``releases``), newest first, at most ``MAX_RELEASES_MEASUREMENTS``, and a
+    note naming the ones left out."""
+    from coldscope.releases import stored
+
+    results = stored(runs)
+    notes = []
+    if len(results) > MAX_RELEASES_MEASUREMENTS:
+        left = [r.name for r in results[MAX_RELEASES_MEASUREMENTS:]]
+        notes.append(f"start-up per release: the {MAX_RELEASES_MEASUREMENTS} newest releases "
+                     f"measurements are shown; {len(left)} older left out ("
+                     + ", ".join(left[:5]) + (", ..." if len(left) > 5 else "") + ")")
+    return [release_block(r) for r in results[:MAX_RELEASES_MEASUREMENTS]], notes
+
+
+def _change(c: Change) -> dict[str, Any]:
+    return {"delta": c.delta, "low": c.low, "high": c.high, "verdict": c.verdict}
+
+
+def release_block(result: ReleasesResult) -> dict[str, Any]:
+    """One ``releases`` measurement (a ``coldscope.releases.ReleasesResult``, the numbers
+    ``coldscope releases --json`` gives for these runs) as chart data: per release, in the
+    order given, the mean seconds of each bucket over its measured start-ups (primes left
+    out) stacked from 0 (``segments``; they end at its mean time to ready, since every run's
+    buckets sum to its own), its time to ready's spread; between consecutive releases, the
+    time-to-ready change and every stage's, each with its 95 % interval and verdict as
+    ``coldscope.compare`` gives them; and the ``RELEASE_CHANGES`` largest stage changes of
+    all pairs (by size, whatever their verdict). A release is named by its version when every
+    release has a distinct one, else by its spec."""
+    versions = [r.engine_version for r in result.releases]
+    by_version = None not in versions and len(set(versions)) == len(versions)
+    names = {r.spec: (r.engine_version if by_version else None) or r.spec
+             for r in result.releases}
+    releases = []
+    for r in result.releases:
+        segments, t = [], 0.0
+        for b in BUCKETS:
+            v = r.stages.get(b)
+            if v:
+                segments.append({"bucket": b, "start": t, "end": t + v, "seconds": v})
+                t += v
+        releases.append({
+            "spec": r.spec, "name": names[r.spec], "version": r.engine_version,
+            "n": len(r.runs), "runs": list(r.runs), "time_to_ready_s": r.time_to_ready_s,
+            "time_to_ready": summary(r.time_to_ready_runs_s),
+            "stages": {b: r.stages.get(b) for b in BUCKETS}, "segments": segments,
+            "unknown": [b for b in BUCKETS if r.runs and r.stages.get(b) is None],
+        })
+    deltas, changes = [], []
+    for i, dl in enumerate(result.deltas):
+        deltas.append({"from": dl.from_, "to": dl.to, "from_name": names[dl.from_],
+                       "to_name": names[dl.to], "time_to_ready": _change(dl.time_to_ready),
+                       "stages": {b: _change(c) for b, c in dl.stages.items()},
+                       "notes": list(dl.notes)})
+        for b, c in dl.stages.items():
+            if c.delta:
+                changes.append({"from": dl.from_, "to": dl.to, "from_name": names[dl.from_],
+                                "to_name": names[dl.to], "stage": b, **_change(c),
+                                "_order": (-abs(c.delta), i, BUCKETS.index(b))})
+    changes.sort(key=lambda c: c.pop("_order"))
+    return {"name": result.name, "cache": result.cache, "repeat": result.repeat,
+            "args": list(result.args), "runs": sum(r["n"] for r in releases),
+            "releases": releases, "deltas": deltas, "largest": changes[:RELEASE_CHANGES]}
+
+
 # -- the whole report --------------------------------------------------------------------------
 
 def build_report_data(records: Sequence[Run], *,
@@ -908,7 +986,9 @@ def build_report_data(records: Sequence[Run], *,
                       source: str = "", notes: Sequence[str] = (),
                       tune: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """Everything the page shows, as one JSON-able dict (``html.render_report`` draws it).
-    ``tune``: what each tune session's file says it kept (see ``tune_waterfalls``)."""
+    ``tune``: what each tune session's file says it kept (see ``tune_waterfalls``).
+    ``releases``: the ``coldscope releases`` measurements among the runs
+    (``releases_measurements``; empty when there are none)."""
     records = [r for r in records if r.status == "ok"]
     if not records:
         raise ColdscopeError("no successful runs to report on (see `coldscope runs`)")
@@ -931,10 +1011,11 @@ def build_report_data(records: Sequence[Run], *,
     rows, cmps = breakdown(groups), comparisons(groups)
     pred = predictions(groups, features, startup_model) if startup_model else None
     waterfalls, tune_notes = tune_waterfalls(records, tune)
+    releases, releases_notes = releases_measurements(records)
     return {
         "title": title, "source": source,
         "notes": [*notes, *mixed_setting_notes(groups), *(pred or {}).get("notes", []),
-                  *tune_notes],
+                  *tune_notes, *releases_notes],
         "runs": len(records), "configurations": len(groups),
         "varying": varying_dimensions([g["dims"] for g in groups]),
         "datasets": sorted({str(g["dataset"]) for g in groups if g["dataset"]}),
@@ -946,6 +1027,7 @@ def build_report_data(records: Sequence[Run], *,
         "comparisons": cmps,
         "predictions": pred,
         "tune": waterfalls,
+        "releases": releases,
         "run_table": [run_row(r) for r in records],
     }
 

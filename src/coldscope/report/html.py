@@ -1092,6 +1092,144 @@ def tune_section(data: Mapping[str, Any]) -> str:
     return "".join(parts)
 
 
+# -- 8. releases -------------------------------------------------------------------------------
+
+def _signed(v: float | None) -> str:
+    return "–" if v is None else f"{v:+.2f}"
+
+
+def _interval(c: Mapping[str, Any]) -> str:
+    """A change's 95 % interval, ``[-7.57, -0.89]``; ``–`` without one (one run a side)."""
+    if c.get("low") is None or c.get("high") is None:
+        return "–"
+    return f"[{_signed(c['low'])}, {_signed(c['high'])}]"
+
+
+def _verdict(c: Mapping[str, Any]) -> str:
+    v = str(c.get("verdict") or "")
+    return f"<b>{esc(v)}</b>" if v in ("faster", "slower") else esc(v)
+
+
+def releases_chart(block: Mapping[str, Any], title: str) -> str:
+    """One vertical bar per release, in the order given (the paper's Figure 1, by stage): the
+    mean seconds of each bucket stacked from 0 to the release's mean time to ready, a whisker
+    over its start-ups' time to ready (thick: ±1 sd, thin: min–max), the mean above it and the
+    release's name below."""
+    rels = block["releases"]
+    n = max(len(rels), 1)
+    left, right, top, bottom = 64, 16, 24, 56
+    width = max(420, min(980, left + right + n * 130))
+    height = 320
+    base = height - bottom
+    hi = max([0.0, *(s["end"] for r in rels for s in r["segments"]),
+              *((r["time_to_ready"] or {}).get("max") or 0.0 for r in rels)])
+    ticks = nice_ticks(0, hi or 1.0)
+    y = Linear(0, ticks[-1], base, top)
+    svg = Svg(width, height, title)
+    svg.y_axis(y, ticks, left, width - right, "seconds from launch to ready (mean)")
+    svg.line(left, base, width - right, base, cls="axis")
+    band = (width - left - right) / n
+    bar_w = min(72.0, band * 0.6)
+    fit = max(3, int(band / 7))
+    for i, r in enumerate(rels):
+        cx = left + band * (i + 0.5)
+        x0 = cx - bar_w / 2
+        for s in r["segments"]:
+            tip = (f"{r['spec']}\n{label(s['bucket'])}: {fmt_s(s['seconds'])} "
+                   f"(mean of {r['n']} start-up(s))")
+            svg.rect(x0, y(s["end"]), bar_w, y(s["start"]) - y(s["end"]), fill(s["bucket"]),
+                     tip, cls="mark seg", extra=f' data-release="{i}"')
+        total = r["time_to_ready"]
+        peak = r["segments"][-1]["end"] if r["segments"] else 0.0
+        if total and total["n"] > 1:
+            svg.line(cx, y(total["min"]), cx, y(total["max"]), cls="whisker thin")
+            svg.line(cx, y(max(0.0, total["mean"] - total["sd"])), cx,
+                     y(total["mean"] + total["sd"]), cls="whisker")
+            for v in (total["min"], total["max"]):
+                svg.line(cx - 5, y(v), cx + 5, y(v), cls="whisker thin")
+            peak = max(peak, total["max"])
+        if r["time_to_ready_s"] is not None:
+            svg.text(cx, y(peak) - 6, fmt_s(r["time_to_ready_s"]), anchor="middle",
+                     cls="value")
+        name = r["name"] if len(r["name"]) <= fit else r["name"][: fit - 1] + "…"
+        svg.text(cx, base + 16, name, anchor="middle", cls="label")
+    svg.text((left + width - right) / 2, base + 40, "release, in the order given",
+             anchor="middle", cls="caption")
+    return str(svg)
+
+
+def releases_section(data: Mapping[str, Any]) -> str:
+    """Per ``coldscope releases`` measurement: its stacked bars with the table of stage means,
+    then the time-to-ready change between consecutive releases and the largest stage changes,
+    each with its 95 % interval and verdict."""
+    parts = []
+    for i, m in enumerate(data.get("releases") or []):
+        rels = m["releases"]
+        shown = [b for b in BUCKETS if any(r["stages"].get(b) for r in rels)]
+        trows, csv_rows, csv_changes = [], [], []
+        for r in rels:
+            t = r["time_to_ready"]
+            trows.append([
+                esc(r["name"]), str(r["n"]), *(fmt_s(r["stages"].get(b), "") for b in shown),
+                f"<b>{fmt_s(r['time_to_ready_s'], '')}</b>"
+                + (f' <small>±{fmt_s(t["sd"], "")}</small>' if t and t["n"] > 1 else "")])
+            csv_rows.append({"measurement": m["name"], "release": r["spec"],
+                             "version": r["version"], "runs": r["n"],
+                             **{f"{b}_mean_s": r["stages"].get(b) for b in BUCKETS},
+                             "time_to_ready_mean_s": r["time_to_ready_s"],
+                             "time_to_ready_sd_s": t["sd"] if t else None})
+        tables = table(["release", "runs", *(f"{label(b)} s" for b in shown),
+                        "time to ready s"], trows, sticky_last=True,
+                       caption="seconds, mean over each release's measured start-ups "
+                               "(primes left out); time to ready ± sd")
+        pair_rows, change_rows = [], []
+        for dl in m["deltas"]:
+            c = dl["time_to_ready"]
+            pair_rows.append([esc(f"{dl['from_name']} → {dl['to_name']}"),
+                              _signed(c["delta"]), _interval(c), _verdict(c)])
+            for b, s in [*dl["stages"].items(), (TOTAL, c)]:
+                csv_changes.append({"measurement": m["name"], "from": dl["from"],
+                                    "to": dl["to"], "stage": b, "delta_s": s["delta"],
+                                    "low_s": s["low"], "high_s": s["high"],
+                                    "verdict": s["verdict"]})
+        for c in m["largest"]:
+            change_rows.append([esc(f"{c['from_name']} → {c['to_name']}"),
+                                esc(label(c["stage"])), _signed(c["delta"]), _interval(c),
+                                _verdict(c)])
+        if pair_rows:
+            tables += table(["from → to", "time to ready change s", "95 % interval s",
+                             "verdict"], pair_rows, numeric_to=3,
+                            caption="time to ready, from each release to the next: to − from")
+        if change_rows:
+            tables += table(["from → to", "stage", "change s", "95 % interval s", "verdict"],
+                            change_rows, numeric_from=2, numeric_to=4,
+                            caption=f"the {len(change_rows)} largest stage changes between "
+                                    "consecutive releases, to − from, whatever their verdict")
+        title = f"Start-up per release — {m['name']} ({m['cache']} caches)"
+        drawn = [b for b in BUCKETS if any(s["bucket"] == b for r in rels
+                                           for s in r["segments"])]
+        keys = legend(drawn, [key("±1 sd of time to ready", "background:#1f2430", "line"),
+                              key("min–max", "background:#1f2430", "thin")])
+        note = ("One bar per release, in the order the measurement gave them: each stage's "
+                "mean seconds over the release's measured start-ups, stacked to its mean time "
+                "to ready; the whisker spans its start-ups' time to ready (thick: ±1 sd, thin: "
+                "min–max). The changes are the numbers of <code>coldscope releases</code> for "
+                "these runs: to − from, with Welch's 95 % interval; faster or slower only when "
+                "the whole interval is on one side of 0 and the change is at least max(0.05 s, "
+                "1 % of time to ready), else unresolved.")
+        unknown = sorted({b for r in rels for b in r["unknown"]})
+        if unknown:
+            note += esc(" Not known in every run, so left out of the bars: "
+                        + ", ".join(label(b) for b in unknown) + ".")
+        if m["args"]:
+            note += f" Every release started with <code>{esc(' '.join(m['args']))}</code>."
+        downloads = csv_link(f"releases-{i + 1}.csv", csv_rows) + (
+            csv_link(f"releases-{i + 1}-changes.csv", csv_changes) if csv_changes else "")
+        parts.append(figure(f"releases-{i + 1}", title, releases_chart(m, title), tables,
+                            downloads, keys=keys, note=note))
+    return "".join(parts)
+
+
 # -- runs --------------------------------------------------------------------------------------
 
 def runs_section(data: Mapping[str, Any]) -> str:
@@ -1189,6 +1327,9 @@ def render_report(data: Mapping[str, Any], generated_at: datetime | None = None)
     if data.get("tune"):  # only where the runs hold a tune session
         sections.insert(5, ("tune", "Tune sessions: baseline, each kept change, best",
                             tune_section(data)))
+    if data.get("releases"):  # only where the runs hold a `coldscope releases` measurement
+        after = [sid for sid, _, _ in sections].index("compare") + 1
+        sections.insert(after, ("releases", "Start-up per release", releases_section(data)))
     nav = "".join(f'<a href="#s-{sid}">{esc(title)}</a>' for sid, title, _ in sections)
     body = "".join(f'<section id="s-{sid}"><h2>{esc(title)}</h2>{content}</section>'
                    for sid, title, content in sections)
