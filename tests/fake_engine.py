@@ -18,6 +18,10 @@ parser.add_argument("--port", type=int, default=8799)
 parser.add_argument("--delay", type=float, default=0.5)
 parser.add_argument("--model", default="fake")
 parser.add_argument("--host", default="127.0.0.1")
+parser.add_argument("--compile-key", default=None,
+                    help="say, in vLLM's words, which compile-cache directory (under "
+                         "TORCHINDUCTOR_CACHE_DIR, named by this value) it used, and write a "
+                         "factors file there as vLLM does")
 parser.add_argument("--stage-lines", type=float, default=None, metavar="SECONDS",
                     help="print vLLM's stage lines, SECONDS apart, before the delay (live "
                          "progress tests)")
@@ -31,6 +35,17 @@ if args.stage_lines is not None:
                  "INFO init engine (profile, create kv cache, warmup model) took 0.10 s"):
         print(line, flush=True)
         time.sleep(args.stage_lines)
+if args.compile_key is not None:
+    key_dir = os.path.join(os.environ["TORCHINDUCTOR_CACHE_DIR"], "torch_compile_cache",
+                           args.compile_key, "rank_0_0", "backbone")
+    os.makedirs(key_dir, exist_ok=True)
+    with open(os.path.join(key_dir, "cache_key_factors.json"), "w") as f:
+        json.dump({"env": {"VLLM_FAKE": args.compile_key}, "config_hash": args.compile_key * 4},
+                  f)
+    print("INFO 01-01 00:00:00 [core.py:1] Initializing a V1 LLM engine (v0.32.0) with config: "
+          "model='fake'", flush=True)
+    print(f"INFO 01-01 00:00:00 [backends.py:1] Using cache directory: {key_dir} for vLLM's "
+          "torch.compile", flush=True)
 if args.mode == "exit":
     print("fatal: cannot load model", flush=True)
     sys.exit(3)

@@ -13,7 +13,10 @@ advice for a finding (its flags and variables); the rules' own advice is engine-
 
 A log read on its own shows the compile cache's state only in its own words: a compile whose
 artefacts the log says were saved (and nothing loaded) is ``compile_cache_cold``; a compile the
-log says nothing more about is ``compile_cache_unknown``.
+log says nothing more about is ``compile_cache_unknown``. A run given a warm cache that still
+compiled is ``compile_cache_miss``: its compile key (``Run.compile_key``) is compared with the
+keys the cache held (``Run.cache_held``, which the runner keeps in the cache directory), and
+what differs is named.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any
 
 from coldscope import engines
 from coldscope.engines import Engine, LogFacts, LogReading
-from coldscope.records import Finding
+from coldscope.records import CompileKey, Finding
 from coldscope.stages import (
     BOOTSTRAP,
     CUDA_GRAPH_CAPTURE,
@@ -39,6 +42,7 @@ FINDING_IDS: tuple[str, ...] = (
     "compile_cache_load_failed",
     "compile_cache_cold",
     "compile_cache_unknown",
+    "compile_cache_miss",
     "weights_downloaded",
     "model_inspect_uncached",
     "repeated_imports",
@@ -99,6 +103,10 @@ class RunFacts:
     storage: Mapping[str, Any] = field(default_factory=dict)
     """The run's ``Storage`` record as a dict (residency at launch, bytes read during
     ``model_loading/weights``), empty when unknown."""
+    compile_key: Mapping[str, Any] | None = None
+    """The run's ``CompileKey`` as a dict: what its compile cache was keyed by."""
+    cache_held: Sequence[Mapping[str, Any]] = ()
+    """The ``CompileKey`` dicts of the earlier runs whose caches the run was given."""
 
 
 # -- building the facts ------------------------------------------------------------------------
@@ -193,7 +201,8 @@ def facts_from_run(record: Any, log: Sequence[Any] | None = None) -> RunFacts:
         cpu=rec.get("cpu"), cache=cache if cache in ("cold", "warm") else None,
         page_cache=_page_cache_state(rec), ready_at=rec.get("time_to_ready_s"),
         compile_enabled=compiled, imports=rec.get("imports") or (),
-        storage=rec.get("storage") or {},
+        storage=rec.get("storage") or {}, compile_key=rec.get("compile_key"),
+        cache_held=rec.get("cache_held") or (),
     )
 
 
@@ -271,6 +280,8 @@ def rule_compile_cache(f: RunFacts) -> list[Finding]:
                            "serving speed for start-up by turning compilation off; "
                            "`coldscope tune` measures both."),
         )]
+    if f.cache == "warm" and missed:
+        return [_compile_cache_miss(f, what, compiled)]
     saved = ev.compile_saved if ev is not None else None
     if f.cache is None and saved is not None and missed:
         return [Finding(
@@ -293,6 +304,76 @@ def rule_compile_cache(f: RunFacts) -> list[Finding]:
                            "whether a warm cache removes this time."),
         )]
     return []
+
+
+def compile_key_changes(before: CompileKey, after: CompileKey) -> list[str]:
+    """What differs between two compile keys' inputs, one ``name: before → after`` per
+    difference: command settings, engine variables, versions, and the engine's own factors
+    when both runs have them ("not set" for one a run lacks, "on" for a bare switch)."""
+    def show(value: str | None) -> str:
+        if value is None:
+            return "not set"
+        return "on" if value == "" else _message(value)
+
+    pairs = [(before.flags, after.flags), (before.env, after.env),
+             (before.versions, after.versions)]
+    if before.factors and after.factors:
+        pairs.append((before.factors, after.factors))
+    out = []
+    for a, b in pairs:
+        for name in sorted(set(a) | set(b)):
+            if a.get(name) != b.get(name):
+                out.append(f"{name or 'arguments'}: {show(a.get(name))} → {show(b.get(name))}")
+    return out
+
+
+def _short_key(key: CompileKey) -> str:
+    return ", ".join(_message(d) for d in key.dirs[:2]) or "none named"
+
+
+def _compile_cache_miss(f: RunFacts, what: str, compiled: float | None) -> Finding:
+    """``compile_cache_miss``: a run given a warm cache compiled anyway. Against the earlier
+    key whose inputs differ least from this run's (the newest of equals), name what differs."""
+    advice = _advice(f, "compile_cache_miss",
+                     "start-ups that share a compile cache reuse it only with the same key: keep "
+                     "the settings named here the same, or pre-seed a cache for each "
+                     "configuration you serve (`coldscope bundle`).")
+    held = []
+    for item in f.cache_held:
+        try:
+            held.append(CompileKey.model_validate(item))
+        except ValueError:
+            continue
+    mine = CompileKey.model_validate(f.compile_key) if f.compile_key else None
+    if mine is not None:
+        held = [k for k in held if k.run != mine.run]
+    if not held or mine is None:
+        why = ("coldscope has no record of the key the cache was filled with" if not held else
+               "the log names no compile-cache directory, so the keys cannot be compared")
+        return Finding(id="compile_cache_miss", stage=TORCH_COMPILE, seconds_at_stake=compiled,
+                       evidence=f"{what} although the run was given a warm cache; {why}",
+                       advice=advice)
+    scored = [(len(compile_key_changes(k, mine)), -i, k) for i, k in enumerate(reversed(held))]
+    _, _, near = min(scored, key=lambda t: (t[0], t[1]))
+    changes = compile_key_changes(near, mine)
+    earlier = f"run {near.run}" if near.run else "an earlier run"
+    if set(near.dirs) & set(mine.dirs) and not changes:
+        detail = (f"this run used the same compile-cache entry as {earlier} "
+                  f"({_short_key(mine)}) and still compiled: the engine did not accept what "
+                  "was there (its log says why)")
+    elif not changes:
+        detail = (f"{earlier} left key {_short_key(near)}; this run's is {_short_key(mine)}; "
+                  "no difference coldscope can see in the settings, the engine's variables "
+                  "or the versions (the key also hashes the engine's traced source files and "
+                  "compiler settings)")
+    else:
+        shown = "; ".join(changes[:8]) + (f"; {len(changes) - 8} more" if len(changes) > 8
+                                          else "")
+        detail = (f"the cache held {earlier}'s graphs under key {_short_key(near)}; this run's "
+                  f"key is {_short_key(mine)}; what differs: {shown}")
+    return Finding(id="compile_cache_miss", stage=TORCH_COMPILE, seconds_at_stake=compiled,
+                   evidence=f"{what} although the run was given a warm cache: {detail}",
+                   advice=advice)
 
 
 def rule_model_inspect(f: RunFacts) -> list[Finding]:

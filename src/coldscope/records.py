@@ -209,6 +209,23 @@ class LogInfo(_Record):
     compile_cache: Literal["hit", "miss"] | None = None
 
 
+class CompileKey(_Record):
+    """What one start-up's compile cache was keyed by, as far as the engine shows it: the
+    directories the engine chose for its compiled graphs (relative to the run's cache root
+    when under it, so runs sharing a root compare), and the inputs such a key depends on that
+    coldscope can see: the command's settings, the engine's environment variables, the engine
+    and torch versions, and the engine's own record of its key's factors when it writes one
+    (vLLM's ``cache_key_factors.json``). Written by the runner into a warm cache directory,
+    so a later run given that directory knows which keys it held (``Run.cache_held``)."""
+
+    run: str | None = Field(None, description="the run this key is of")
+    dirs: list[str] = Field(default_factory=list)
+    flags: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    versions: dict[str, str] = Field(default_factory=dict)
+    factors: dict[str, str] = Field(default_factory=dict)
+
+
 class Membership(_Record):
     """The campaign cell, tune session or ``releases`` measurement a run was measured for.
     ``kind`` says which."""
@@ -301,6 +318,12 @@ class Run(_Record):
     paper_metrics: dict[str, float | None] | None = None
     missed_by_paper_parser: list[MissedItem] | None = None
     launch: Launch | None = None
+    compile_key: CompileKey | None = Field(
+        None, description="what this run's compile cache was keyed by (None: it compiled "
+                          "nothing, or the engine did not say)")
+    cache_held: list[CompileKey] = Field(
+        default_factory=list, description="the compile keys of the earlier runs whose caches "
+                                          "this run was given (warm caches), newest last")
 
     # -- the typed timeline ------------------------------------------------------------------
 

@@ -32,13 +32,13 @@ import tempfile
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import psutil
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from coldscope import __version__
 from coldscope.assemble import finish
@@ -52,6 +52,7 @@ from coldscope.capture.storage import residency
 from coldscope.engines import Engine, resolve
 from coldscope.errors import ColdscopeError
 from coldscope.records import (
+    CompileKey,
     CpuSamples,
     EngineInfo,
     Environment,
@@ -67,6 +68,11 @@ if TYPE_CHECKING:
     from coldscope.store import Store
 
 RUN_ID_ENV = "COLDSCOPE_RUN_ID"
+COMPILE_KEYS_FILE = "coldscope-compile-keys.json"
+"""In a warm cache directory: the compile keys (``CompileKey``) of the runs that used it,
+newest last, so a later run knows what the cache held and ``compile_cache_miss`` can say what
+changed."""
+KEEP_COMPILE_KEYS = 20
 TMP_PREFIX = "coldscope-"
 OWNER_FILE = ".coldscope-owner"
 """In each run's TMPDIR: ``PID START_TIME`` of the coldscope that made it, so a later coldscope
@@ -95,6 +101,10 @@ class RunConfig(BaseModel):
     cpu_interval: float = Field(0.5, gt=0)
     drop_page_cache: bool = False
     cache_root: Path = Path(".coldscope") / "caches"
+    cache_dir: Path | None = Field(
+        None, description="one cache directory for every run, whatever its command, kept as a "
+                          "persistent volume keeps it: each run finds what earlier runs left "
+                          "(needs cache warm; no priming run)")
     keep_cold_caches: bool = False
     label: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
@@ -106,6 +116,13 @@ class RunConfig(BaseModel):
     membership: Membership | None = Field(
         None, description="what the runs were measured for (``Run.campaign``), on every "
                           "record of them from the first")
+
+    @model_validator(mode="after")
+    def _shared_dir_is_kept(self) -> RunConfig:
+        if self.cache_dir is not None and self.cache != "warm":
+            raise ValueError("a shared cache directory is kept between runs: it needs cache "
+                             "'warm', not 'cold'")
+        return self
 
 
 # -- identity ----------------------------------------------------------------------------
@@ -329,6 +346,9 @@ class CacheDirs:
 
 
 def cache_dirs(config: RunConfig, run_id: str) -> CacheDirs:
+    if config.cache_dir is not None:
+        d = Path(config.cache_dir).resolve()
+        return CacheDirs(d, warm_filled=(d / ".filled").exists())
     root = Path(config.cache_root).resolve()
     if config.cache == "cold":
         return CacheDirs(root / "cold" / run_id, warm_filled=False)
@@ -379,6 +399,11 @@ def run_once(config: RunConfig, *, run_id: str | None = None, cache_state: str |
         "time_to_ready_s": seen.ready_at if ok else None,
         "first_token_s": seen.first_token_at if ok else None,
     })
+    key = compile_key(prep, [text for _, text in seen.lines])
+    if key is not None:
+        run = run.model_copy(update={"compile_key": key})
+        if config.cache == "warm" and ok:
+            _remember_compile_key(prep.dirs.root, key)
     ctx = Context(engine=prep.engine, launch_mono=seen.launch["mono"],
                   launch_wall=seen.launch["wall"], root_pid=seen.launch["root_pid"],
                   ready_at=seen.ready_at, compile_enabled=prep.engine.compile_enabled(prep.argv),
@@ -387,6 +412,82 @@ def run_once(config: RunConfig, *, run_id: str | None = None, cache_state: str |
     if seen.interrupted:
         raise RunInterrupted(run, evidence)
     return run, evidence
+
+
+def compile_key(prep: _Prepared, lines: Sequence[str]) -> CompileKey | None:
+    """What the run's compile cache was keyed by (see ``CompileKey``): the directories its log
+    names, relative to the run's cache root when under it, what the engine's adapter says the
+    key depends on, the versions, and the engine's own factors file when it wrote one. None
+    when the log names no compile-cache directory."""
+    from coldscope.engines import log_facts
+
+    known = log_facts(lines, engine=prep.engine.name)  # a wrapper's log: its engine's reading
+    dirs = list(known[1].compile_dirs) if known is not None else []
+    if known is None or not dirs:
+        return None
+    flags, env = prep.engine.compile_key_inputs(prep.argv, prep.env)
+    run = prep.run
+    versions = {prep.engine.name: run.engine.version,
+                "torch": run.environment.package("torch")}
+    return CompileKey(
+        run=run.id, dirs=[_under(d, prep.dirs.root) for d in dirs], flags=flags, env=env,
+        versions={k: v for k, v in versions.items() if v},
+        factors=_compile_factors(dirs, known[0].compile_factors_file))
+
+
+def _under(path: str, root: Path) -> str:
+    """``path`` relative to ``root`` when it lies under it, else as given."""
+    try:
+        return str(Path(path).resolve().relative_to(root))
+    except (ValueError, OSError):
+        return path
+
+
+def _compile_factors(dirs: Sequence[str], name: str | None) -> dict[str, str]:
+    """The first factors file (``name``) found in ``dirs``, flattened to strings
+    (``env.VLLM_X``, ``config_hash`` ...); empty when there is none or it cannot be read."""
+    for d in dirs if name else ():
+        path = Path(d) / str(name)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            return dict(_flatten(data))
+    return {}
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, str]]:
+    for key, value in sorted(data.items()):
+        if isinstance(value, Mapping):
+            yield from _flatten(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value if isinstance(value, str) else json.dumps(value)
+
+
+def held_compile_keys(root: Path) -> list[CompileKey]:
+    """The compile keys a warm cache directory's runs left there (oldest first); unreadable
+    entries are skipped (a cache written by another tool or an older coldscope)."""
+    try:
+        items = json.loads((root / COMPILE_KEYS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    out = []
+    for item in items if isinstance(items, list) else ():
+        with contextlib.suppress(ValueError, TypeError):
+            out.append(CompileKey.model_validate(item))
+    return out
+
+
+def _remember_compile_key(root: Path, key: CompileKey) -> None:
+    """Add ``key`` to the directory's list (a key with the same directories replaces the
+    older one), keeping the newest ``KEEP_COMPILE_KEYS``."""
+    from coldscope.safeio import write_atomic
+
+    keys = [k for k in held_compile_keys(root) if k.dirs != key.dirs] + [key]
+    with contextlib.suppress(OSError):
+        write_atomic(root / COMPILE_KEYS_FILE, json.dumps(
+            [k.model_dump(mode="json") for k in keys[-KEEP_COMPILE_KEYS:]], indent=1))
 
 
 @dataclass
@@ -442,6 +543,9 @@ def _prepare(config: RunConfig, run_id: str, cache_state: str | None) -> _Prepar
     model = engine.model(argv)
     if config.cache == "warm" and not dirs.warm_filled:
         notes.append("warm cache was empty: this run fills it and counts as cold")
+    if config.cache_dir is not None:
+        notes.append(f"caches in {dirs.root}, shared with every run given that directory")
+    held_keys = held_compile_keys(dirs.root) if cache == "warm" else []
 
     receiver = None
     try:  # anything failing before the launch still removes what was made for the run
@@ -496,7 +600,7 @@ def _prepare(config: RunConfig, run_id: str, cache_state: str | None) -> _Prepar
             started_at=dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
             tool=Tool(version=__version__), label=config.label, config_key=config_key(config),
             cache_requested=config.cache, env_overrides=dict(config.env), origin=config.origin,
-            notes=notes, page_cache=page_cache,
+            notes=notes, page_cache=page_cache, cache_held=held_keys,
             campaign=config.membership,
             storage=Storage(
                 page_cache="cold" if page_cache.startswith("done") else None,
@@ -719,7 +823,8 @@ def profile(config: RunConfig, store: Store | None = None, *,
     failed, stop the engine, and stop. ``on_launch(run)`` is called just before each engine
     starts and ``on_stage`` as in ``run_once`` (live progress displays)."""
     todo = config.repeat
-    if config.cache == "warm" and not cache_dirs(config, "x").warm_filled:
+    if config.cache == "warm" and config.cache_dir is None \
+            and not cache_dirs(config, "x").warm_filled:
         todo += 1
     return run_sequence([config] * todo, store, on_run=on_run, on_line=on_line,
                         on_stage=on_stage, on_launch=on_launch)

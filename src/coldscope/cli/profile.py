@@ -39,6 +39,12 @@ if TYPE_CHECKING:
               help="Extra environment for the engine (repeatable).")
 @click.option("--cache-root", default=".coldscope/caches", show_default=True,
               type=click.Path(file_okay=False), help="Where per-run caches live.")
+@click.option("--cache-dir", default=None, type=click.Path(file_okay=False),
+              help="One cache directory for every run given it, whatever its command, kept "
+                   "as a persistent volume keeps it: each run finds what earlier ones left "
+                   "(implies --cache warm; no priming run). A run that compiles although the "
+                   "directory held compiled graphs gets `compile_cache_miss`, naming what "
+                   "changed.")
 @click.option("--otlp-export", default=None, metavar="URL",
               help="Also send each run's start-up spans to this OTLP/HTTP collector.")
 @click.option("--quiet", is_flag=True, help="Do not echo the engine's output.")
@@ -48,8 +54,8 @@ if TYPE_CHECKING:
 @json_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def profile(repeat, cache, timeout, health_url, ready_pattern, no_request, no_probe, no_spans,
-            imports, drop_page_cache, label, env_pairs, cache_root, otlp_export, quiet, bundle,
-            store_path, as_json, command):
+            imports, drop_page_cache, label, env_pairs, cache_root, cache_dir, otlp_export,
+            quiet, bundle, store_path, as_json, command):
     """Profile the start-up of an engine COMMAND (after `--`), e.g.
 
     coldscope profile --repeat 3 -- python -m vllm.entrypoints.openai.api_server --model DIR
@@ -60,12 +66,22 @@ def profile(repeat, cache, timeout, health_url, ready_pattern, no_request, no_pr
 
     if imports and no_probe:
         raise click.UsageError("--imports needs the probe (drop --no-probe)")
+    if cache_dir is not None:
+        source = click.get_current_context().get_parameter_source("cache")
+        if cache == "cold" and source is not click.core.ParameterSource.DEFAULT:
+            raise click.UsageError("--cache-dir keeps its caches between runs: it cannot be "
+                                   "used with --cache cold")
+        if bundle:
+            raise click.UsageError("--bundle seeds coldscope's own warm cache; give either "
+                                   "--bundle or --cache-dir")
+        cache = "warm"
     config = RunConfig(
         command=list(command), cache=cache, repeat=repeat, timeout=timeout,
         health_url=health_url, ready_pattern=ready_pattern, first_request=not no_request,
         probe=not no_probe, spans=not no_spans, imports=imports,
         drop_page_cache=drop_page_cache, label=label,
         env=parse_env(env_pairs), cache_root=Path(cache_root),
+        cache_dir=Path(cache_dir) if cache_dir is not None else None,
     )
     if bundle:
         import os
@@ -117,7 +133,8 @@ def _startup_progress(config, as_json: bool):
     from coldscope.runner import cache_dirs
 
     runs = config.repeat
-    if config.cache == "warm" and not cache_dirs(config, "x").warm_filled:
+    if config.cache == "warm" and config.cache_dir is None \
+            and not cache_dirs(config, "x").warm_filled:
         runs += 1  # the runner primes an empty warm cache first
     return StartupProgress(wanted(as_json), runs)
 

@@ -162,6 +162,10 @@ class LogFacts:
     startup_plan: LogLine | None = None
     """The line saying the KV-cache size came from a persisted start-up plan or a configured
     size, so memory profiling was skipped."""
+    compile_dirs: tuple[str, ...] = ()
+    """The compile-cache directories the log names (the one the engine chose, saved to,
+    loaded from or failed to load from), in order of first mention, each once: the cache key
+    the engine used, as a path."""
 
 
 #: What ``Engine.startup_boundary`` says of one line of a followed log.
@@ -215,6 +219,17 @@ class Engine(Protocol):
     def capture_sizes(self, argv: Sequence[str]) -> int | None:
         """How many CUDA-graph capture sizes the command line asks for, if it says."""
         ...
+    def compile_key_inputs(self, argv: Sequence[str],
+                           env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+        """The command's settings and the environment variables (of ``env``, the engine's
+        whole environment) that the engine's compile-cache key may depend on: what
+        ``compile_cache_miss`` compares between two runs. Settings that only place the server
+        or its caches (host, port, cache paths) are left out."""
+        ...
+    compile_factors_file: str | None
+    """The file the engine writes beside its compiled graphs recording its cache key's
+    factors (JSON), or None."""
+
     def describe(self, argv: Sequence[str]) -> dict[str, Any]:
         """``records.EngineInfo`` fields read from the command line."""
         ...
@@ -287,6 +302,37 @@ def flag(argv: Sequence[str], name: str) -> str | None:
     return None
 
 
+def options(argv: Sequence[str]) -> dict[str, str]:
+    """The ``--name`` options of a command line with their values (``--name V``,
+    ``--name=V``; several values up to the next option are joined by spaces; a bare switch has
+    the value ""); the program (``argv[0]``) is left out, and words before any option
+    (``vllm serve M``) are the option ""."""
+    out: dict[str, str] = {}
+    name: str | None = None
+    words: list[str] = []
+    for arg in list(argv)[1:]:
+        if arg.startswith("-") and len(arg) > 1 and not _is_number(arg):
+            if name is not None:
+                out[name] = " ".join(words)
+            name, _, value = arg.partition("=")
+            words = [value] if value else []
+        elif name is not None:
+            words.append(arg)
+        else:
+            out[""] = " ".join([*filter(None, [out.get("")]), arg])
+    if name is not None:
+        out[name] = " ".join(words)
+    return out
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 class GenericEngine:
     """Any command: what can be said without knowing the engine. Its output is read by the
     first registered engine whose log adapter recognises it (a wrapper script around vLLM still
@@ -298,6 +344,7 @@ class GenericEngine:
     env_prefixes: tuple[str, ...] = ()
     server_module: str | None = None
     import_breakers: Mapping[str, tuple[str, ...]] = {}
+    compile_factors_file: str | None = None
 
     def __init__(self, argv: Sequence[str] = ()) -> None:
         if argv:
@@ -334,6 +381,17 @@ class GenericEngine:
     def describe(self, argv: Sequence[str]) -> dict[str, Any]:
         return {"name": self.name, "argv": list(argv), "model": self.model(argv),
                 "compile": self.compile_enabled(argv)}
+
+    #: Options that place the server (where it listens, how it logs) and cannot shape what
+    #: it compiles; left out of ``compile_key_inputs``.
+    PLACEMENT_OPTIONS: frozenset[str] = frozenset({
+        "--host", "--port", "--uds", "--api-key", "--root-path", "--log-level",
+        "--uvicorn-log-level", "--ssl-keyfile", "--ssl-certfile", "--ssl-ca-certs"})
+
+    def compile_key_inputs(self, argv: Sequence[str],
+                           env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+        flags = {k: v for k, v in options(argv).items() if k not in self.PLACEMENT_OPTIONS}
+        return flags, {}
 
     def server_command(self, python: str, args: Sequence[str]) -> list[str]:
         if self.server_module is None:

@@ -236,6 +236,35 @@ class VLLM(GenericEngine):
         return {**super().describe(argv), "enforce_eager": "--enforce-eager" in argv,
                 "load_format": flag(argv, "--load-format")}
 
+    #: Options that cannot shape the compiled graphs: where the server listens and logs, and
+    #: where it sends spans (coldscope adds ``--otlp-traces-endpoint`` itself).
+    PLACEMENT_OPTIONS: frozenset[str] = GenericEngine.PLACEMENT_OPTIONS | frozenset({
+        "--otlp-traces-endpoint", "--served-model-name", "--disable-log-requests",
+        "--enable-log-requests", "--disable-log-stats", "--disable-uvicorn-access-log",
+        "--allowed-origins", "--allowed-methods", "--allowed-headers"})
+    #: vLLM's variables that its own ``envs.compile_factors()`` leaves out of the compile-cache
+    #: key (0.32: locations, ports, credentials, logging): a change in these is no reason.
+    NOT_IN_COMPILE_KEY: frozenset[str] = frozenset({
+        "VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT", "VLLM_XLA_CACHE_PATH", "VLLM_RPC_BASE_PATH",
+        "VLLM_PORT", "VLLM_HOST_IP", "VLLM_DP_MASTER_IP", "VLLM_DP_MASTER_PORT",
+        "VLLM_API_KEY", "VLLM_DEBUG_DUMP_PATH", "VLLM_USE_MODELSCOPE", "VLLM_NO_USAGE_STATS",
+        "VLLM_DO_NOT_TRACK", "VLLM_USAGE_STATS_SERVER", "VLLM_LOGGING_LEVEL",
+        "VLLM_LOGGING_PREFIX", "VLLM_LOGGING_STREAM", "VLLM_LOGGING_CONFIG_PATH",
+        "VLLM_LOGGING_COLOR", "VLLM_CONFIGURE_LOGGING", "VLLM_LOG_STATS_INTERVAL",
+        "VLLM_SERVER_DEV_MODE", "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR",
+        "VLLM_ENABLE_STARTUP_PLAN", "VLLM_TUNED_CONFIG_FOLDER", "VLLM_MODEL_REDIRECT_PATH"})
+    #: Written by vLLM (0.11+, non-AOT compile) beside the compiled graphs: the raw
+    #: environment factors and the config, code and compiler hashes of its cache key.
+    compile_factors_file: str | None = "cache_key_factors.json"
+
+    def compile_key_inputs(self, argv: Sequence[str],
+                           env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+        """The command's options (vLLM hashes its whole engine config into the key) and the
+        ``VLLM_*`` variables it hashes."""
+        flags, _ = super().compile_key_inputs(argv, env)
+        return flags, {k: v for k, v in env.items()
+                       if k.startswith("VLLM_") and k not in self.NOT_IN_COMPILE_KEY}
+
     def env_defaults(self) -> dict[str, str]:
         # 1 GiB of KV cache on CPU: enough to start, small enough for a laptop.
         return {**super().env_defaults(), "VLLM_CPU_KVCACHE_SPACE": "1"}
@@ -366,6 +395,27 @@ COMPILE_CACHE_SAVED = re.compile(
 )
 
 
+#: Lines naming the compile-cache directory vLLM chose (0.7+), saved its AOT function to, loaded
+#: it from, or failed to load it from (0.20+).
+COMPILE_CACHE_DIR = re.compile(
+    r"Using cache directory: (?P<a>\S+) for vLLM's torch\.compile"
+    r"|saved AOT compiled function to (?P<b>\S+)"
+    r"|Directly load AOT compilation from path (?P<c>\S+)"
+    r"|load failure from (?P<d>\S+?),? reason")
+
+
+def compile_dirs(lines: Sequence[str]) -> tuple[str, ...]:
+    """The compile-cache directories ``lines`` name, in order of first mention, each once."""
+    out: dict[str, None] = {}
+    for text in lines:
+        if "torch" not in text and "AOT" not in text and "load failure" not in text:
+            continue
+        m = COMPILE_CACHE_DIR.search(text)
+        if m is not None:
+            out.setdefault(next(g for g in m.groups() if g), None)
+    return tuple(out)
+
+
 def _is_vllm(ev: Any) -> bool:
     """Whether a log shows vLLM's own markers: its version line, or a meaningful line in vLLM's
     own format (level, MM-DD time, [file:line]). uvicorn's "Application startup complete" is any
@@ -415,6 +465,7 @@ def _facts(st: Any) -> LogFacts:
         weights_download_s=_total(ev, DOWNLOAD),
         startup_plan=LogLine(src[plans[0].line_no], _message(lines[plans[0].line_no]))
         if plans else None,
+        compile_dirs=compile_dirs(lines),
         **failed,
         **memory,
     )
