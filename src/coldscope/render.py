@@ -152,6 +152,11 @@ def environment_table(run: Run) -> Group:
     if env.weights_fs:
         row("weights on", " ".join(x for x in (env.weights_fs.fstype, env.weights_fs.device,
                                                env.weights_fs.mountpoint) if x))
+    if run.compile_key is not None:
+        row("compile key", ", ".join(run.compile_key.dirs))
+    if run.cache_held:
+        row("cache held", f"the compile keys of {len(run.cache_held)} earlier run(s), newest "
+                          f"{run.cache_held[-1].run or '?'}")
     row("variables", " ".join(f"{k}={v}" for k, v in sorted(env.env.items())))
     row("overrides", " ".join(f"{k}={v}" for k, v in sorted(run.env_overrides.items())))
     m = run.campaign

@@ -110,6 +110,15 @@ def test_environment_and_notes():
     assert "'/m/tiny llama'" in text  # the command as a shell would take it
     assert "cold (asked for warm)" in text
     assert "this run fills it and counts as cold" in text
+    assert "compile key" not in text and "cache held" not in text
+
+
+def test_environment_shows_the_compile_key_and_what_the_cache_held():
+    run = _run("r3", compile_key={"run": "r3", "dirs": ["vllm/torch_compile_cache/ab12"]},
+               cache_held=[{"run": "r1", "dirs": ["x"]}, {"run": "r2", "dirs": ["y"]}])
+    text = _print(environment_table(run), 120)
+    assert "vllm/torch_compile_cache/ab12" in text
+    assert "2 earlier run(s), newest r2" in text
 
 
 def test_show_env_and_runs_through_the_cli(tmp_path, capsys):
