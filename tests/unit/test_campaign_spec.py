@@ -77,11 +77,25 @@ def test_file_errors_are_one_line(tmp_path):
         load_spec(tmp_path / "absent.yaml")
 
 
-def test_flags_render_to_vllm_options():
-    assert FlagSet(name="e", enforce_eager=True).argv() == ["--enforce-eager"]
+def test_flags_render_through_the_engine_adapter():
+    from coldscope.engines import GenericEngine
+    from coldscope.engines.sglang import SGLang
+    from coldscope.engines.vllm import VLLM
+
+    assert FlagSet(name="e", enforce_eager=True).argv(VLLM()) == ["--enforce-eager"]
     f = FlagSet(name="g", capture_sizes=[1, 8], load_format="safetensors", args="--x 1")
-    assert f.argv() == ["--cudagraph-capture-sizes", "1", "8", "--load-format", "safetensors",
-                        "--x", "1"]
+    vllm = f.argv(VLLM())
+    assert vllm == ["--cudagraph-capture-sizes", "1", "8", "--load-format", "safetensors",
+                    "--x", "1"]
+    # the adapter reads back what it wrote: the report's and export's capture-sizes dimension
+    assert VLLM().capture_sizes(["python", "-m", "vllm.entrypoints.openai.api_server",
+                                 *vllm]) == 2
+    sglang = f.argv(SGLang())
+    assert sglang[:3] == ["--cuda-graph-bs", "1", "8"]
+    assert SGLang().capture_sizes(["python", "-m", "sglang.launch_server", *sglang]) == 2
+    assert FlagSet(name="p", args="--x 1").argv(GenericEngine()) == ["--x", "1"]
+    with pytest.raises(ColdscopeError, match="give the engine's own flags in args"):
+        FlagSet(name="e", enforce_eager=True).argv(GenericEngine(["serve.py"]))
 
 
 def test_shape_names_are_readable_and_distinct():
@@ -109,6 +123,11 @@ def test_expansion_covers_the_matrix_repetition_major(tmp_path):
         str((tmp_path / "models/tiny").resolve()), "--port", "9001",
         "--cudagraph-capture-sizes", "1", "2", "4", "--load-format", "safetensors",
         "--max-num-seqs", "4"]
+    # the capture sizes reach the report's and the export's dimension (they were lost when
+    # the campaign wrote an option the adapter did not read)
+    from coldscope.report.data import _capture_sizes
+
+    assert _capture_sizes(graphs.argv(9001)) == "3"
 
 
 def test_ids_are_stable_when_the_matrix_grows(tmp_path):

@@ -61,6 +61,8 @@ def test_vllm_command_line():
     assert v.capture_sizes(api + ["--cuda-graph-sizes=1,2"]) == 2
     assert v.capture_sizes(api + ["--cuda-graph-sizes=8", "16"]) == 2
     assert v.capture_sizes(api) is None
+    assert v.capture_sizes(api + ["--cudagraph-capture-sizes", "1", "2", "--x"]) == 2
+    assert v.capture_sizes(api + ["--cudagraph-capture-sizes=4"]) == 1
     args, env = v.otlp(api, "http://127.0.0.1:1/v1/traces")
     assert args == ["--otlp-traces-endpoint", "http://127.0.0.1:1/v1/traces"]
     assert env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/protobuf"
@@ -82,6 +84,23 @@ def test_live_stages_follow_a_real_vllm_start_up(shared):
             order.append(stage)
     assert order == ["bootstrap", "model_loading", "torch_compile", "kv_cache_profiling",
                      "server_ready"]
+
+
+@pytest.mark.parametrize(("argv", "name"), [
+    (["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"], "vllm"),
+    (["/venv/bin/vllm", "serve", "org/x"], "vllm"),
+    (["python3", "/src/vllm/vllm/entrypoints/openai/api_server.py", "--model", "m"], "vllm"),
+    (["taskset", "-c", "0", "python", "-m", "vllm.entrypoints.openai.api_server"], "vllm"),
+    (["python", "-m", "sglang.launch_server", "--model-path", "/models/vllm-tuned"], "sglang"),
+    (["sglang", "serve", "--model-path", "/m/vllm"], "sglang"),
+    (["python", "/opt/sglang/launch_server.py", "--model-path", "m"], "sglang"),
+    # a path or a flag value that mentions an engine is not that engine
+    (["python", "serve.py", "--model", "/data/vllm/llama"], "python"),
+    (["python", "-m", "sglang_router.launch", "--x"], "python"),
+    (["bash", "run_vllm.sh"], "bash"),
+])
+def test_the_adapter_is_chosen_by_what_the_command_runs(argv, name):
+    assert resolve(argv).name == name
 
 
 def test_a_generic_command_gets_no_vllm_flags_but_every_probe_hook():

@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from coldscope.campaign.spec import CampaignSpec
+from coldscope.engines import resolve
 from coldscope.envs import default_root, slug
 from coldscope.models import ModelShape
 from coldscope.records import Membership
@@ -105,7 +106,8 @@ def expand(spec: CampaignSpec, base: Path, concurrency: int | None = None) -> li
                 for flags in spec.flags:
                     python = engine.python if engine.release is None else \
                         str(envs_dir / slug(engine.release) / "bin" / "python")
-                    command = render_command(spec.command, path, python) + flags.argv()
+                    base = render_command(spec.command, path, python)
+                    command = base + flags.argv(resolve(base))
                     for cache in spec.cache:
                         cells.append(Cell(
                             id=cell_id(name, engine.name, flags.name, cache, rep, conc),

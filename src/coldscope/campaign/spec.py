@@ -11,12 +11,15 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from coldscope.errors import ColdscopeError, validation_error
 from coldscope.models import ModelShape, validate_shape
+
+if TYPE_CHECKING:
+    from coldscope.engines import Engine
 
 #: Names become parts of cell ids and directory names: keep them to a safe alphabet.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"
@@ -103,13 +106,15 @@ class EngineEntry(Strict):
 
 
 class FlagSet(Strict):
-    """A named variant of engine flags. The typed fields render to vLLM options; ``args`` are
-    appended as given (for options with no field here, or older spellings)."""
+    """A named variant of engine flags. The typed fields become the engine's own options
+    through its adapter (``Engine.setting_args``: vLLM's ``--enforce-eager``,
+    ``--cudagraph-capture-sizes``, ``--load-format``); ``args`` are appended as given (for
+    options with no field here, or older spellings)."""
 
     name: str = Field(pattern=NAME_PATTERN)
     enforce_eager: bool = False
-    capture_sizes: list[int] | None = Field(None, description="--cudagraph-capture-sizes")
-    load_format: str | None = Field(None, description="--load-format")
+    capture_sizes: list[int] | None = Field(None, description="CUDA-graph batch sizes")
+    load_format: str | None = Field(None, description="the weight loader")
     args: list[str] = Field(default_factory=list)
 
     @field_validator("args", mode="before")
@@ -117,15 +122,10 @@ class FlagSet(Strict):
     def _split(cls, v):
         return shlex.split(v) if isinstance(v, str) else v
 
-    def argv(self) -> list[str]:
-        out: list[str] = []
-        if self.enforce_eager:
-            out.append("--enforce-eager")
-        if self.capture_sizes:
-            out += ["--cudagraph-capture-sizes", *map(str, self.capture_sizes)]
-        if self.load_format:
-            out += ["--load-format", self.load_format]
-        return out + list(self.args)
+    def argv(self, engine: Engine) -> list[str]:
+        """The options for ``engine`` (the adapter of the command they are appended to)."""
+        return engine.setting_args(eager=self.enforce_eager, capture_sizes=self.capture_sizes,
+                                   load_format=self.load_format) + list(self.args)
 
 
 class RaySettings(Strict):

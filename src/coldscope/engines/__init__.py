@@ -219,6 +219,13 @@ class Engine(Protocol):
     def capture_sizes(self, argv: Sequence[str]) -> int | None:
         """How many CUDA-graph capture sizes the command line asks for, if it says."""
         ...
+    def setting_args(self, *, eager: bool = False, capture_sizes: Sequence[int] | None = None,
+                     load_format: str | None = None) -> list[str]:
+        """This engine's own command-line options for coldscope's typed settings (a campaign's
+        flag sets): compilation off, the CUDA-graph batch sizes to capture, the weight loader.
+        Raises ``ColdscopeError`` for a setting the engine has no option for."""
+        ...
+
     def compile_key_inputs(self, argv: Sequence[str],
                            env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
         """The command's settings and the environment variables (of ``env``, the engine's
@@ -302,6 +309,35 @@ def flag(argv: Sequence[str], name: str) -> str | None:
     return None
 
 
+def module_of(argv: Sequence[str]) -> str | None:
+    """The module a ``python -m MODULE`` command line runs (also behind a wrapper such as
+    ``taskset -c 0 python -m ...``), or None."""
+    for i, a in enumerate(argv[:-1]):
+        if a == "-m":
+            return argv[i + 1]
+    return None
+
+
+def starts(argv: Sequence[str], package: str, executables: Sequence[str] = ()) -> bool:
+    """Whether ``argv`` runs ``package``: ``python -m package[.module]``, one of its console
+    scripts (``executables``, by the program's file name), or a Python script inside a
+    directory named ``package``. Decided by what the command runs, never by a substring of
+    another argument: a model path or a flag value may say anything."""
+    if not argv:
+        return False
+    module = module_of(argv)
+    if module is not None:
+        return module == package or module.startswith(package + ".")
+    program = Path(argv[0]).name
+    if program in executables:
+        return True
+    if not program.startswith("python"):
+        return False
+    script = next((a for a in argv[1:] if not a.startswith("-")), None)
+    return script is not None and script.endswith(".py") and \
+        package in Path(script).parent.parts
+
+
 def options(argv: Sequence[str]) -> dict[str, str]:
     """The ``--name`` options of a command line with their values (``--name V``,
     ``--name=V``; several values up to the next option are joined by spaces; a bare switch has
@@ -381,6 +417,18 @@ class GenericEngine:
     def describe(self, argv: Sequence[str]) -> dict[str, Any]:
         return {"name": self.name, "argv": list(argv), "model": self.model(argv),
                 "compile": self.compile_enabled(argv)}
+
+    def setting_args(self, *, eager: bool = False, capture_sizes: Sequence[int] | None = None,
+                     load_format: str | None = None) -> list[str]:
+        asked = [name for name, value in (("enforce_eager", eager),
+                                          ("capture_sizes", capture_sizes),
+                                          ("load_format", load_format)) if value]
+        if asked:
+            from coldscope.errors import ColdscopeError
+
+            raise ColdscopeError(f"coldscope knows no {self.name} option for "
+                                 f"{', '.join(asked)}: give the engine's own flags in args")
+        return []
 
     #: Options that place the server (where it listens, how it logs) and cannot shape what
     #: it compiles; left out of ``compile_key_inputs``.

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from coldscope.engines import (
@@ -26,6 +25,7 @@ from coldscope.engines import (
     LogFacts,
     LogReading,
     flag,
+    starts,
 )
 from coldscope.engines.sglang_log import FATAL_RX, STAMP
 from coldscope.records import LogInfo
@@ -72,13 +72,6 @@ FINDING_ADVICE: dict[str, str] = {
 }
 
 
-def _module_after_m(argv: Sequence[str]) -> str | None:
-    for i, a in enumerate(argv[:-1]):
-        if a == "-m":
-            return argv[i + 1]
-    return None
-
-
 class SGLang(GenericEngine):
     """SGLang's server (``python -m sglang.launch_server --model-path M`` or
     ``sglang serve --model-path M``), read through its logs."""
@@ -93,19 +86,9 @@ class SGLang(GenericEngine):
 
     def matches(self, argv: Sequence[str]) -> bool:
         """The command starts SGLang's server: ``-m sglang.launch_server`` (any ``sglang.``
-        module), the ``sglang`` console script, or a script ``.../sglang/launch_server.py``.
-        Never a substring of another argument (a model path may say anything)."""
-        if not argv:
-            return False
-        module = _module_after_m(argv)
-        if module is not None:
-            return module == "sglang" or module.startswith("sglang.")
-        if Path(argv[0]).name == "sglang":
-            return True
-        script = next((a for a in argv[1:] if not a.startswith("-")), None) \
-            if Path(argv[0]).name.startswith("python") else None
-        return script is not None and Path(script).name == "launch_server.py" and \
-            Path(script).parent.name == "sglang"
+        module), the ``sglang`` console script, or a script in an ``sglang`` directory
+        (``.../sglang/launch_server.py``); never a substring of another argument."""
+        return starts(argv, "sglang", ("sglang",))
 
     def model(self, argv: Sequence[str]) -> str | None:
         return flag(argv, "--model-path") or flag(argv, "--model")
@@ -118,6 +101,17 @@ class SGLang(GenericEngine):
 
     def compile_enabled(self, argv: Sequence[str]) -> bool:
         return "--enable-torch-compile" in argv
+
+    def setting_args(self, *, eager: bool = False, capture_sizes: Sequence[int] | None = None,
+                     load_format: str | None = None) -> list[str]:
+        """SGLang compiles only when asked (``--enable-torch-compile``), so eager means no CUDA
+        graphs either (``--disable-cuda-graph``); the batch sizes are ``--cuda-graph-bs``."""
+        out = ["--disable-cuda-graph"] if eager else []
+        if capture_sizes:
+            out += ["--cuda-graph-bs", *map(str, capture_sizes)]
+        if load_format:
+            out += ["--load-format", load_format]
+        return out
 
     def capture_sizes(self, argv: Sequence[str]) -> int | None:
         """Number of sizes given to ``--cuda-graph-bs`` (space-separated)."""

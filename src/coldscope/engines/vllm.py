@@ -24,6 +24,8 @@ from coldscope.engines import (
     LogReading,
     Mitigation,
     flag,
+    module_of,
+    starts,
 )
 from coldscope.records import LogInfo, MissedItem
 from coldscope.stages import (
@@ -192,14 +194,20 @@ class VLLM(GenericEngine):
         super().__init__()
 
     def matches(self, argv: Sequence[str]) -> bool:
-        return "vllm" in " ".join(argv)
+        """The command runs vLLM: ``python -m vllm...``, the ``vllm`` console script, or a
+        script inside a ``vllm`` directory; a wrapper script, or a path that merely mentions
+        vLLM, is a generic command (whose log vLLM's adapter still reads)."""
+        return starts(argv, "vllm", ("vllm",))
 
     def is_server(self, argv: Sequence[str]) -> bool:
-        """The OpenAI server itself (not a script that merely mentions vLLM)."""
-        joined = " ".join(argv)
-        return "vllm.entrypoints.openai.api_server" in joined or (
-            bool(argv) and "vllm" in Path(argv[0]).name and "serve" in argv
-        )
+        """The OpenAI server itself: its module, its script, or ``vllm serve``."""
+        if module_of(argv) == self.server_module:
+            return True
+        if argv and Path(argv[0]).name == "vllm":
+            return "serve" in argv
+        script = next((a for a in argv[1:] if not a.startswith("-")), None)
+        return script is not None and Path(script).parts[-4:] == (
+            "vllm", "entrypoints", "openai", "api_server.py")
 
     def model(self, argv: Sequence[str]) -> str | None:
         """``--model X`` or ``vllm serve X``."""
@@ -220,10 +228,15 @@ class VLLM(GenericEngine):
         level = flag(argv, "--compilation-config") or flag(argv, "-O")
         return not (level is not None and level.strip() in ("0", '{"level":0}', '{"mode":0}'))
 
+    #: The option naming the CUDA-graph batch sizes: ``--cuda-graph-sizes`` up to 0.10,
+    #: ``--cudagraph-capture-sizes`` since (the one ``setting_args`` writes).
+    CAPTURE_SIZES_OPTIONS = ("--cudagraph-capture-sizes", "--cuda-graph-sizes")
+
     def capture_sizes(self, argv: Sequence[str]) -> int | None:
-        """Number of sizes given to ``--cuda-graph-sizes`` (space- or comma-separated)."""
+        """Number of sizes given to ``--cudagraph-capture-sizes`` or ``--cuda-graph-sizes``
+        (space- or comma-separated)."""
         for i, arg in enumerate(argv):
-            if arg.startswith("--cuda-graph-sizes"):
+            if arg.split("=", 1)[0] in self.CAPTURE_SIZES_OPTIONS:
                 values = arg.split("=", 1)[1].replace(",", " ").split() if "=" in arg else []
                 for nxt in argv[i + 1:]:
                     if nxt.startswith("--"):
@@ -231,6 +244,15 @@ class VLLM(GenericEngine):
                     values.extend(nxt.replace(",", " ").split())
                 return len(values) if values else None
         return None
+
+    def setting_args(self, *, eager: bool = False, capture_sizes: Sequence[int] | None = None,
+                     load_format: str | None = None) -> list[str]:
+        out = ["--enforce-eager"] if eager else []
+        if capture_sizes:
+            out += [self.CAPTURE_SIZES_OPTIONS[0], *map(str, capture_sizes)]
+        if load_format:
+            out += ["--load-format", load_format]
+        return out
 
     def describe(self, argv: Sequence[str]) -> dict[str, Any]:
         return {**super().describe(argv), "enforce_eager": "--enforce-eager" in argv,
