@@ -20,6 +20,22 @@ TINY_MODEL = REPO / "models" / "tiny"
 IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 
 
+def as_vllm(directory: Path) -> str:
+    """A launcher named ``vllm`` in ``directory/bin`` that runs this interpreter (its virtual
+    environment included, which a bare link would lose): a fake engine run through it is read
+    as vLLM, as coldscope reads a command by what it runs (vLLM's console script), never by a
+    name in its arguments."""
+    import shlex
+    import sys
+
+    launcher = directory / "bin" / "vllm"
+    if not launcher.exists():
+        launcher.parent.mkdir(parents=True, exist_ok=True)
+        launcher.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+        launcher.chmod(0o755)
+    return str(launcher)
+
+
 def needs(available: bool, reason: str) -> pytest.MarkDecorator:
     """Mark a test that needs a real part (the engine, Chromium, Prometheus): skipped with
     ``reason`` when it is missing, except under CI, where it fails with ``reason``."""

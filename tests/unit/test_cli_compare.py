@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import jsonschema
@@ -15,6 +16,7 @@ from coldscope.cli.schema import schema_of
 from coldscope.records import Run
 from coldscope.stages import BUCKETS
 from coldscope.store import Store
+from tests.conftest import as_vllm
 from tests.unit.test_cli_profile import free_port
 
 FAKE = str(Path(__file__).resolve().parents[1] / "fake_engine.py")
@@ -29,10 +31,14 @@ def coldscope(*args, timeout=180):
                           capture_output=True, text=True, timeout=timeout, env=env)
 
 
+_LAUNCHER = as_vllm(Path(tempfile.mkdtemp(prefix="test-cli-compare-")))
+
+
 def fake(port, delay, *extra):
-    """The fake engine's command line; its model name makes coldscope read it as vLLM (so
-    ``--enforce-eager`` turns torch_compile "not applicable", as for the real engine)."""
-    return " ".join([sys.executable, FAKE, "--port", str(port), "--delay", str(delay),
+    """The fake engine's command line, run through an interpreter named ``vllm`` so that
+    coldscope reads it as vLLM (and ``--enforce-eager`` turns torch_compile "not applicable",
+    as for the real engine)."""
+    return " ".join([_LAUNCHER, FAKE, "--port", str(port), "--delay", str(delay),
                      "--model", "vllm-fake", *extra])
 
 

@@ -28,7 +28,9 @@ def test_parse_fraction():
     (["tune"], "engine command after `--`"),
     (["tune", "--max-throughput-loss", "abc", "--", "python", "-m", "vllm.x"],
      "max-throughput-loss"),
-    (["tune", "--", "python", "server.py"], "does not start vLLM"),
+    (["tune", "--", "python", "server.py"], "tune knows no start-up knobs of python"),
+    # a path that mentions vLLM is not vLLM (the adapter is chosen by what the command runs)
+    (["tune", "--", "python", "server.py", "--model", "/m/vllm"], "no start-up knobs"),
     (["tune", "--resume"], "no tune session"),
     (["bundle", "-o", "x.tar.gz"], "no tune session"),
 ])

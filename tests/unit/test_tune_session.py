@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 import tarfile
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from coldscope.tune import session as ts
 from coldscope.tune.report import tune_json
 from coldscope.tune.search import cache_key
 from coldscope.tune.tuned import tuned_startup
+from tests.conftest import as_vllm
 from tests.unit.test_tune_search import cpu_knobs
 
 FAKE = str(Path(__file__).resolve().parents[1] / "fake_tunable_engine.py")
@@ -43,8 +43,8 @@ def model_dir(tmp_path):
 
 
 def _spec(model_dir, budget):
-    command = [sys.executable, FAKE, "--port", str(_free_port()), "--model", str(model_dir),
-               "--scale", "0.03", "--served-model-name", "vllm-fake"]  # read as vLLM
+    command = [as_vllm(model_dir.parent), FAKE, "--port", str(_free_port()),  # read as vLLM
+               "--model", str(model_dir), "--scale", "0.03", "--served-model-name", "vllm-fake"]
     return ts.SessionSpec(id="tune-fake", created_at="2026-01-01T00:00:00Z", command=command,
                           budget=budget, timeout=60, knobs=cpu_knobs(),
                           capabilities={"version": "0.32.0", "torch": "2.13.0+cpu",

@@ -128,7 +128,7 @@ def _new_session(command, env, budget, max_loss, timeout, bundle_file, engine_py
     import datetime as dt
     import shutil
 
-    from coldscope.engines.vllm_knobs import capabilities, catalogue
+    from coldscope.engines import resolve
     from coldscope.tune import session as ts
 
     py = engine_python
@@ -136,11 +136,11 @@ def _new_session(command, env, budget, max_loss, timeout, bundle_file, engine_py
         import sys
 
         py = shutil.which(command[0]) if command[0] != "python" else sys.executable
-    if not any("vllm" in c for c in command):
-        raise ColdscopeError("tune knows vLLM's start-up knobs only; the command does not "
-                             "start vLLM")
-    caps = capabilities(py)
-    knobs = catalogue(caps)
+    engine = resolve(command)
+    caps, knobs = engine.tune_catalogue(py)
+    if not knobs:
+        raise ColdscopeError(f"tune knows no start-up knobs of {engine.name}: no engine "
+                             "adapter with a tune catalogue (vLLM's) reads this command")
     sid = ts.new_session_id()
     directory = ts.sessions_dir(store_file) / sid
     spec = ts.SessionSpec(

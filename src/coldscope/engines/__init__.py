@@ -297,6 +297,13 @@ class Engine(Protocol):
 
     # tune
     def mitigations(self) -> tuple[Mitigation, ...]: ...
+    def tune_catalogue(self, python: str | None) -> tuple[dict[str, Any], list[Any]]:
+        """What the engine installed for ``python`` can do (its version, options, variables:
+        recorded with a tune session) and the start-up knobs ``tune`` may try
+        (``engines.knob.Knob``), those it cannot do kept with the reason. No knobs: the
+        engine has no tune catalogue. ``ColdscopeError`` when the engine cannot be
+        inspected."""
+        ...
 
 
 def flag(argv: Sequence[str], name: str) -> str | None:
@@ -503,6 +510,9 @@ class GenericEngine:
 
     def mitigations(self) -> tuple[Mitigation, ...]:
         return ()
+
+    def tune_catalogue(self, python: str | None) -> tuple[dict[str, Any], list[Any]]:
+        return {}, []
 
 
 def _registry() -> tuple[Engine, ...]:

@@ -402,6 +402,14 @@ class VLLM(GenericEngine):
             return ()
         return tuple(MITIGATIONS)
 
+    def tune_catalogue(self, python: str | None) -> tuple[dict[str, Any], list[Any]]:
+        """The installed vLLM's capabilities (asked in a subprocess of ``python``) and the
+        knobs of ``vllm_knobs.catalogue`` they allow."""
+        from coldscope.engines.vllm_knobs import capabilities, catalogue
+
+        caps = capabilities(python)
+        return caps, list(catalogue(caps))
+
 
 def _info(parsed: Any) -> LogInfo:
     cache = parsed.compile_cache if parsed.compile_cache in ("hit", "miss") else None
