@@ -132,13 +132,14 @@ def test_session_on_fake_engine_stores_linked_runs_and_seeds_caches(tmp_path, mo
     # bundle the winner's caches; it unpacks into a fresh cache root, checked first
     out = tmp_path / "caches.tar.gz"
     manifest = tb.pack_session(d, out)
-    assert manifest["engine"]["version"] == "0.32.0"
+    assert manifest["engine"] == {"name": "vllm", "version": "0.32.0", "torch": "2.13.0+cpu",
+                                  "python": "3.11.7"}  # the adapter reading the command
     assert manifest["model"]["sha256"] == tb.model_sha256(model_dir)
     with tarfile.open(out) as tar:
         assert tar.getnames()[0] == "manifest.json"
     dest = tmp_path / "fresh"
-    tb.check(tb.read_manifest(out), engine_version="0.32.0", torch="2.13.0+cpu",
-             model_path=str(model_dir), bundle=out)
+    tb.check(tb.read_manifest(out), engine="vllm", engine_version="0.32.0",
+             torch="2.13.0+cpu", model_path=str(model_dir), bundle=out)
     tb.unpack(out, dest)
     assert (dest / "vllm" / "torch_compile_cache" / "graph").exists()
 
@@ -162,19 +163,25 @@ def test_bundle_from_another_engine_or_model_is_refused_whole(tmp_path, model_di
     root = tmp_path / "cache"
     (root / "vllm").mkdir(parents=True)
     (root / "vllm" / "x").write_text("compiled")
-    man = tb.build_manifest(engine_version="0.31.0", torch="2.13.0+cpu", python="3.11",
-                            model_path=str(model_dir), config={"cache_key": "default"})
+    man = tb.build_manifest(engine="vllm", engine_version="0.31.0", torch="2.13.0+cpu",
+                            python="3.11", model_path=str(model_dir),
+                            config={"cache_key": "default"})
     out = tb.pack(root, tmp_path / "b.tar.gz", man)
     assert out["files"] == 1
-    with pytest.raises(ColdscopeError, match=r"made for vLLM 0\.31\.0, this is vLLM 0\.32\.0"):
-        tb.check(tb.read_manifest(tmp_path / "b.tar.gz"), engine_version="0.32.0",
+    with pytest.raises(ColdscopeError, match=r"made for vllm 0\.31\.0, this is vllm 0\.32\.0"):
+        tb.check(tb.read_manifest(tmp_path / "b.tar.gz"), engine="vllm", engine_version="0.32.0",
                  torch="2.13.0+cpu", model_path=str(model_dir), bundle=tmp_path / "b.tar.gz")
+    with pytest.raises(ColdscopeError, match="made for vllm, this command starts sglang"):
+        tb.check(tb.read_manifest(tmp_path / "b.tar.gz"), engine="sglang",
+                 engine_version=None, torch="2.13.0+cpu", model_path=str(model_dir),
+                 bundle=tmp_path / "b.tar.gz")
     other = tmp_path / "other"
     other.mkdir()
     (other / "config.json").write_text('{"model_type": "mistral"}')
     with pytest.raises(ColdscopeError, match="another model"):
-        tb.check(tb.read_manifest(tmp_path / "b.tar.gz"), engine_version="0.31.0",
-                 torch="2.13.0+cpu", model_path=str(other), bundle=tmp_path / "b.tar.gz")
+        tb.check(tb.read_manifest(tmp_path / "b.tar.gz"), engine="vllm",
+                 engine_version="0.31.0", torch="2.13.0+cpu", model_path=str(other),
+                 bundle=tmp_path / "b.tar.gz")
     (tmp_path / "junk.tar.gz").write_bytes(b"not a tar")
     with pytest.raises(ColdscopeError, match="not a coldscope cache bundle"):
         tb.read_manifest(tmp_path / "junk.tar.gz")
@@ -185,8 +192,9 @@ def test_session_refuses_bundle_before_touching_caches(tmp_path, model_dir):
     (root / "vllm").mkdir(parents=True)
     (root / "vllm" / "x").write_text("compiled")
     out = tmp_path / "b.tar.gz"
-    tb.pack(root, out, tb.build_manifest(engine_version="0.31.0", torch="2.13.0+cpu",
-                                         python="3.11", model_path=str(model_dir),
+    tb.pack(root, out, tb.build_manifest(engine="vllm", engine_version="0.31.0",
+                                         torch="2.13.0+cpu", python="3.11",
+                                         model_path=str(model_dir),
                                          config={"cache_key": "default"}))
     spec = _spec(model_dir, budget=2)
     d = tmp_path / "session"

@@ -181,8 +181,9 @@ def bundle(output, tune_session, cache_key, store_path, as_json):
     if as_json:
         print_json({"output": output, "manifest": manifest})
     else:
-        echo(f"wrote {output}: caches of {manifest['config']['cache_key']} for vLLM "
-             f"{manifest['engine']['version']} (torch {manifest['engine']['torch']}), "
+        echo(f"wrote {output}: caches of {manifest['config']['cache_key']} for "
+             f"{manifest['engine']['name']} {manifest['engine']['version']} "
+             f"(torch {manifest['engine']['torch']}), "
              f"model {manifest['model']['name']} "
              f"({(manifest['model']['sha256'] or 'not hashed')[:12]}), "
              f"{manifest['size_bytes'] / 1e6:.1f} MB")

