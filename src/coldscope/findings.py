@@ -391,22 +391,29 @@ def rule_model_inspect(f: RunFacts) -> list[Finding]:
     )]
 
 
-_IMPORT_SUBSTEPS = {
-    "api_server": f"{BOOTSTRAP}/api_server_imports",
-    "engine_core": f"{BOOTSTRAP}/engine_core_start",
-    "worker": f"{BOOTSTRAP}/worker_start",
-}
+def start_substeps(engine: Engine | None) -> dict[str, str]:
+    """Per process role, the bootstrap sub-step that times its start and imports: the
+    launched process's imports, then each of the engine's own processes as its adapter names
+    them (``Engine.process_roles``; every registered engine's when the engine is unknown)."""
+    from coldscope.capture.probe import ROOT_ROLE
+
+    roles = engine.process_roles if engine is not None else \
+        tuple(r for e in engines.ENGINES for r in e.process_roles)
+    out = {ROOT_ROLE: f"{BOOTSTRAP}/api_server_imports"}
+    out.update((r.name, r.start_substep) for r in roles if r.start_substep)
+    return out
 
 
 def rule_repeated_imports(f: RunFacts) -> list[Finding]:
     """``repeated_imports``: several engine processes each start Python and import torch and
     the engine; every process but one is time a single-process engine would not spend."""
-    roles = [str(p.get("role")) for p in f.processes if p.get("role") in _IMPORT_SUBSTEPS]
+    substeps = start_substeps(f.engine)
+    roles = [str(p.get("role")) for p in f.processes if p.get("role") in substeps]
     per: dict[str, float] = {}
     source = "probe spans"
     if len(roles) >= 2:
         for role in set(roles):
-            v = f.substeps.get(_IMPORT_SUBSTEPS[role])
+            v = f.substeps.get(substeps[role])
             if v:
                 per[role] = float(v)
     if len(per) < 2:

@@ -192,3 +192,51 @@ def test_wrapped_functions_look_the_same_to_introspection(tmp_path):
     [root] = [p for p in read_probe_dir(probe_out) if p.intervals("server_ready")]
     [(a, b)] = root.intervals("server_ready")
     assert b - a >= 0.04  # timed until the coroutine finished, not until it was created
+
+
+def _events(pid, ppid, loaded, start, *marks):
+    """A process's probe events: loaded at ``loaded`` (started at ``start``, /proc's clock),
+    then (kind, name, t) events."""
+    out = [{"ev": "process", "name": "process", "mono": loaded, "pid": pid, "ppid": ppid,
+            "start_mono": start}]
+    out += [{"ev": ev, "name": name, "mono": t, "pid": pid} for ev, name, t in marks]
+    return out
+
+
+def _vllm_like_events():
+    # launched at mono 100 (the root started at /proc time 100: no clock offset)
+    api = _events(1, None, 101.0, 100.0, ("begin", "bootstrap/engine_config", 105.0),
+                  ("end", "bootstrap/engine_config", 106.0))
+    core = _events(2, 1, 110.0, 108.0, ("begin", "mark:engine_core_init", 112.0),
+                   ("begin", "mark:engine_core_main", 114.0))
+    worker = _events(3, 2, 118.0, 116.0, ("begin", "mark:worker_init", 119.0),
+                     ("begin", "mark:worker_main", 121.0), ("begin", "model_loading", 125.0),
+                     ("end", "model_loading", 127.0))
+    helper = _events(4, 1, 103.0, 102.5)
+    return api + core + worker + helper
+
+
+def test_process_roles_and_their_start_substeps_come_from_the_adapter():
+    from coldscope.engines.sglang import SGLang
+    from coldscope.engines.vllm import VLLM
+
+    procs = processes_from_events(_vllm_like_events(), VLLM().process_roles)
+    assert {p.pid: p.role for p in procs} == {1: "helper", 2: "engine_core", 3: "worker",
+                                              4: "helper"}
+    spans = probe_spans(procs, launch_mono=100.0, root_pid=1, ready_at=30.0,
+                        compile_enabled=False, roles=VLLM().process_roles)
+    got = {(s.name, s.pid): (round(s.start, 6), round(s.end, 6)) for s in spans}
+    assert got[("bootstrap", 1)] == (0.0, 25.0)  # to the first model loading
+    assert got[("bootstrap/api_server_imports", 1)] == (1.0, 5.0)  # loaded -> first hook
+    # a child's start runs from its /proc start to its main mark's first begin
+    assert got[("bootstrap/engine_core_start", 2)] == (8.0, 14.0)
+    assert got[("bootstrap/worker_start", 3)] == (16.0, 21.0)
+    assert got[("bootstrap/worker_init", 3)] == (19.0, 25.0)
+    assert [p.role for p in procs if p.pid == 1] == ["api_server"]  # the launched process
+    # an adapter without roles (SGLang's, for now): its children are helpers, no start
+    # sub-steps are made up for them
+    procs = processes_from_events(_vllm_like_events(), SGLang().process_roles)
+    assert {p.role for p in procs if p.pid != 1} == {"helper"}
+    spans = probe_spans(procs, launch_mono=100.0, root_pid=1, ready_at=30.0,
+                        compile_enabled=False, roles=SGLang().process_roles)
+    assert not [s for s in spans if s.name.endswith(("_start", "worker_init"))]

@@ -9,6 +9,7 @@ the launch, so every span here is in seconds since launch.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +27,29 @@ from coldscope.timeline import Span
 PROBE_DIR = Path(__file__).resolve().parent.parent / "probe"
 """The directory to put first on the engine's PYTHONPATH (it holds ``sitecustomize.py``)."""
 
+ROOT_ROLE = "api_server"
+"""The role of the process coldscope launched (the server users reach); its imports, up to
+its first hooked call, are ``bootstrap/api_server_imports``."""
+HELPER = "helper"
+"""The role of a process no ``ProcessRole`` claims (a subprocess, a compiler worker)."""
+
+
+@dataclass(frozen=True)
+class ProcessRole:
+    """A kind of engine process, as the engine's adapter tells the probe to recognise it
+    (``Engine.process_roles``): a process with an event named in ``marks`` has role ``name``;
+    its start (spawn, interpreter, imports) runs until the first begin of a ``main`` event and
+    is the sub-step ``start_substep``; from the first begin of ``init`` to the first model
+    loading is ``init_substep``. Checked in the adapter's order: the first role that claims a
+    process wins."""
+
+    name: str
+    marks: tuple[str, ...]
+    main: tuple[str, ...] = ()
+    start_substep: str | None = None
+    init: str | None = None
+    init_substep: str | None = None
+
 
 @dataclass
 class ProbedProcess:
@@ -37,7 +61,7 @@ class ProbedProcess:
     loaded: float  # monotonic time the probe loaded (after interpreter start-up)
     start_proc: float | None  # start time from /proc (another clock; see ``probe_spans``)
     events: list[dict] = field(default_factory=list)
-    role: str = "helper"
+    role: str = HELPER
 
     @property
     def cost(self) -> float:
@@ -107,8 +131,11 @@ def read_probe_events(directory: Path) -> list[dict]:
     return events
 
 
-def processes_from_events(events: list[dict]) -> list[ProbedProcess]:
-    """Group raw probe events into processes and give each its role."""
+def processes_from_events(events: list[dict],
+                          roles: Sequence[ProcessRole] = ()) -> list[ProbedProcess]:
+    """Group raw probe events into processes and give each its role: the first of ``roles``
+    (the engine adapter's) whose marks it has; else the root role for a process without a
+    parent that inspected the model; else ``helper``."""
     processes: dict[int, ProbedProcess] = {}
     for e in events:
         try:
@@ -131,12 +158,11 @@ def processes_from_events(events: list[dict]) -> list[ProbedProcess]:
     for p in processes.values():
         p.events.sort(key=lambda e: e["mono"])
         names = {e.get("name") for e in p.events}
-        if "mark:engine_core_main" in names or "mark:engine_core_init" in names:
-            p.role = "engine_core"
-        elif "mark:worker_main" in names or "mark:worker_init" in names:
-            p.role = "worker"
+        role = next((r for r in roles if names.intersection(r.marks)), None)
+        if role is not None:
+            p.role = role.name
         elif "bootstrap/model_inspect" in names and p.ppid is None:
-            p.role = "api_server"
+            p.role = ROOT_ROLE
     return sorted(processes.values(), key=lambda p: p.loaded)
 
 
@@ -147,6 +173,7 @@ def probe_spans(
     root_pid: int,
     ready_at: float | None,
     compile_enabled: bool,
+    roles: Sequence[ProcessRole] = (),
 ) -> list[Span]:
     """Spans (seconds since launch) from probe data.
 
@@ -155,14 +182,15 @@ def probe_spans(
     spawning the engine core and workers), with sub-steps for each process's start and imports.
     The process start times in ``/proc`` use the kernel's boot clock in 10 ms ticks, not
     ``time.monotonic()``; they are put on the monotonic clock by the root process, whose launch
-    time the runner knows exactly.
+    time the runner knows exactly. ``roles`` (the engine adapter's, as given to
+    ``processes_from_events``) name each child process's start and init sub-steps.
     """
     if not processes:
         return []
     by_pid = {p.pid: p for p in processes}
     root = by_pid.get(root_pid)
     if root is not None:
-        root.role = "api_server"
+        root.role = ROOT_ROLE
     offset = 0.0
     if root is not None and root.start_proc is not None:
         offset = launch_mono - root.start_proc
@@ -217,13 +245,18 @@ def probe_spans(
         first_hook = next((e["mono"] for e in root.events if e["ev"] == "begin"), None)
         if first_hook is not None:
             add("bootstrap/api_server_imports", rel(root.loaded), rel(first_hook), root)
+        by_name = {r.name: r for r in roles}
         for p in processes:
-            main = p.first("begin", "mark:engine_core_main") or p.first("begin", "mark:worker_main")
-            if main is not None and p.role in ("engine_core", "worker"):
-                add(f"bootstrap/{p.role}_start", started(p), rel(main), p)
-            init = p.first("begin", "mark:worker_init")
-            if p.role == "worker" and init is not None and first_loading is not None:
-                add("bootstrap/worker_init", rel(init), first_loading, p)
+            role = by_name.get(p.role) if p is not root else None
+            if role is None:
+                continue
+            main = next((t for t in (p.first("begin", m) for m in role.main) if t is not None),
+                        None)
+            if main is not None and role.start_substep:
+                add(role.start_substep, started(p), rel(main), p)
+            init = p.first("begin", role.init) if role.init else None
+            if init is not None and role.init_substep and first_loading is not None:
+                add(role.init_substep, rel(init), first_loading, p)
     if engine_ready is not None and ready_at is not None and ready_at > engine_ready:
         add(SERVER_READY, engine_ready, ready_at, root or processes[0])
     return spans

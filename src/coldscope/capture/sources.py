@@ -20,6 +20,7 @@ from coldscope.timeline import Span
 
 if TYPE_CHECKING:
     from coldscope.capture.otlp import OtelSpan
+    from coldscope.capture.probe import ProcessRole
     from coldscope.records import LogInfo
 
 
@@ -31,6 +32,9 @@ class EngineReader(Protocol):
 
     def otel_spans(self, spans: Sequence[OtelSpan], *, origin_unix: float,
                    compile_enabled: bool) -> list[Span]: ...
+
+    @property
+    def process_roles(self) -> Sequence[ProcessRole]: ...
 
 
 @dataclass(frozen=True)
@@ -93,9 +97,11 @@ class ProbeSource:
 
         if ctx.root_pid is None:
             return SourceResult([])
-        processes = processes_from_events(raw)
+        roles = ctx.engine.process_roles
+        processes = processes_from_events(raw, roles)
         spans = probe_spans(processes, launch_mono=ctx.launch_mono, root_pid=ctx.root_pid,
-                            ready_at=ctx.ready_at, compile_enabled=ctx.compile_enabled)
+                            ready_at=ctx.ready_at, compile_enabled=ctx.compile_enabled,
+                            roles=roles)
         table = [ProcessRecord(**row) for row in process_table(processes, ctx.launch_mono)]
         reads = storage_reads(processes, f"{MODEL_LOADING}/weights")
         return SourceResult(spans, {"processes": table, "weights_reads": reads})

@@ -30,6 +30,7 @@ from coldscope.timeline import Span, Timeline
 
 if TYPE_CHECKING:
     from coldscope.capture.otlp import OtelSpan
+    from coldscope.capture.probe import ProcessRole
 
 
 class Mitigation(BaseModel):
@@ -272,6 +273,12 @@ class Engine(Protocol):
     def probe_hooks(self) -> tuple[tuple[str, str, str], ...]:
         """(module, qualified function, event name) the in-process probe wraps."""
         ...
+    @property
+    def process_roles(self) -> tuple[ProcessRole, ...]:
+        """The engine's processes besides the one coldscope launched, as the probe tells them
+        apart (by the events of ``probe_hooks``), and the bootstrap sub-steps that time each
+        one's start."""
+        ...
     def live_stage(self, line: str) -> str | None:
         """The stage an output line shows the engine entering, as it arrives (for progress
         displays; the timeline itself comes from all evidence afterwards)."""
@@ -491,6 +498,12 @@ class GenericEngine:
         """Every registered engine's hooks: a hook fires only when its module is imported, so
         a wrapper script around a known engine is still probed."""
         return tuple(h for engine in ENGINES if engine is not self for h in engine.probe_hooks())
+
+    @property
+    def process_roles(self) -> tuple[ProcessRole, ...]:
+        """Every registered engine's roles, as for ``probe_hooks``."""
+        return tuple(r for engine in ENGINES if engine is not self
+                     for r in engine.process_roles)
 
     def live_stage(self, line: str) -> str | None:
         for engine in ENGINES:

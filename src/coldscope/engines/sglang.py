@@ -16,6 +16,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from coldscope.capture.probe import ProcessRole
 from coldscope.engines import (
     FAILED,
     OWN_LINE,
@@ -160,6 +161,12 @@ class SGLang(GenericEngine):
 
     def probe_hooks(self) -> tuple[tuple[str, str, str], ...]:
         """None yet: the probe's hooks need a live SGLang to be tested against."""
+        return ()
+
+    @property
+    def process_roles(self) -> tuple[ProcessRole, ...]:
+        """None yet, as for ``probe_hooks``: every probed process but the launched one is a
+        helper."""
         return ()
 
     def live_stage(self, line: str) -> str | None:

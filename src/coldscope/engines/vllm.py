@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from coldscope.capture.probe import ProcessRole
 from coldscope.engines import (
     FAILED,
     READY,
@@ -94,6 +95,19 @@ PROBE_HOOKS: tuple[tuple[str, str, str], ...] = (
     ("vllm.v1.worker.gpu_worker", "Worker.compile_or_warm_up_model", "mark:warmup"),
     ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner.capture_model", "cuda_graph_capture"),
     ("vllm.v1.engine.core", "EngineCore._initialize_kv_caches", "mark:initialize_kv_caches"),
+)
+
+
+#: vLLM's engine processes beside the API server (V1): the engine core, then its workers; a
+#: process is each by the probe events of its hooks above.
+PROCESS_ROLES: tuple[ProcessRole, ...] = (
+    ProcessRole("engine_core", marks=("mark:engine_core_main", "mark:engine_core_init"),
+                main=("mark:engine_core_main", "mark:worker_main"),
+                start_substep=f"{BOOTSTRAP}/engine_core_start"),
+    ProcessRole("worker", marks=("mark:worker_main", "mark:worker_init"),
+                main=("mark:engine_core_main", "mark:worker_main"),
+                start_substep=f"{BOOTSTRAP}/worker_start", init="mark:worker_init",
+                init_substep=f"{BOOTSTRAP}/worker_init"),
 )
 
 
@@ -353,6 +367,10 @@ class VLLM(GenericEngine):
 
     def probe_hooks(self) -> tuple[tuple[str, str, str], ...]:
         return PROBE_HOOKS
+
+    @property
+    def process_roles(self) -> tuple[ProcessRole, ...]:
+        return PROCESS_ROLES
 
     def live_stage(self, line: str) -> str | None:
         for pattern, stage in LIVE_STAGES:
