@@ -296,6 +296,8 @@ def test_store_runs_become_observations_with_replicates() -> None:
     obs, env, notes = observations_from_runs(runs, features_of=lambda p: shapes[Path(p).name])
     assert len(obs) == 10 and len(notes) == 1
     assert env["cache"] == "cold" and env["cpu_model"] == "test cpu"
+    # the engine's own package version, by the runs' engine name
+    assert env["vllm"] == "0.32.0" and env["engine"] == "vllm 0.32.0"
     model = StartupModel().fit(obs, env, {})
     state = model.to_dict()
     assert state["trained_on"]["replicates"] == [2] * 5

@@ -169,6 +169,16 @@ class LogFacts:
     the engine used, as a path."""
 
 
+UNNAMED_ENGINE = "vllm"
+"""The engine of a stored run that names none: coldscope recorded engine names from its
+second release on, and the runs before (schema 1) were all of vLLM's server."""
+
+
+def engine_name(run_engine_name: str | None) -> str:
+    """A stored run's engine name, ``UNNAMED_ENGINE`` for a run recorded before names were."""
+    return run_engine_name or UNNAMED_ENGINE
+
+
 #: What ``Engine.startup_boundary`` says of one line of a followed log.
 START_PREFIX = "start:"
 READY = "ready"

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from coldscope.engines import engine_name
 from coldscope.errors import ColdscopeError
 from coldscope.features import ModelFeatures, model_features
 from coldscope.predict.fit import Observation
@@ -26,8 +27,8 @@ from coldscope.stages import BUCKETS
 SETTING_KEYS = ("enforce_eager", "compile", "load_format")
 #: Machine facts kept in the fitted model's environment when all runs share them.
 ENVIRONMENT_KEYS = ("cpu_model", "cpu_cores", "memory_bytes", "gpus", "weights_fs")
-#: Package versions kept likewise.
-PACKAGE_KEYS = ("python", "torch", "vllm")
+#: Package versions kept likewise, with the engine's own package (recorded under its name).
+PACKAGE_KEYS = ("python", "torch")
 #: Storage facts that change model loading; runs that know different values are not pooled.
 STORAGE_KEYS = ("page_cache", "kind")
 
@@ -66,7 +67,7 @@ def observations_from_runs(
             f"runs mix cache states ({', '.join(f'{k}: {v}' for k, v in sorted(caches.items()))});"
             " pass --cache cold or --cache warm"
         )
-    engines = Counter(r.engine.name or "vllm" for r in kept)  # runs before names: vLLM's
+    engines = Counter(engine_name(r.engine.name) for r in kept)
     if len(engines) > 1:
         raise ColdscopeError(
             f"runs mix engines ({', '.join(f'{k}: {v}' for k, v in sorted(engines.items()))}); "
@@ -132,11 +133,11 @@ def _environment(runs: list[Run]) -> dict[str, Any]:
             value = getattr(first, key)
             env[key] = value.model_dump() if hasattr(value, "model_dump") else (
                 [g.model_dump() for g in value] if isinstance(value, list) else value)
-    for key in PACKAGE_KEYS:
+    for key in (*PACKAGE_KEYS, engine_name(runs[0].engine.name)):
         if len({r.environment.package(key) for r in runs}) == 1:
             env[key] = first.package(key)
     engine = runs[0].engine
-    env["engine"] = f"{engine.name or 'vllm'} {engine.version or '?'}"
+    env["engine"] = f"{engine_name(engine.name)} {engine.version or '?'}"
     for key in SETTING_KEYS:
         env[key] = getattr(engine, key)
     storage = _storage(runs)
