@@ -285,3 +285,47 @@ def test_parse_save_stores_the_log_as_a_run(tmp_path, shared):
     cut.write_text("\n".join(log.read_text().splitlines()[:40]))
     out = cli("parse", str(cut), check=False)
     assert out.returncode == 2 and "never shows the engine ready" in out.stderr
+
+
+_PLUGIN = '''
+from coldscope.engines import GenericEngine, starts
+
+
+class Toy(GenericEngine):
+    name = "toy"
+    packages = {"toy": ("toy-serve",)}
+
+    def __init__(self):
+        super().__init__()
+
+    def matches(self, argv):
+        return starts(argv, "toyserve", ("toyserve",))
+'''
+
+
+def _install_plugin(root, entries: str) -> None:
+    """A distribution on ``root`` (a sys.path entry) that registers ``entries`` under the
+    coldscope.engines group, as pip installs one."""
+    (root / "toy_plugin.py").write_text(_PLUGIN)
+    info = root / "toy_plugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[coldscope.engines]\n{entries}\n")
+
+
+def test_an_installed_adapter_registers_through_the_entry_point_group(tmp_path, monkeypatch):
+    _install_plugin(tmp_path, "toy = toy_plugin:Toy\nbroken = toy_plugin_missing:X\n"
+                              "odd = toy_plugin:starts")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(engines, "PLUGIN_ERRORS", [])
+    with pytest.warns(RuntimeWarning) as caught:
+        registry = engines._registry()
+    assert [e.name for e in registry] == ["toy", "sglang", "vllm"]  # installed ones first
+    # the broken ones are named, each in one line, and do not stop the others
+    assert len(engines.PLUGIN_ERRORS) == 2 and len(caught) == 2
+    assert "'broken' (toy_plugin_missing:X) not registered: ModuleNotFoundError" in \
+        engines.PLUGIN_ERRORS[0]
+    assert "does not implement coldscope's Engine" in engines.PLUGIN_ERRORS[1]
+    monkeypatch.setattr(engines, "ENGINES", registry)
+    assert resolve(["python", "-m", "toyserve.api", "--model", "m"]).name == "toy"
+    assert resolve(["python", "-m", "vllm.entrypoints.openai.api_server"]).name == "vllm"

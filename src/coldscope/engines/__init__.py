@@ -13,7 +13,9 @@ Adding an engine: a module ``engines/<name>.py`` with a class that implements ``
 (subclassing ``GenericEngine`` gives the defaults), listed in ``ENGINES`` below, and its tests;
 ``engines/sglang.py`` is the second one. Its log rules may sit in a ``capture`` module that only
 it imports (``engines/sglang_log.py``, guarded by an import-linter contract). Nothing else
-changes.
+changes. An adapter that lives in another package registers through the entry-point group
+``coldscope.engines`` (``ENTRY_POINT_GROUP``: a class or an instance implementing ``Engine``);
+installed, it is asked before the built-in ones.
 """
 
 from __future__ import annotations
@@ -538,14 +540,48 @@ class GenericEngine:
         return {}, []
 
 
+ENTRY_POINT_GROUP = "coldscope.engines"
+"""The entry-point group of adapters other packages install (``[project.entry-points.
+"coldscope.engines"] myengine = "mypkg.adapter:MyEngine"``)."""
+
+PLUGIN_ERRORS: list[str] = []
+"""Why an installed adapter was not registered (it failed to load, or is not an ``Engine``),
+one line each; a broken plugin never breaks coldscope."""
+
+
+def plugins() -> list[Engine]:
+    """The adapters installed under ``ENTRY_POINT_GROUP``, in name order; one that fails to
+    load or does not implement ``Engine`` is left out, with its reason in ``PLUGIN_ERRORS``
+    and a warning."""
+    import warnings
+    from importlib.metadata import entry_points
+
+    out: list[Engine] = []
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        try:
+            obj = ep.load()
+            engine = obj() if isinstance(obj, type) else obj
+        except Exception as exc:  # another package's code: whatever it raises
+            reason = f"{type(exc).__name__}: {exc}"
+        else:
+            if isinstance(engine, Engine):
+                out.append(engine)
+                continue
+            reason = f"{type(engine).__name__} does not implement coldscope's Engine"
+        PLUGIN_ERRORS.append(f"engine adapter {ep.name!r} ({ep.value}) not registered: "
+                             f"{reason}")
+        warnings.warn(PLUGIN_ERRORS[-1], RuntimeWarning, stacklevel=2)
+    return out
+
+
 def _registry() -> tuple[Engine, ...]:
     from coldscope.engines.sglang import SGLang
     from coldscope.engines.vllm import VLLM
 
-    # SGLang first: it recognises its command line by its entry point alone and its logs by
-    # lines only SGLang prints, while vLLM's checks are broader (a command or a path that
-    # mentions vLLM, a uvicorn line both servers print).
-    return (SGLang(), VLLM())
+    # Installed adapters first (they know their own commands and may specialise a built-in
+    # one); then SGLang, whose logs have lines only SGLang prints, before vLLM, whose log
+    # checks are broader (a uvicorn line both servers print).
+    return (*plugins(), SGLang(), VLLM())
 
 
 #: Every engine coldscope knows, most specific first.
