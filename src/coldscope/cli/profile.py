@@ -251,8 +251,7 @@ def _engine_line(run: Run) -> str:
     from coldscope.engines import by_name
 
     try:
-        engine = by_name(run.engine.name or "")
-        title = {"vllm": "vLLM", "sglang": "SGLang"}.get(engine.name, engine.name)
+        title = by_name(run.engine.name or "").title
     except ColdscopeError:
         title = run.engine.name or "engine"
     return (f"{title} {run.engine.version or 'unknown version'} ({run.engine.family}), "

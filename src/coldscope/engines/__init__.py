@@ -199,6 +199,8 @@ class Engine(Protocol):
 
     name: str
     """Short name stored in ``Run.engine.name``."""
+    title: str
+    """The engine's own spelling, for people (``vLLM``)."""
     packages: Mapping[str, tuple[str, ...]]
     """Python packages whose versions the environment records (the engine's first), each
     with the distribution names to try."""
@@ -401,6 +403,7 @@ class GenericEngine:
     gets vLLM's log timeline). Engine adapters subclass it and override what they know."""
 
     name = "process"
+    title = "process"
     packages: Mapping[str, tuple[str, ...]] = {
         "torch": ("torch",), "transformers": ("transformers",), "tokenizers": ("tokenizers",)}
     env_prefixes: tuple[str, ...] = ()
@@ -410,7 +413,7 @@ class GenericEngine:
 
     def __init__(self, argv: Sequence[str] = ()) -> None:
         if argv:
-            self.name = Path(argv[0]).name or "process"
+            self.name = self.title = Path(argv[0]).name or "process"
 
     def matches(self, argv: Sequence[str]) -> bool:
         return True

@@ -78,6 +78,7 @@ class SGLang(GenericEngine):
     ``sglang serve --model-path M``), read through its logs."""
 
     name = "sglang"
+    title = "SGLang"
     packages: Mapping[str, tuple[str, ...]] = {"sglang": ("sglang",), **GenericEngine.packages}
     env_prefixes: tuple[str, ...] = ("SGLANG_", "SGL_")
     server_module: str | None = "sglang.launch_server"

