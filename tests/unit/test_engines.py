@@ -329,3 +329,72 @@ def test_an_installed_adapter_registers_through_the_entry_point_group(tmp_path, 
     monkeypatch.setattr(engines, "ENGINES", registry)
     assert resolve(["python", "-m", "toyserve.api", "--model", "m"]).name == "toy"
     assert resolve(["python", "-m", "vllm.entrypoints.openai.api_server"]).name == "vllm"
+
+
+class TunableToy(ToyEngine):
+    """The toy engine with what ``tune``, ``campaign`` and ``bundle`` ask of an adapter: a tune
+    catalogue of its own (keep every cache; its own no-compile option) and its options for a
+    campaign's typed flags. It runs the tunable fake (``--toy`` marks the command as toy's)."""
+
+    def log_spans(self, lines):
+        return [], LogInfo(family="toy")
+
+    def setting_args(self, *, eager=False, capture_sizes=None, load_format=None):
+        if capture_sizes or load_format:
+            raise ColdscopeError("toy has no such option")
+        return ["--enforce-eager"] if eager else []
+
+    def tune_catalogue(self, python):
+        from coldscope.engines.knob import ALL_CACHES, Knob
+
+        return {"version": "1.0", "torch": "none", "python": "3.11.7"}, [
+            Knob(name="toy_caches", stage="bootstrap", description="keep toy's caches",
+                 tradeoff="an image to ship", seed=(ALL_CACHES,)),
+            Knob(name="toy_eager", stage="torch_compile", description="toy without compiling",
+                 tradeoff="serves slower", add_args=("--enforce-eager",),
+                 turns_compile_off=True, serving_tradeoff=True)]
+
+
+def test_the_toy_engine_passes_tune_campaign_and_bundle(tmp_path, monkeypatch):
+    from coldscope.campaign.plan import expand
+    from coldscope.campaign.spec import parse_spec
+    from coldscope.cli.tune import _new_session
+    from coldscope.tune import bundle as tb
+    from coldscope.tune import session as ts
+
+    toy = TunableToy()
+    monkeypatch.setattr(engines, "ENGINES", (toy, *engines.ENGINES))
+    model = tmp_path / "toy-model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "llama"}')
+    fake = str(Path(__file__).resolve().parents[1] / "fake_tunable_engine.py")
+    command = [sys.executable, fake, "--port", str(free_port()), "--model", str(model),
+               "--scale", "0.01", "--toy"]
+    store = Store(tmp_path / "s.db")
+    # tune: the catalogue is the toy adapter's own, and the search runs on it
+    spec, d = _new_session(command, {}, 6, None, 60, None, None, tmp_path / "s.db")
+    assert [k.name for k in spec.knobs] == ["toy_caches", "toy_eager"]
+    outcome = ts.run_search(spec, d, ts.EngineExecutor(spec, d, store))
+    assert outcome.used == 6
+    runs = store.runs()
+    assert len(runs) == 6 and {r.engine.name for r in runs} == {"toy"}
+    assert {k for row in outcome.rows for k in row.knobs} <= {"toy_caches", "toy_eager"}
+    # bundle: the manifest names the toy engine, and a toy session takes the bundle back
+    out = tmp_path / "toy.tar.gz"
+    manifest = tb.pack_session(d, out)
+    assert manifest["engine"]["name"] == "toy" and manifest["engine"]["version"] == "1.0"
+    again, d2 = _new_session(command, {}, 2, None, 60, str(out), None, tmp_path / "s2.db")
+    assert again.bundle_key == manifest["config"]["cache_key"]
+    # ... and a vLLM command refuses it before anything is unpacked
+    vllm_spec = spec.model_copy(update={"command": ["python", "-m",
+                                                    "vllm.entrypoints.openai.api_server"]})
+    with pytest.raises(ColdscopeError, match="made for toy, this command starts vllm"):
+        tb.unpack_for_session(out, tmp_path / "s3", vllm_spec)
+    assert not (tmp_path / "s3" / "caches").exists()
+    # campaign: the typed flags become the toy's own options
+    camp = parse_spec({"name": "t", "command": f"python {fake} --model {{model}} "
+                                               "--port {port} --toy",
+                       "models": [{"path": str(model)}],
+                       "flags": [{"name": "eager", "enforce_eager": True}]}, "c.yaml")
+    [cell] = expand(camp, tmp_path)
+    assert cell.argv(9000)[-2:] == ["--toy", "--enforce-eager"]
