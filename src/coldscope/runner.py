@@ -269,33 +269,10 @@ def _get_ok(url: str, timeout: float = 1.0) -> bool:
 def first_token(base_url: str, model: str, prompt: str, max_tokens: int,
                 timeout: float) -> tuple[float, str]:
     """Send one streaming completion; return (seconds to the first token, text received)."""
-    parts = urllib.parse.urlsplit(base_url)
-    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens,
-                       "stream": True, "temperature": 0})
-    conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
-    t0 = time.monotonic()
-    try:
-        conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        if resp.status != 200:
-            raise ColdscopeError(f"first request got HTTP {resp.status}: {resp.read(300)!r}")
-        ttft = None
-        text = ""
-        for raw in resp:
-            line = raw.decode("utf-8", "replace").strip()
-            if not line.startswith("data:") or line == "data: [DONE]":
-                continue
-            choices = json.loads(line[5:]).get("choices") or []
-            if choices and ttft is None:
-                ttft = time.monotonic() - t0
-            text += "".join(c.get("text") or "" for c in choices)
-        if ttft is None:
-            raise ColdscopeError("first request returned no tokens")
-        return ttft, text
-    except (OSError, http.client.HTTPException, ValueError) as exc:
-        raise ColdscopeError(f"first request failed: {exc}") from None
-    finally:
-        conn.close()
+    from coldscope.engines.openai_api import first_token as streamed
+
+    return streamed(base_url, {"model": model, "prompt": prompt, "max_tokens": max_tokens,
+                               "temperature": 0}, timeout=timeout)
 
 
 def drop_page_cache(model_path: str | None) -> str:

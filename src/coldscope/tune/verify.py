@@ -11,15 +11,12 @@ beside it.
 
 from __future__ import annotations
 
-import http.client
-import json
 import statistics
 import time
-import urllib.parse
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from coldscope.errors import ColdscopeError
+from coldscope.engines.openai_api import complete
 
 GREEDY_PROMPT = "The cold start of an inference server is"
 GREEDY_TOKENS = 16
@@ -33,20 +30,7 @@ LOAD_PROMPTS = tuple(f"Request {i}: describe the start-up of a server in detail.
 
 
 def _post(base: str, body: dict, timeout: float) -> dict:
-    parts = urllib.parse.urlsplit(base)
-    conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
-    try:
-        conn.request("POST", "/v1/completions", json.dumps(body),
-                     {"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        data = resp.read()
-        if resp.status != 200:
-            raise ColdscopeError(f"verification request got HTTP {resp.status}: {data[:200]!r}")
-        return json.loads(data)
-    except (OSError, http.client.HTTPException, ValueError) as exc:
-        raise ColdscopeError(f"verification request failed: {exc}") from None
-    finally:
-        conn.close()
+    return complete(base, body, timeout=timeout, what="verification request")
 
 
 def greedy(base: str, model: str, *, timeout: float = 120.0) -> str:
