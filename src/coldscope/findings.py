@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coldscope import engines
+from coldscope.capture.logtext import without_colours
 from coldscope.engines import Engine, LogFacts, LogReading
 from coldscope.records import CompileKey, Finding
 from coldscope.stages import (
@@ -53,7 +54,6 @@ FINDING_IDS: tuple[str, ...] = (
     "engine_warning",
 )
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 #: Sizes beyond which CUDA-graph capture counts as heavy: vLLM 0.10's default list has 35
 #: sizes, 0.8/0.9's had 67; a short list of the batch sizes actually served is usually enough.
@@ -225,7 +225,7 @@ def _stage(f: RunFacts, name: str) -> float | None:
 
 
 def _quote(text: str, limit: int = 220) -> str:
-    text = _ANSI.sub("", text).strip()
+    text = without_colours(text).strip()
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

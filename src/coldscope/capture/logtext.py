@@ -82,6 +82,16 @@ class CleanLines:
         return out
 
 
+COLOUR = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+"""A terminal colour or cursor sequence (CSI) as engines print them in their logs."""
+
+
+def without_colours(text: str) -> str:
+    """``text`` without its terminal colour sequences (``COLOUR``); for every other control
+    sequence, ``safeio.clean_text``."""
+    return COLOUR.sub("", text)
+
+
 def as_text(line: object) -> str:
     """A line as text: bytes decoded as UTF-8 with replacement, anything else empty."""
     if isinstance(line, str):

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from coldscope.capture.logtext import without_colours
 from coldscope.capture.probe import ProcessRole
 from coldscope.engines import (
     FAILED,
@@ -142,7 +143,6 @@ WARNING_LINE = re.compile(
     r"(?P<level>WARNING|ERROR|CRITICAL)\s+\d{2}-\d{2} [\d:.]+\s+"
     r"\[(?P<where>[^\]]*)\]\s?(?P<msg>.*)$"
 )
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 #: Lines of a shutdown (after readiness or after a failure), never start-up warnings.
 SHUTDOWN = re.compile(r"\[shutdown\]|shutdown triggered|EngineDeadError|output_handler failed")
 #: Lines that say the start-up failed (vLLM V1 engine core, its API server, uvicorn).
@@ -563,7 +563,7 @@ def _warnings(lines: Sequence[str]) -> tuple[EngineWarning, ...]:
     """Every WARNING/ERROR/CRITICAL line but the compile-cache load failure and shutdown."""
     out = []
     for i, text in enumerate(lines):
-        clean = _ANSI.sub("", text)
+        clean = without_colours(text)
         m = WARNING_LINE.match(clean)
         if not m or LOAD_FAILED.search(clean) or SHUTDOWN.search(clean):
             continue

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
-from coldscope.capture.logtext import as_text
+from coldscope.capture.logtext import as_text, without_colours
 from coldscope.stages import (
     BOOTSTRAP,
     CUDA_GRAPH_CAPTURE,
@@ -274,7 +274,6 @@ def family_of(version: str | None, v0_engine: bool = False) -> str:
 # Line anatomy: "(EngineCore_0 pid=1) INFO 02-09 17:53:44.072 [core.py:636] message"
 # (V0: "INFO 09-25 16:20:27 llm_engine.py:213] message").
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _PREFIX = re.compile(r"^\((?P<tag>[A-Za-z][\w\-]*)(?:\s+rank=\d+)?\s+pid=(?P<pid>\d+)\)\s*")
 _HEADER = re.compile(
     r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+"
@@ -352,7 +351,7 @@ class _Line:
 
 
 def _split(raw: object) -> _Line:
-    text = _ANSI.sub("", as_text(raw)).rstrip("\r\n")
+    text = without_colours(as_text(raw)).rstrip("\r\n")
     rest, process, pid, tag = text, None, None, None
     m = _PREFIX.match(rest)
     if m:
