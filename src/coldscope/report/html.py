@@ -1118,7 +1118,7 @@ def releases_chart(block: Mapping[str, Any], title: str) -> str:
     rels = block["releases"]
     n = max(len(rels), 1)
     left, right, top, bottom = 64, 16, 24, 56
-    width = max(420, min(980, left + right + n * 130))
+    width = 980  # every chart's width: the page scales them alike, so their text matches
     height = 320
     base = height - bottom
     hi = max([0.0, *(s["end"] for r in rels for s in r["segments"]),
