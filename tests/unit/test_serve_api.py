@@ -7,11 +7,13 @@ import contextlib
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
 from coldscope.cli.main import main
+from coldscope.records import ModelRef, Run
 from coldscope.serve.app import create_app
 from coldscope.serve.metrics import OTHER, StartupMetrics
 from coldscope.serve.service import ServeConfig, Service
@@ -172,14 +174,21 @@ def test_no_startup_model_and_no_model_root(tmp_path: Path) -> None:
     assert r.status_code == 409 and "--startup-model" in r.json()["error"]
 
 
+def _run(**fields: Any) -> Run:
+    """A finished run record with ``fields`` (the rest as a stored run has them)."""
+    return Run.model_validate({"id": "r", "status": "ok", "started_at": "2026-12-02T00:00:00Z",
+                               **fields})
+
+
 def test_label_values_are_bounded() -> None:
     m = StartupMetrics(max_replicas=2, max_models=1)
-    run = {"status": "ok", "model": {"name": "a"}, "engine": {"version": "0.32.0"},
-           "stages": {"model_loading": 1.5}, "time_to_ready_s": 10.0,
-           "findings": [{"id": "engine_warning"}]}
+    run = _run(model={"name": "a"}, engine={"version": "0.32.0"},
+               stages={"model_loading": 1.5}, time_to_ready_s=10.0,
+               findings=[{"id": "engine_warning", "stage": None, "seconds_at_stake": None,
+                          "evidence": "e", "advice": "a"}])
     for replica in ("r1", "r2", "r3", "r4"):
         m.observe(run, replica)
-    m.observe({**run, "model": {"name": "b"}}, "r1")
+    m.observe(run.model_copy(update={"model": ModelRef(name="b")}), "r1")
     from prometheus_client import generate_latest
 
     text = generate_latest(m.registry).decode()
@@ -196,8 +205,7 @@ def test_label_values_are_bounded() -> None:
 
 def test_prediction_metrics() -> None:
     m = StartupMetrics()
-    run = {"status": "ok", "model": {"name": "m"}, "engine": {"version": "1"},
-           "stages": {}, "time_to_ready_s": 12.0, "findings": []}
+    run = _run(model={"name": "m"}, engine={"version": "1"}, time_to_ready_s=12.0)
     m.observe(run, "r", {"total_s": 10.0, "interval": {"low": 8.0, "high": 11.0}})
     from prometheus_client import generate_latest
 

@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from coldscope.records import Run
 from coldscope.stages import BUCKETS
 
 #: Stage durations span from milliseconds (tokenizer) to many minutes (compile of a big model).
@@ -140,25 +141,24 @@ class StartupMetrics:
         if in_progress is not None:
             r.register(_InProgress(in_progress, self.replica, errors or (lambda: 0)))
 
-    def observe(self, run: Mapping[str, Any], replica: str,
+    def observe(self, run: Run, replica: str,
                 prediction: Mapping[str, Any] | None = None) -> None:
-        """Record one finished run (a run record as ``show --json`` prints it)."""
-        model = self.model(_model_name(run))
-        version = self.version((run.get("engine") or {}).get("version"))
+        """Record one finished run."""
+        model = self.model(model_name(run))
+        version = self.version(run.engine.version)
         rep = self.replica(replica)
-        self.startups.labels(model, run.get("status") or UNKNOWN).inc()
-        if run.get("status") != "ok":
+        self.startups.labels(model, run.status or UNKNOWN).inc()
+        if run.status != "ok":
             return
-        stages = run.get("stages") or {}
         for stage in BUCKETS:
-            seconds = stages.get(stage)
+            seconds = run.stages.get(stage)
             if seconds is not None:
                 self.stage_seconds.labels(stage, model, version, rep).observe(seconds)
-        ttr = run.get("time_to_ready_s")
+        ttr = run.time_to_ready_s
         if ttr is not None:
             self.startup_seconds.labels(model, version, rep).observe(ttr)
-        for finding in run.get("findings") or []:
-            self.findings.labels(self.finding(finding.get("id"))).inc()
+        for finding in run.findings:
+            self.findings.labels(self.finding(finding.id)).inc()
         if prediction is not None:
             total = float(prediction["total_s"])
             self.predicted.labels(model).set(total)
@@ -177,16 +177,18 @@ class StartupMetrics:
         self.predicted.labels(self.model(model_name)).set(total_s)
 
 
-def _model_name(run: Mapping[str, Any]) -> str | None:
-    model = run.get("model") or {}
-    name = model.get("name") if isinstance(model, Mapping) else None
-    if name:
-        return name
-    path = (model.get("path") if isinstance(model, Mapping) else None) or \
-        (run.get("engine") or {}).get("model")
-    if path:
-        return str(path).rstrip("/").rsplit("/", 1)[-1]
-    return None
+def model_path(run: Run) -> str | None:
+    """The model directory or id a run names (its record's, else its engine command's)."""
+    return run.model.path or run.engine.model
+
+
+def model_name(run: Run) -> str | None:
+    """The name a run's model is labelled by: its recorded name, else the last part of its
+    path."""
+    if run.model.name:
+        return run.model.name
+    path = model_path(run)
+    return str(path).rstrip("/").rsplit("/", 1)[-1] if path else None
 
 
 def _interval(value: Any) -> tuple[float | None, float | None]:

@@ -32,8 +32,9 @@ from pydantic import ValidationError
 from coldscope.errors import ColdscopeError, validation_error
 from coldscope.logfiles import percentile
 from coldscope.predictor import predict_json
+from coldscope.records import Run
 from coldscope.safeio import confined, file_kind
-from coldscope.serve.metrics import StartupMetrics
+from coldscope.serve.metrics import StartupMetrics, model_path
 from coldscope.serve.runs import build_run
 from coldscope.serve.watcher import MAX_HELD_BYTES, LogWatcher, Startup
 from coldscope.serve.workers import Workers
@@ -197,28 +198,25 @@ class Service:
         except ColdscopeError as exc:  # no engine adapter knows these lines
             log.warning("start-up of %s not stored: %s", s.replica, exc)
             return
-        record = run.to_json()
         with Store(self.store_path) as store:  # a connection per run: cheap, thread-safe
             try:
-                store.run(record["id"])
+                store.run(run.id)
             except ColdscopeError:
                 store.add_run(run)
             else:
-                log.info("start-up %s of %s is already stored", record["id"], s.replica)
+                log.info("start-up %s of %s is already stored", run.id, s.replica)
                 return
         self._stored += 1
-        log.info("stored %s: %s %s (%s)", record["id"], s.replica, record["status"],
-                 record.get("reason") or f"{record.get('time_to_ready_s')} s to ready")
-        self.metrics.observe(record, s.replica, self._prediction_for(record))
+        log.info("stored %s: %s %s (%s)", run.id, s.replica, run.status,
+                 run.reason or f"{run.time_to_ready_s} s to ready")
+        self.metrics.observe(run, s.replica, self._prediction_for(run))
 
-    def _prediction_for(self, record: Mapping[str, Any]) -> dict[str, Any] | None:
+    def _prediction_for(self, run: Run) -> dict[str, Any] | None:
         """The startup model's prediction for the run's model, when a model is loaded and the
         run's model directory is found under a --model-root (by path, else by name)."""
         if self.startup_model is None or not self.model_roots:
             return None
-        model = record.get("model") or {}
-        engine = record.get("engine") or {}
-        path = model.get("path") or engine.get("model")
+        path = model_path(run)
         if not path:
             return None
         if path in self._predictions:
@@ -466,12 +464,11 @@ class Service:
         if not self.store_path.exists():
             return None
         with self._reader() as store:
-            runs = [r.to_json() for r in store.runs("ok")]
+            runs = store.runs("ok")
         name = Path(model).name
-        ttrs = [r["time_to_ready_s"] for r in runs
-                if r.get("time_to_ready_s") is not None and
-                ((r.get("model") or {}).get("name") == name or
-                 Path((r.get("model") or {}).get("path") or "").name == name)]
+        ttrs = [r.time_to_ready_s for r in runs
+                if r.time_to_ready_s is not None and
+                (r.model.name == name or Path(r.model.path or "").name == name)]
         if not ttrs:
             return None
         return {"low": percentile(ttrs, 0.5), "high": percentile(ttrs, 0.9), "n": len(ttrs)}
