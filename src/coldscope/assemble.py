@@ -27,12 +27,11 @@ def finish(run: Run, evidence: Mapping[str, Any], ctx: Context) -> Run:
         try:
             run = apply(run, build_timeline(evidence, ctx))
         except Exception as exc:  # a bug in evidence handling must not lose the run
-            run = run.model_copy(update={"notes": [*run.notes,
-                                                   f"timeline could not be built: {exc!r}"]})
+            run = run.evolve(notes=[*run.notes, f"timeline could not be built: {exc!r}"])
     from coldscope.findings import findings_for_run
 
     findings = findings_for_run(run, evidence.get("log") or [])
-    return run.model_copy(update={"findings": findings}) if findings else run
+    return run.evolve(findings=findings) if findings else run
 
 
 def run_from_log(lines: Sequence[str], *, name: str, origin: str = "log",

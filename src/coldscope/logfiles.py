@@ -188,7 +188,7 @@ def _with_log_facts(run: Run, lines: list[str], source: LogSource) -> Run:
         path = known[1].model if known is not None else None
         if path:
             update["model"] = ModelRef(path=path, name=path.rstrip("/").rsplit("/", 1)[-1])
-    return run.model_copy(update=update) if update else run
+    return run.evolve(**update) if update else run
 
 
 # -- the fleet summary --------------------------------------------------------------------------

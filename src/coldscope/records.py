@@ -17,7 +17,7 @@ Records written by coldscope 0.1 (schema 1, plain dicts) are read with ``Run.fro
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -48,7 +48,15 @@ class Finding(BaseModel):
 
 
 class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A part of a run record: unknown keys refused, and frozen, so no consumer changes a
+    record behind another's back (a changed record is a new one: ``Run.evolve``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def evolve(self, **changes: Any) -> Self:
+        """A new record: this one with ``changes``, validated as any record is (pydantic's
+        ``model_copy(update=...)`` would skip that: a wrong status would pass)."""
+        return self.model_validate({**self.model_dump(), **changes})
 
 
 class Tool(_Record):
@@ -99,7 +107,7 @@ class Environment(BaseModel):
     (``python``, ``torch``, the engine's package, ...): those are the only extra keys allowed,
     and they must be strings (or null)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", frozen=True)
     __pydantic_extra__: dict[str, str | None] = Field(init=False)
 
     hostname: str | None = None
@@ -349,7 +357,8 @@ class Run(_Record):
 
     def with_timeline(self, tl: Timeline) -> Run:
         """A copy carrying ``tl`` (its stages, sub-steps, sources, spans and segments)."""
-        return self.model_copy(update=timeline_fields(tl))
+        return self.evolve(**timeline_fields(tl))
+
 
     # -- JSON --------------------------------------------------------------------------------
 

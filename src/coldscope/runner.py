@@ -369,16 +369,16 @@ def run_once(config: RunConfig, *, run_id: str | None = None, cache_state: str |
         if config.imports:
             evidence["imports"] = read_import_files(prep.probe_dir)
     ok = seen.status == "ok"
-    run = prep.run.model_copy(update={
-        "status": seen.status, "reason": seen.reason, "verification": seen.verification,
-        "cpu": CpuSamples(**seen.cpu) if seen.cpu else None,
-        "log_tail": "\n".join(text for _, text in seen.lines[-40:]),
-        "time_to_ready_s": seen.ready_at if ok else None,
-        "first_token_s": seen.first_token_at if ok else None,
-    })
+    run = prep.run.evolve(
+        status=seen.status, reason=seen.reason, verification=seen.verification,
+        cpu=CpuSamples(**seen.cpu) if seen.cpu else None,
+        log_tail="\n".join(text for _, text in seen.lines[-40:]),
+        time_to_ready_s=seen.ready_at if ok else None,
+        first_token_s=seen.first_token_at if ok else None,
+    )
     key = compile_key(prep, [text for _, text in seen.lines])
     if key is not None:
-        run = run.model_copy(update={"compile_key": key})
+        run = run.evolve(compile_key=key)
         if config.cache == "warm" and ok:
             _remember_compile_key(prep.dirs.root, key)
     ctx = Context(engine=prep.engine, launch_mono=seen.launch["mono"],
@@ -884,7 +884,7 @@ def recover_lost(store: Store) -> list[str]:
         reason = "coldscope stopped before the run ended (killed?)"
         if survivors:
             reason += f"; {len(survivors)} leftover engine process(es) stopped"
-        store.add_run(run.model_copy(update={"status": "lost", "reason": reason}))
+        store.add_run(run.evolve(status="lost", reason=reason))
         recovered.append(run.id)
     return recovered
 

@@ -241,9 +241,9 @@ def failed_record(cell: Cell, reason: str, *, role: str = MEASURE,
 
 def _annotate(run: Run, cell: Cell, role: str, slot: int, port: int,
               wave: list[Cell]) -> Run:
-    return run.model_copy(update={"origin": "campaign", "campaign": cell.tag(
+    return run.evolve(origin="campaign", campaign=cell.tag(
         role=role, slot=slot, port=port, host=socket.gethostname(),
-        started_with=[c.id for c in wave if c.id != cell.id])})
+        started_with=[c.id for c in wave if c.id != cell.id]))
 
 
 def _run(cell: Cell, config: RunConfig, state: Path, role: str, slot: int, port: int,
@@ -344,7 +344,7 @@ def _run_together(wave: list[Cell], configs: list[RunConfig], spec: CampaignSpec
             for fut in done:
                 run, evidence = fut.result()
                 if interrupted and run.status == "failed":
-                    run = run.model_copy(update={"reason": "interrupted"})
+                    run = run.evolve(reason="interrupted")
                 emit(futures[fut], run, evidence)
     finally:
         pool.shutdown(wait=True)

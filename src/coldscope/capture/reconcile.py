@@ -97,6 +97,6 @@ def apply(run: Run, rec: Reconciled) -> Run:
     # the probe's own time, summed over all processes: an upper bound of its overhead
     update["probe_cost_s"] = sum(p.probe_cost_s for p in rec.processes)
     if rec.log_info is not None and rec.log_info.version and not run.engine.version:
-        update["engine"] = run.engine.model_copy(update={"version": rec.log_info.version})
-    return run.model_copy(update=update)
+        update["engine"] = run.engine.evolve(version=rec.log_info.version)
+    return run.evolve(**update)
 

@@ -227,7 +227,7 @@ def parse(logs, save, vs_paper, max_bytes, store_path, as_json):
     for p in parsed:
         if store is not None and p.run is not None:
             # one stored run per distinct log content, named after the file
-            p.run = p.run.model_copy(update={"id": f"{p.run.id}-{(p.digest or '')[:8]}"})
+            p.run = p.run.evolve(id=f"{p.run.id}-{(p.digest or '')[:8]}")
             store.add_run(p.run, {"saved_log": p.lines})
     if single:
         _print_one(parsed[0], logs[0], vs_paper=vs_paper, saved=store is not None,

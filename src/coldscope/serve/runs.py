@@ -51,4 +51,4 @@ def build_run(s: Startup) -> Run:
         path = known[1].model if known is not None else None
         if path:
             update["model"] = ModelRef(path=path, name=path.rstrip("/").rsplit("/", 1)[-1])
-    return run.model_copy(update=update)
+    return run.evolve(**update)

@@ -258,9 +258,9 @@ class EngineExecutor:
         membership = Membership(kind="tune", name=self.spec.id, role=req.role, trial=req.index,
                                 change=req.change, flags="+".join(req.knobs) or "default",
                                 cache="seeded" if req.seeded else "cold")
-        run = run.model_copy(update={"origin": "tune", "campaign": membership})
+        run = run.evolve(origin="tune", campaign=membership)
         findings = findings_for_run(run, evidence.get("log") or [])
-        run = run.model_copy(update={"findings": findings})
+        run = run.evolve(findings=findings)
         self.store.add_run(run, evidence)
         keep_caches(dirs.root, self.directory, req.cache_key)
         if interrupted is not None:
