@@ -353,8 +353,8 @@ def _compile_cache_miss(f: RunFacts, what: str, compiled: float | None) -> Findi
         return Finding(id="compile_cache_miss", stage=TORCH_COMPILE, seconds_at_stake=compiled,
                        evidence=f"{what} although the run was given a warm cache; {why}",
                        advice=advice)
-    scored = [(len(compile_key_changes(k, mine)), -i, k) for i, k in enumerate(reversed(held))]
-    _, _, near = min(scored, key=lambda t: (t[0], t[1]))
+    # min keeps the first of equals, and newest first is the order to prefer
+    near = min(reversed(held), key=lambda k: len(compile_key_changes(k, mine)))
     changes = compile_key_changes(near, mine)
     earlier = f"run {near.run}" if near.run else "an earlier run"
     if set(near.dirs) & set(mine.dirs) and not changes:

@@ -165,6 +165,14 @@ def test_miss_names_the_flag_that_changed_against_the_nearest_held_key():
     assert "--seed" not in f.evidence
 
 
+def test_miss_of_equally_near_keys_is_told_against_the_newest():
+    held = [_key("r0", ["k0"], **{"--max-model-len": "128"}),
+            _key("r1", ["k1"], **{"--max-model-len": "256"})]
+    f = _miss(_warm_record(compile_key=_key("r2", ["k2"], **{"--max-model-len": "512"}),
+                           cache_held=held))
+    assert "run r1" in f.evidence and "--max-model-len: 256 → 512" in f.evidence
+
+
 def test_miss_on_the_same_entry_says_the_engine_did_not_accept_it():
     f = _miss(_warm_record(compile_key=_key("r2", ["k1"]), cache_held=[_key("r1", ["k1"])]))
     assert "same compile-cache entry as run r1" in f.evidence
