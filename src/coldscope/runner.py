@@ -799,12 +799,17 @@ def profile(config: RunConfig, store: Store | None = None, *,
     storing each as soon as it ends. Ctrl-C, SIGTERM and SIGHUP store the interrupted run as
     failed, stop the engine, and stop. ``on_launch(run)`` is called just before each engine
     starts and ``on_stage`` as in ``run_once`` (live progress displays)."""
-    todo = config.repeat
-    if config.cache == "warm" and config.cache_dir is None \
-            and not cache_dirs(config, "x").warm_filled:
-        todo += 1
+    todo = config.repeat + (1 if needs_priming(config) else 0)
     return run_sequence([config] * todo, store, on_run=on_run, on_line=on_line,
                         on_stage=on_stage, on_launch=on_launch)
+
+
+def needs_priming(config: RunConfig) -> bool:
+    """Whether ``config``'s warm cache is still empty, so a priming run must fill it before a
+    warm start-up can be measured. A shared ``cache_dir`` is never primed: each run finds
+    what earlier ones left, as on a persistent volume."""
+    return config.cache == "warm" and config.cache_dir is None \
+        and not cache_dirs(config, "probe").warm_filled
 
 
 def run_sequence(configs: Sequence[RunConfig], store: Store | None = None, *,

@@ -32,8 +32,8 @@ from coldscope.records import EngineInfo, ModelRef, Run
 from coldscope.runner import (
     RunConfig,
     RunInterrupted,
-    cache_dirs,
     kill_run,
+    needs_priming,
     new_run_id,
     run_once,
 )
@@ -90,10 +90,6 @@ def run_config(cell: Cell, spec: CampaignSpec, root: Path, port: int) -> RunConf
         drop_page_cache=spec.drop_page_cache, cache_root=root, label=spec.name,
         env=dict(cell.env), shutdown_grace=spec.shutdown_grace, origin="campaign",
     )
-
-
-def needs_priming(config: RunConfig) -> bool:
-    return config.cache == "warm" and not cache_dirs(config, "probe").warm_filled
 
 
 # -- one driver per campaign and store ---------------------------------------------------------

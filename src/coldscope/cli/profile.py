@@ -130,13 +130,10 @@ def _startup_progress(config, as_json: bool):
     """Elapsed time and the engine's current stage while it starts, on a terminal only (also
     with --quiet, which only silences the engine's output)."""
     from coldscope.cli.progress import StartupProgress, wanted
-    from coldscope.runner import cache_dirs
+    from coldscope.runner import needs_priming
 
-    runs = config.repeat
-    if config.cache == "warm" and config.cache_dir is None \
-            and not cache_dirs(config, "x").warm_filled:
-        runs += 1  # the runner primes an empty warm cache first
-    return StartupProgress(wanted(as_json), runs)
+    # the runner primes an empty warm cache first
+    return StartupProgress(wanted(as_json), config.repeat + (1 if needs_priming(config) else 0))
 
 
 def _print_run(out, record: Run) -> None:
