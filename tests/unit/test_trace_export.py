@@ -150,6 +150,26 @@ def _decode(body: bytes):
     return res, spans
 
 
+def parent_chain(spans, span) -> list[str]:
+    """The names from ``span`` up through its parents to the root."""
+    by_id = {s.span_id: s for s in spans}
+    names = [span.name]
+    while span.parent_span_id:
+        span = by_id[span.parent_span_id]
+        names.append(span.name)
+    return names
+
+
+def assert_children_inside(spans) -> None:
+    """Every span lies inside its parent (1 µs of rounding allowed at the end)."""
+    by_id = {s.span_id: s for s in spans}
+    for s in spans:
+        if s.parent_span_id:
+            p = by_id[s.parent_span_id]
+            assert p.start_time_unix_nano <= s.start_time_unix_nano
+            assert s.end_time_unix_nano <= p.end_time_unix_nano + 1000
+
+
 def test_otlp_spans_nest_by_process_and_stage_with_resource_attributes():
     res, spans = _decode(otlp_request(messy_run()))
     assert res["host.name"] == "box" and res["host.cpu.model.name"] == "AMD EPYC 9354"
@@ -157,14 +177,9 @@ def test_otlp_spans_nest_by_process_and_stage_with_resource_attributes():
     assert res["coldscope.model.name"] == "tiny"
     assert res["coldscope.engine.version"] == "0.32.0"
     assert res["service.name"] == "coldscope" and res["service.version"] == "0.1.0"
-    by_id = {s.span_id: s for s in spans}
 
     def chain(span):
-        names = [span.name]
-        while span.parent_span_id:
-            span = by_id[span.parent_span_id]
-            names.append(span.name)
-        return names
+        return parent_chain(spans, span)
 
     (weights,) = [s for s in spans if s.name == "model_loading/weights"]
     assert chain(weights) == ["model_loading/weights", "model_loading",
@@ -172,11 +187,7 @@ def test_otlp_spans_nest_by_process_and_stage_with_resource_attributes():
     (imports,) = [s for s in spans if s.name == "bootstrap/api_server_imports"]
     assert chain(imports)[1] == "bootstrap"
     assert sum(s.name == "model_loading" for s in spans) == 2  # reconciled + the worker's
-    for s in spans:  # every child inside its parent
-        if s.parent_span_id:
-            p = by_id[s.parent_span_id]
-            assert p.start_time_unix_nano <= s.start_time_unix_nano
-            assert s.end_time_unix_nano <= p.end_time_unix_nano + 1000
+    assert_children_inside(spans)
 
 
 def test_send_otlp_confirms_what_the_collector_took(tmp_path, capsys):

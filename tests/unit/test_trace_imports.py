@@ -21,7 +21,12 @@ from coldscope.trace_export import (
     otlp_request,
     processes,
 )
-from tests.unit.test_trace_export import _decode, messy_run
+from tests.unit.test_trace_export import (
+    _decode,
+    assert_children_inside,
+    messy_run,
+    parent_chain,
+)
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 LAUNCH = 500.0
@@ -223,14 +228,9 @@ def test_a_run_without_imports_gives_the_trace_it_gave_before():
 def test_otlp_import_spans_nest_under_their_importer_and_stage():
     imports = import_intervals(RAW, launch_mono=LAUNCH, ready_at=READY)
     _, got = _decode(otlp_request(run_with_bootstrap(), imports=imports))
-    by_id = {s.span_id: s for s in got}
 
     def chain(span):
-        names = [span.name]
-        while span.parent_span_id:
-            span = by_id[span.parent_span_id]
-            names.append(span.name)
-        return names
+        return parent_chain(got, span)
 
     def attrs(span):
         return {kv.key: getattr(kv.value, kv.value.WhichOneof("value"))
@@ -249,11 +249,7 @@ def test_otlp_import_spans_nest_under_their_importer_and_stage():
     assert chain(tf)[:4] == ["import transformers", "import vllm.config", "bootstrap",
                              "process api_server (pid 101)"]
     assert sum(attrs(s).get("coldscope.kind") == "import" for s in got) == 9
-    for s in got:  # every child inside its parent
-        if s.parent_span_id:
-            p = by_id[s.parent_span_id]
-            assert p.start_time_unix_nano <= s.start_time_unix_nano
-            assert s.end_time_unix_nano <= p.end_time_unix_nano + 1000
+    assert_children_inside(got)
 
 
 # -- the command -----------------------------------------------------------------------------
