@@ -7,28 +7,20 @@ the engine's own log names."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, TINY_MODEL, engine_ready, needs
+from tests.conftest import REPO, engine_ready, needs, profile_tiny
 
 PORT = 8775
 pytestmark = pytest.mark.engine
 
 
 def _profile(tmp_path: Path, max_model_len: int) -> dict:
-    cmd = [sys.executable, "-m", "coldscope.cli.main", "profile", "--json", "--quiet",
-           "--store", str(tmp_path / "store.db"), "--cache-dir", str(tmp_path / "shared"),
-           "--", "python", "-m", "vllm.entrypoints.openai.api_server",
-           "--model", str(TINY_MODEL), "--port", str(PORT),
-           "--max-model-len", str(max_model_len), "--max-num-seqs", "4", "--dtype", "bfloat16"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    (run,) = json.loads(done.stdout)["runs"]
-    return run
+    return profile_tiny(tmp_path / "store.db", ["--cache-dir", str(tmp_path / "shared")],
+                        ["--port", str(PORT), "--max-model-len", str(max_model_len),
+                         "--max-num-seqs", "4", "--dtype", "bfloat16"])
 
 
 @needs(*engine_ready())

@@ -6,28 +6,20 @@ cache; the bytes read are the kernel's (/proc/PID/io, through the probe)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, TINY_MODEL, engine_ready, needs
+from tests.conftest import REPO, TINY_MODEL, engine_ready, needs, profile_tiny
 
 PORT = 8774
 pytestmark = pytest.mark.engine
 
 
 def _profile(tmp_path: Path, *extra: str) -> dict:
-    cmd = [sys.executable, "-m", "coldscope.cli.main", "profile", "--json", "--quiet",
-           "--store", str(tmp_path / "store.db"), "--cache-root", str(tmp_path / "caches"),
-           *extra, "--", "python", "-m", "vllm.entrypoints.openai.api_server",
-           "--model", str(TINY_MODEL), "--enforce-eager", "--port", str(PORT),
-           "--max-model-len", "256", "--max-num-seqs", "4", "--dtype", "bfloat16"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    (run,) = json.loads(done.stdout)["runs"]
-    return run
+    return profile_tiny(tmp_path / "store.db", ["--cache-root", str(tmp_path / "caches"), *extra],
+                        ["--enforce-eager", "--port", str(PORT), "--max-model-len", "256",
+                         "--max-num-seqs", "4", "--dtype", "bfloat16"])
 
 
 @needs(*engine_ready())
