@@ -34,15 +34,14 @@ MSE_TARGET, MAX_TARGET = 0.3, 1.0
 
 def main() -> int:
     sys.path.insert(0, str(ROOT / "src"))
-    from coldscope.predict import core
-    from coldscope.predict.calibrate import calibrate, clock_resolution, suggest
-    from coldscope.predict.paper import (
+    from coldscope.prediction import core
+    from coldscope.prediction.calibrate import calibrate, clock_resolution, suggest
+    from coldscope.prediction.paper import (
         PAPER_CAPTURE_SIZES,
         observations_from_paper,
         paper_environment,
     )
-    from coldscope.predictor import StartupModel
-
+    from coldscope.prediction.startup_model import StartupModel
     ap = argparse.ArgumentParser()
     ap.add_argument("--paper", type=Path, default=PAPER)
     args = ap.parse_args()
@@ -182,8 +181,7 @@ def main() -> int:
         print(f"  {what:<8} {held.model:<24} measured {held.total_s:6.2f} s, predicted "
               f"{p.total_s:6.2f} s [{p.interval.low:.2f}, {p.interval.high:.2f}] "
               f"{'inside' if inside else 'OUTSIDE'}; out of range: {', '.join(outside) or '-'}")
-    from coldscope.predict.paper import paper_features
-
+    from coldscope.prediction.paper import paper_features
     falcon = paper_features(paper)["falcon-11b"]  # 60 layers; its timings are withheld
     fp = base.predict(falcon)
     c = fp.stages["torch_compile"]

@@ -4,7 +4,7 @@ the difference of mean start-up times, on simulated start-ups (docs/compare.md).
 Run: ``.venv/bin/python benches/bench_compare_methods.py [--trials 400] [--runs 3]``.
 Each trial draws ``--runs`` start-ups per side from normal distributions (a: mean 40 s,
 b: 38 s, both sd 3 s, or b's sd ``--sd-b``), and, for the same data, makes Welch's t-interval
-(``coldscope.compare.welch_interval``, what compare uses), a paired t-interval over the
+(``coldscope.analysis.comparison.welch_interval``, what compare uses), a paired t-interval over the
 interleaved pairs and a percentile bootstrap (4,000 resamples). Prints how often each covered
 the true difference (-2 s) and its mean width. Target for the method compare uses: coverage
 at least 95 % (an interval that claims 95 % must not cover less).
@@ -19,7 +19,7 @@ import numpy as np
 from benchlib import figure
 from scipy.stats import t as student_t
 
-from coldscope.compare import welch_interval
+from coldscope.analysis.comparison import welch_interval
 
 
 def main() -> int:

@@ -30,8 +30,7 @@ def build(base: Path, n: int, template: dict) -> Path:
     (``Store.add_runs``); kept between invocations."""
     from tests.shapes import shape_run, write_shape
 
-    from coldscope.store import Store
-
+    from coldscope.store.db import Store
     db = base / "big.db"
     if db.exists():
         return db
@@ -73,10 +72,9 @@ def main() -> int:
     print(f"store {db}: {args.runs} runs, {db.stat().st_size / 1e6:.0f} MB "
           f"(record template: {len(json.dumps(template)) / 1e3:.1f} kB)")
 
-    from coldscope.predict.store import observations_from_runs
-    from coldscope.predictor import StartupModel
-    from coldscope.store import Store
-
+    from coldscope.prediction.startup_model import StartupModel
+    from coldscope.prediction.training import observations_from_runs
+    from coldscope.store.db import Store
     t0 = time.perf_counter()
     with Store(db, create=False) as store:
         runs = store.runs(status=None)

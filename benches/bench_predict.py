@@ -76,8 +76,7 @@ def extremes(observations) -> dict[str, list[str]]:
 
 
 def accuracy(model, observations, environment, settings) -> None:
-    from coldscope.predictor import StartupModel
-
+    from coldscope.prediction.startup_model import StartupModel
     lomo = model.to_dict()["lomo"]["total"]
     print(f"LOMO (12 dense training models, nested): MSE {lomo['mse']:.3f} s^2, "
           f"max |error| {lomo['max_abs']:.3f} s, {lomo.get('coverage', '?')} inside 90 %")
@@ -126,14 +125,13 @@ def accuracy(model, observations, environment, settings) -> None:
 
 def loading_rates() -> None:
     """Item 3 of the check: one marginal loading rate across sizes, per storage setting."""
-    from coldscope.predict.paper import (
+    from coldscope.prediction.paper import (
         PAPER_CAPTURE_SIZES,
         PAPER_STORAGE,
         observations_from_paper,
         paper_environment,
     )
-    from coldscope.predictor import StartupModel
-
+    from coldscope.prediction.startup_model import StartupModel
     print("loading rate (s/GB) on the smaller vs the larger half of each table's dense models:")
     for table, storage in PAPER_STORAGE.items():
         timings = PAPER / "figures" / table / "avg_comparison_results.json"
@@ -201,9 +199,8 @@ def validation(truths_path: str | None, tmp: Path) -> None:
 
 
 def speed(model, tmp: Path) -> None:
-    from coldscope.features import model_features
-    from coldscope.predictor import StartupModel, estimate_startup
-
+    from coldscope.prediction.features import model_features
+    from coldscope.prediction.startup_model import StartupModel, estimate_startup
     path = tmp / "h100.json"
     model.save(path)
     features = model_features(MODEL_DIR)
@@ -232,13 +229,12 @@ def main() -> None:
         could_not_run("LOMO of the total, 12 dense paper models", f"no paper data in {PAPER}")
         return
     sys.path.insert(0, str(SRC))
-    from coldscope.predict.paper import (
+    from coldscope.prediction.paper import (
         PAPER_CAPTURE_SIZES,
         observations_from_paper,
         paper_environment,
     )
-    from coldscope.predictor import StartupModel
-
+    from coldscope.prediction.startup_model import StartupModel
     observations = observations_from_paper(PAPER)
     environment = paper_environment(PAPER)
     settings = {"capture_sizes": PAPER_CAPTURE_SIZES}

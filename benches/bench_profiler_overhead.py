@@ -29,7 +29,7 @@ from pathlib import Path
 from benchlib import could_not_run, engine_missing, figure
 
 from coldscope.engines import resolve
-from coldscope.runner import RunConfig, run_once
+from coldscope.launch.runner import RunConfig, run_once
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -115,8 +115,7 @@ def main() -> int:
 
 def _import_excess(store_path: Path) -> float:
     """max over runs and processes of (bootstrap import self time - bootstrap seconds)."""
-    from coldscope.store import Store
-
+    from coldscope.store.db import Store
     worst = float("-inf")
     with Store(store_path, create=False) as store:
         for run in store.runs(status="ok"):

@@ -18,11 +18,11 @@ from pathlib import Path
 
 from benchlib import could_not_run, figure
 
-from coldscope.records import Run
+from coldscope.core.records import Run
+from coldscope.core.stages import BUCKETS
 from coldscope.report.data import build_report_data
 from coldscope.report.html import render_report
-from coldscope.stages import BUCKETS
-from coldscope.store import Store
+from coldscope.store.db import Store
 
 REPO = Path(__file__).resolve().parents[1]
 N_RUNS = 1000

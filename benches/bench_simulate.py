@@ -30,11 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import figure  # noqa: E402
 from simpy_model import run_simpy  # noqa: E402
 
+from coldscope.planning.traces import synthesize  # noqa: E402
 from coldscope.sim.core import Simulator  # noqa: E402
 from coldscope.sim.policies import Reactive  # noqa: E402
 from coldscope.sim.simulate import ReplicaSpec, SimConfig, simulate, workload  # noqa: E402
 from coldscope.sim.startup import LogNormal  # noqa: E402
-from coldscope.traces import synthesize  # noqa: E402
 
 
 def main() -> None:

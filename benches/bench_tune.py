@@ -105,8 +105,7 @@ def serving_spread(doc: dict, args) -> None:
     spread of its start-ups' medians (docs/tune.md, "The serving check")."""
     import statistics
 
-    from coldscope.store import Store
-
+    from coldscope.store.db import Store
     runs = [r for r in Store(Path(args.out) / "store.db").runs()
             if r.campaign and r.campaign.name == doc["session"] and r.status == "ok"]
     by_config: dict[str, list[float]] = {}
@@ -135,11 +134,10 @@ def bundle_check(session: str, args) -> None:
     """Pack the session's winner into a bundle, then alternate start-ups of the winner seeded
     from the bundle into a fresh cache root with warm start-ups (caches its previous start-up
     left), ``args.pairs`` pairs: the bundle must be as fast as warm, within the noise."""
-    from coldscope.runner import RunConfig, cache_dirs, run_once
-    from coldscope.tune import session as ts
-    from coldscope.tune.bundle import pack_session, seed_cache_root
-    from coldscope.tune.report import best_command
-
+    from coldscope.launch.runner import RunConfig, cache_dirs, run_once
+    from coldscope.tuning import session as ts
+    from coldscope.tuning.bundle import pack_session, seed_cache_root
+    from coldscope.tuning.report import best_command
     store = Path(args.out) / "store.db"
     directory = ts.find_session(store, session)
     spec = ts.load(directory)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 import statistics
 
-from coldscope.tune.search import Measurement, TrialRequest
+from coldscope.tuning.search import Measurement, TrialRequest
 
 BASE = {"bootstrap": 50.0, "model_loading": 2.0, "torch_compile": 45.0,
         "kv_cache_profiling": 1.0, "server_ready": 1.0, "unattributed": 10.0}

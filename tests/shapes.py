@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from coldscope.records import Run
-from coldscope.stages import BUCKETS
+from coldscope.core.records import Run
+from coldscope.core.stages import BUCKETS
 
 CONFIGS = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "model-configs"
 

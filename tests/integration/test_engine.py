@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from coldscope.stages import BUCKETS, STAGES
+from coldscope.core.stages import BUCKETS, STAGES
 from tests.conftest import REPO, TINY_MODEL, engine_ready, needs, run_processes
 
 MODEL = TINY_MODEL
@@ -128,8 +128,7 @@ def test_real_engine_cold_then_warm(tmp_path):
     assert not run_processes()
 
     # the stored raw evidence (probe events included) rebuilds the same timelines
-    from coldscope.store import Store
-
+    from coldscope.store.db import Store
     with Store(store, create=False) as stored:
         for r in runs:
             assert stored.evidence(r["id"])["probe"], "probe events stored"
@@ -165,8 +164,7 @@ def test_profile_imports_attributes_import_time_per_process(tmp_path):
     """``profile --imports`` on one real start-up: each engine process's import time by
     package, torch among the costliest, within each process's life and bootstrap share."""
     from coldscope.capture.imports import OTHER, parse_import_rows
-    from coldscope.store import Store
-
+    from coldscope.store.db import Store
     store = tmp_path / "store.db"
     cli = str(Path(sys.executable).parent / "coldscope")
     cmd = [

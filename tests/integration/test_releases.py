@@ -20,8 +20,8 @@ import jsonschema
 import pytest
 
 from coldscope.cli.schema import schema_of
-from coldscope.stages import BOOTSTRAP
-from coldscope.store import Store
+from coldscope.core.stages import BOOTSTRAP
+from coldscope.store.db import Store
 from tests.conftest import REPO, TINY_MODEL, engine_ready, needs
 
 PORT = 8773

@@ -114,8 +114,7 @@ def test_harness_sees_errors_and_requests(browser, tmp_path):
 
 @pytest.mark.skipif(not PAPER.is_dir(), reason="../shared/data/paper not present")
 def test_paper_report_renders(browser, tmp_path):
-    from coldscope.predict.paper import paper_features
-
+    from coldscope.prediction.paper import paper_features
     recs = d.paper_records(PAPER)
     path = write(tmp_path, recs, "paper.html", features=paper_features(PAPER),
                  title="The paper's data")
@@ -180,8 +179,7 @@ def test_no_two_labels_of_a_chart_overlap(browser, tmp_path):
                               record("w", cache="warm", scale=0.6)], "labels.html"),
              write(tmp_path, _session(), "tune-labels.html")]
     if PAPER.is_dir():
-        from coldscope.predict.paper import paper_features
-
+        from coldscope.prediction.paper import paper_features
         pages.append(write(tmp_path, d.paper_records(PAPER), "paper-labels.html",
                            features=paper_features(PAPER)))
     for path in pages:

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from coldscope.store import Store
+from coldscope.store.db import Store
 from tests.conftest import REPO, TINY_MODEL, engine_ready, needs
 
 MODEL = TINY_MODEL

@@ -23,9 +23,9 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from coldscope.cli.main import main
-from coldscope.errors import ColdscopeError
-from coldscope.tune import bundle as tb
-from coldscope.tune import session as ts
+from coldscope.tuning import bundle as tb
+from coldscope.tuning import session as ts
+from coldscope.util.errors import ColdscopeError
 from tests.unit.test_tune_search import cpu_knobs
 
 KB = 1024

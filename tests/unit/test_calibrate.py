@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from coldscope.errors import ColdscopeError
-from coldscope.features import ModelFeatures
-from coldscope.predict import core
-from coldscope.predict.calibrate import calibrate, clock_resolution, suggest
-from coldscope.predict.fit import Observation
-from coldscope.predict.paper import observations_from_paper, paper_environment, paper_storage
-from coldscope.predictor import StartupModel, StartupModelFile, predict_json
+from coldscope.prediction import core
+from coldscope.prediction.calibrate import calibrate, clock_resolution, suggest
+from coldscope.prediction.features import ModelFeatures
+from coldscope.prediction.fit import Observation
+from coldscope.prediction.paper import observations_from_paper, paper_environment, paper_storage
+from coldscope.prediction.startup_model import StartupModel, StartupModelFile, predict_json
+from coldscope.util.errors import ColdscopeError
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 PAPER = SHARED / "data" / "paper"
@@ -268,7 +268,6 @@ def test_a_version_1_file_still_loads(base: StartupModel, tmp_path: Path) -> Non
 def test_predict_json_is_what_the_cli_prints(base: StartupModel, tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     from coldscope.cli.main import main
-
     path = tmp_path / "m.json"
     base.save(path)
     features = tmp_path / "x.json"
@@ -281,17 +280,16 @@ def test_predict_json_is_what_the_cli_prints(base: StartupModel, tmp_path: Path,
     assert set(printed["interval"]) == {"low", "high"}
     import jsonschema
 
-    from coldscope.predictor import PredictionReport
-
+    from coldscope.prediction.startup_model import PredictionReport
     jsonschema.validate(printed, PredictionReport.model_json_schema())
     assert main(["predict", str(features), "--startup-model", str(path),
                  "--storage-bandwidth", "fast"]) == 2
 
 
 def test_the_fitting_side_does_not_import_the_predictor_facade() -> None:
-    """No cycle: predict.fit and predict.core never import coldscope.predictor."""
-    code = ("import sys, coldscope.predict.fit, coldscope.predict.calibrate; "
-            "print('coldscope.predictor' in sys.modules)")
+    """No cycle: predict.fit and predict.core never import coldscope.prediction.startup_model."""
+    code = ("import sys, coldscope.prediction.fit, coldscope.prediction.calibrate; "
+            "print('coldscope.prediction.startup_model' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"
@@ -300,7 +298,6 @@ def test_the_fitting_side_does_not_import_the_predictor_facade() -> None:
 def test_plan_and_simulate_accept_a_calibrated_model(base: StartupModel, tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     from coldscope.cli.main import main
-
     cal = StartupModel.from_file(calibrate(base.file_, _machine(0.2, 0.24, 7.0, MODELS),
                                            environment={}, source="t", base_source="b",
                                            models=["m3", "m8"]))

@@ -19,8 +19,8 @@ import pytest
 from coldscope.campaign import campaign_runs, done_cells, expand, parse_spec, run_campaign
 from coldscope.campaign.execute import cache_root_warning, mark, reap
 from coldscope.campaign.progress import Reporter
-from coldscope.errors import ColdscopeError
-from coldscope.store import Store
+from coldscope.store.db import Store
+from coldscope.util.errors import ColdscopeError
 from tests.conftest import REPO, run_processes
 
 FAKE = str(REPO / "tests" / "fake_engine.py")
@@ -247,7 +247,6 @@ def test_a_second_driver_of_the_same_campaign_and_store_is_refused(tmp_path):
     gets a one-line error while the first holds the lock, and runs once the first is done.
     Another store (or another campaign) is not held up."""
     from coldscope.campaign.execute import campaign_lock
-
     store = Store(tmp_path / "s.db")
     spec = parse_spec(fake_spec(tmp_path, repetitions=1))
     with campaign_lock(spec, store.path):

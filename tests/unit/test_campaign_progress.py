@@ -6,9 +6,9 @@ import io
 
 from rich.console import Console
 
-from coldscope.campaign.plan import Cell
+from coldscope.campaign.matrix import Cell
 from coldscope.campaign.progress import RichReporter, stage_text
-from coldscope.records import Run
+from coldscope.core.records import Run
 
 
 def cell(cid: str = "m/default/default/cold/r1") -> Cell:
@@ -67,7 +67,7 @@ def test_campaign_reports_the_stage_each_running_engine_is_in(tmp_path):
 
     from coldscope.campaign import parse_spec, run_campaign
     from coldscope.campaign.progress import Reporter
-    from coldscope.store import Store
+    from coldscope.store.db import Store
     from tests.unit.test_campaign import free_port
 
     engine = tmp_path / "engine.py"

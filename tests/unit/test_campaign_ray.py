@@ -6,8 +6,8 @@ import pytest
 
 from coldscope.campaign import campaign_runs, expand, parse_spec, run_campaign
 from coldscope.campaign.progress import Reporter
-from coldscope.errors import ColdscopeError
-from coldscope.store import Store
+from coldscope.store.db import Store
+from coldscope.util.errors import ColdscopeError
 from tests.conftest import run_processes
 from tests.unit.test_campaign import fake_spec
 
@@ -30,7 +30,6 @@ def crash_first_attempt(marker: str):
         from pathlib import Path
 
         from coldscope.campaign.ray_exec import wave_task
-
         if not Path(marker).exists():
             Path(marker).touch()
             os._exit(1)
@@ -41,7 +40,6 @@ def crash_first_attempt(marker: str):
 
 def test_lost_worker_is_stored_as_failed_and_retried(local_ray, tmp_path):
     from coldscope.campaign.ray_exec import run_ray
-
     store = Store(tmp_path / "s.db")
     spec = parse_spec(fake_spec(tmp_path, repetitions=2, name="onray"))
     cells = expand(spec, tmp_path)

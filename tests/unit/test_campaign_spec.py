@@ -4,13 +4,13 @@ from pathlib import Path
 
 import pytest
 
-from coldscope.campaign.plan import cell_id, expand, missing, render_command, waves
+from coldscope.campaign.matrix import cell_id, expand, missing, render_command, waves
 from coldscope.campaign.progress import eta
 from coldscope.campaign.spec import FlagSet, load_spec, parse_spec, shape_name
 from coldscope.campaign.summary import summarize
-from coldscope.errors import ColdscopeError
-from coldscope.models import ModelShape
-from coldscope.records import Run
+from coldscope.core.records import Run
+from coldscope.synth.tiny_model import ModelShape
+from coldscope.util.errors import ColdscopeError
 
 BASE = {
     "name": "t",
@@ -81,7 +81,6 @@ def test_flags_render_through_the_engine_adapter():
     from coldscope.engines import GenericEngine
     from coldscope.engines.sglang import SGLang
     from coldscope.engines.vllm import VLLM
-
     assert FlagSet(name="e", enforce_eager=True).argv(VLLM()) == ["--enforce-eager"]
     f = FlagSet(name="g", capture_sizes=[1, 8], load_format="safetensors", args="--x 1")
     vllm = f.argv(VLLM())
@@ -126,7 +125,6 @@ def test_expansion_covers_the_matrix_repetition_major(tmp_path):
     # the capture sizes reach the report's and the export's dimension (they were lost when
     # the campaign wrote an option the adapter did not read)
     from coldscope.report.data import _capture_sizes
-
     assert _capture_sizes(graphs.argv(9001)) == "3"
 
 

@@ -13,9 +13,9 @@ import jsonschema
 import pytest
 
 from coldscope.cli.schema import schema_of
-from coldscope.records import Run
-from coldscope.stages import BUCKETS
-from coldscope.store import Store
+from coldscope.core.records import Run
+from coldscope.core.stages import BUCKETS
+from coldscope.store.db import Store
 from tests.conftest import as_vllm
 from tests.unit.test_cli_profile import free_port
 

@@ -138,7 +138,7 @@ def store_of_runs(tmp_path: Path, n: int) -> Path:
     """A real store of ``n`` successful runs over four config-only Llama shapes, written in
     one transaction (``Store.add_runs``: a commit per run would make a large store slow to
     build)."""
-    from coldscope.store import Store
+    from coldscope.store.db import Store
     from tests.shapes import shape_run, write_shape
 
     db = tmp_path / "big.db"

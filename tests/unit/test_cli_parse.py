@@ -48,8 +48,7 @@ def test_parse_times_bootstrap_on_the_log_clock(shared):
 
 
 def test_saved_log_keeps_the_paper_comparison_in_the_store(shared, tmp_path):
-    from coldscope.store import Store
-
+    from coldscope.store.db import Store
     parse(str(shared / YI), "--save", "--store", str(tmp_path / "s.db"))
     [run] = Store(tmp_path / "s.db", create=False).runs(origin="log")
     assert run.paper_metrics and run.missed_by_paper_parser

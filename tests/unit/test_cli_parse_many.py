@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from coldscope.errors import ColdscopeError
-from coldscope.logfiles import fleet_summary, parse_logs, percentile
+from coldscope.ingest.logfiles import fleet_summary, parse_logs, percentile
+from coldscope.util.errors import ColdscopeError
 from tests.unit.test_sglang import ARGS, V0511, sg
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -142,8 +142,7 @@ def test_one_real_sglang_log_from_the_command_line(shared):
 
 
 def test_save_stores_each_log(fleet, tmp_path):
-    from coldscope.store import Store
-
+    from coldscope.store.db import Store
     db = tmp_path / "s.db"
     proc = run_cli(str(fleet), "--save", "--store", str(db))
     assert proc.returncode == 0, proc.stderr
@@ -174,7 +173,7 @@ def test_percentile_interpolates_between_ranks():
 
 
 def test_fit_refuses_to_pool_runs_of_different_engines():
-    from coldscope.predict.store import observations_from_runs
+    from coldscope.prediction.training import observations_from_runs
     from tests.unit.test_predictor import _features, _run
 
     feats = lambda p: _features(Path(p).name, 2, 0.1)  # noqa: E731

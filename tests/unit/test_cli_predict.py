@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from coldscope.cli.main import main
-from coldscope.stages import BUCKETS
+from coldscope.core.stages import BUCKETS
 from tests.shapes import shape_run, write_shape
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
@@ -89,8 +89,7 @@ def test_predict_json_contract(startup_model: Path, tmp_path: Path,
     assert compile_["switched"] and compile_["terms"] == ["1", "graph_mib"]
     assert "layers = 60 outside 24-48" in compile_["why"]
     assert not p["formulas"]["model_loading"]["switched"]
-    from coldscope.predictor import PredictionReport
-
+    from coldscope.prediction.startup_model import PredictionReport
     PredictionReport.model_validate(p)  # the published schema accepts it
 
 
@@ -119,8 +118,7 @@ def test_bad_input_prints_one_error_line(args: list[str], message: str, startup_
 
 def test_fit_from_an_empty_store_is_a_clear_error(tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    from coldscope.store import Store
-
+    from coldscope.store.db import Store
     Store(tmp_path / "store.db").close()
     assert main(["fit", "--store", str(tmp_path / "store.db"), "--out",
                  str(tmp_path / "m.json")]) == 2
@@ -131,8 +129,7 @@ def _store_of_shapes(tmp_path: Path, db: str, layer_counts: tuple[int, ...],
                      compile_per_layer: float = 5.0, bootstrap: float = 30.0,
                      storage: dict | None = None) -> Path:
     """A real store with one run per config-only llama shape (compile = 20 + k x layers)."""
-    from coldscope.store import Store
-
+    from coldscope.store.db import Store
     store = Store(tmp_path / db)
     store.add_runs(
         (shape_run(f"run{i}", write_shape(tmp_path / f"shape{i}", layers, i), layers,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from coldscope.capture.otlp import Receiver
-from coldscope.store import Store
+from coldscope.store.db import Store
 from tests.conftest import run_processes
 
 CLI = str(Path(sys.executable).parent / "coldscope")

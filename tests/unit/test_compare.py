@@ -1,4 +1,4 @@
-"""The comparison core (coldscope.compare) against independent answers: a Welch interval
+"""The comparison core (coldscope.analysis.comparison) against independent answers: a Welch interval
 worked by hand from its closed form, coverage on simulated data, and datasets whose answer is
 known by construction."""
 
@@ -9,8 +9,7 @@ import jsonschema
 import pytest
 from scipy.stats import t as student_t
 
-from coldscope.cli.schema import schema_of
-from coldscope.compare import (
+from coldscope.analysis.comparison import (
     Prime,
     compare,
     parse_threshold,
@@ -21,9 +20,10 @@ from coldscope.compare import (
     sample_of,
     welch_interval,
 )
-from coldscope.errors import ColdscopeError
-from coldscope.records import Run
-from coldscope.stages import BUCKETS
+from coldscope.cli.schema import schema_of
+from coldscope.core.records import Run
+from coldscope.core.stages import BUCKETS
+from coldscope.util.errors import ColdscopeError
 
 
 def by_hand(a, b, confidence=0.95):

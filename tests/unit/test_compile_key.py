@@ -14,12 +14,12 @@ import pytest
 from click.testing import CliRunner
 from pydantic import ValidationError
 
+from coldscope.analysis.findings import compile_key_changes, findings_for_run
 from coldscope.cli.main import cli
+from coldscope.core.records import CompileKey
 from coldscope.engines import GenericEngine, options
 from coldscope.engines.vllm import VLLM, compile_dirs
-from coldscope.findings import compile_key_changes, findings_for_run
-from coldscope.records import CompileKey
-from coldscope.runner import (
+from coldscope.launch.runner import (
     COMPILE_KEYS_FILE,
     KEEP_COMPILE_KEYS,
     RunConfig,
@@ -28,7 +28,7 @@ from coldscope.runner import (
     held_compile_keys,
     profile,
 )
-from coldscope.store import Store
+from coldscope.store.db import Store
 from tests.conftest import SHARED
 
 FIX = SHARED / "fixtures"

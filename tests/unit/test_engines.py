@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from coldscope import engines
-from coldscope.assemble import run_from_log
+from coldscope.core.records import LogInfo
+from coldscope.core.timeline import Span, from_durations
 from coldscope.engines import (
     ENGINES,
     Engine,
@@ -23,11 +24,10 @@ from coldscope.engines import (
     resolve,
 )
 from coldscope.engines.vllm import VLLM
-from coldscope.errors import ColdscopeError
-from coldscope.records import LogInfo
-from coldscope.runner import RunConfig, run_once
-from coldscope.store import Store
-from coldscope.timeline import Span, from_durations
+from coldscope.ingest.assemble import run_from_log
+from coldscope.launch.runner import RunConfig, run_once
+from coldscope.store.db import Store
+from coldscope.util.errors import ColdscopeError
 
 FAKE = str(Path(__file__).resolve().parents[1] / "fake_engine.py")
 
@@ -227,9 +227,8 @@ def test_a_new_engine_gets_findings_and_fleet_watching_through_its_adapter_alone
         tmp_path, monkeypatch, shared):
     """The toy engine is registered (nothing in findings or serve changes): its log becomes a
     run with its findings and advice, and the serve watcher cuts and stores its start-ups."""
-    from coldscope.findings import findings_from_log
+    from coldscope.analysis.findings import findings_from_log
     from coldscope.serve.service import ServeConfig, Service
-
     toy = ToyEngine()
     monkeypatch.setattr(engines, "ENGINES", (toy, *engines.ENGINES))
     assert isinstance(toy, Engine)
@@ -289,8 +288,6 @@ def test_parse_save_stores_the_log_as_a_run(tmp_path, shared):
 
 _PLUGIN = '''
 from coldscope.engines import GenericEngine, starts
-
-
 class Toy(GenericEngine):
     name = "toy"
     packages = {"toy": ("toy-serve",)}
@@ -346,7 +343,6 @@ class TunableToy(ToyEngine):
 
     def tune_catalogue(self, python):
         from coldscope.engines.knob import ALL_CACHES, Knob
-
         return {"version": "1.0", "torch": "none", "python": "3.11.7"}, [
             Knob(name="toy_caches", stage="bootstrap", description="keep toy's caches",
                  tradeoff="an image to ship", seed=(ALL_CACHES,)),
@@ -356,12 +352,11 @@ class TunableToy(ToyEngine):
 
 
 def test_the_toy_engine_passes_tune_campaign_and_bundle(tmp_path, monkeypatch):
-    from coldscope.campaign.plan import expand
+    from coldscope.campaign.matrix import expand
     from coldscope.campaign.spec import parse_spec
     from coldscope.cli.tune import _new_session
-    from coldscope.tune import bundle as tb
-    from coldscope.tune import session as ts
-
+    from coldscope.tuning import bundle as tb
+    from coldscope.tuning import session as ts
     toy = TunableToy()
     monkeypatch.setattr(engines, "ENGINES", (toy, *engines.ENGINES))
     model = tmp_path / "toy-model"

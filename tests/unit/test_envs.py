@@ -1,4 +1,5 @@
-"""Release environments (coldscope.envs): specs, the reuse of a ready environment, pip's reason
+"""Release environments (coldscope.launch.envs): specs, the reuse of a ready environment, pip's
+reason
 for a refusal, files shared by hard links and the disk each environment uses, removal. The
 expected values come from the files the tests write (their sizes, their inodes as the kernel
 reports them) and from pip's own output."""
@@ -11,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from coldscope import envs
-from coldscope.errors import ColdscopeError
+from coldscope.launch import envs
+from coldscope.util.errors import ColdscopeError
 
 
 def test_specs_are_requirements_pythons_or_current(tmp_path):

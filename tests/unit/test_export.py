@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from coldscope.errors import ColdscopeError
-from coldscope.export import COLUMNS, SCHEMA, export_runs, schema_markdown
-from coldscope.records import Run
-from coldscope.stages import BUCKETS
+from coldscope.core.records import Run
+from coldscope.core.stages import BUCKETS
+from coldscope.export.table import COLUMNS, SCHEMA, export_runs, schema_markdown
+from coldscope.util.errors import ColdscopeError
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "export.md"
 
@@ -107,8 +107,7 @@ def test_csv_has_the_parquet_columns_and_typed_text(tmp_path):
 
 def test_cli_filters_like_report(tmp_path, capsys):
     from coldscope.cli.main import main
-    from coldscope.store import Store
-
+    from coldscope.store.db import Store
     store = str(tmp_path / "s.db")
     with Store(store) as s:
         s.add_run(run("20261129T100001-aaaa01"))

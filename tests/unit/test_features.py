@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from coldscope.errors import ColdscopeError
-from coldscope.features import (
+from coldscope.prediction.features import (
     features_from_paper,
     measure_graph_bytes,
     model_features,
     read_safetensors_header,
 )
+from coldscope.util.errors import ColdscopeError
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 CONFIGS = SHARED / "fixtures" / "model-configs"
@@ -269,8 +269,7 @@ def test_a_consistent_safetensors_header_is_counted(tmp_path: Path) -> None:
 
 
 def test_one_dtype_table_has_every_spelling() -> None:
-    from coldscope.features import DTYPE_BYTES
-
+    from coldscope.prediction.features import DTYPE_BYTES
     assert DTYPE_BYTES["BF16"] == DTYPE_BYTES["bfloat16"] == DTYPE_BYTES["bf16"] == 2
     assert DTYPE_BYTES["F8_E4M3"] == DTYPE_BYTES["fp8"] == 1 and DTYPE_BYTES["int4"] == 0.5
 
@@ -278,8 +277,7 @@ def test_one_dtype_table_has_every_spelling() -> None:
 def test_make_model_refuses_a_shape_too_large_for_memory(tmp_path: Path) -> None:
     """Issue 14: the shape is checked against available memory before anything is allocated."""
     from coldscope.cli.main import main
-    from coldscope.models import ModelShape, check_memory, making_bytes, parameter_count
-
+    from coldscope.synth.tiny_model import ModelShape, check_memory, making_bytes, parameter_count
     shape = ModelShape(num_layers=1000, hidden_size=65536, num_heads=512, num_kv_heads=8)
     assert parameter_count(shape) > 10**13
     with pytest.raises(ColdscopeError, match="needs about .* GB of memory to make"):
@@ -295,8 +293,7 @@ def test_make_model_refuses_a_shape_too_large_for_memory(tmp_path: Path) -> None
 
 
 def test_parameter_count_of_make_model_matches_transformers() -> None:
-    from coldscope.models import ModelShape, parameter_count
-
+    from coldscope.synth.tiny_model import ModelShape, parameter_count
     transformers = pytest.importorskip("transformers")
     for arch, cls in (("llama", "LlamaForCausalLM"), ("mixtral", "MixtralForCausalLM")):
         shape = ModelShape(architecture=arch, num_layers=2, hidden_size=128, num_heads=2)

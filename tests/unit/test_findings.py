@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from coldscope.findings import (
+from coldscope.analysis.findings import (
     FINDING_IDS,
     RunFacts,
     evaluate,

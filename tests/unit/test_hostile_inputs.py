@@ -484,8 +484,8 @@ def test_every_text_renderer_is_inert_on_a_stored_run_full_of_control_sequences(
     """A run from a hostile store (every text field holds control sequences): each table of
     runs prints it inert on coldscope's console, on a terminal (colours on) and a pipe."""
     from coldscope.cli.common import console
-    from coldscope.records import Finding, Run
-    from coldscope.render import (
+    from coldscope.core.records import Finding, Run
+    from coldscope.render.tables import (
         compare_table,
         environment_table,
         failed_detail,
@@ -493,8 +493,7 @@ def test_every_text_renderer_is_inert_on_a_stored_run_full_of_control_sequences(
         runs_table,
         timeline_table,
     )
-    from coldscope.terminal import SafeConsole
-
+    from coldscope.util.terminal import SafeConsole
     b = HOSTILE_TEXT
     run = Run.model_validate({
         "id": "r" + b, "status": "failed", "cache": "cold", "reason": "boom" + b,

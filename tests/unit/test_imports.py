@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from coldscope.analysis.findings import RunFacts, rule_repeated_imports
 from coldscope.capture.imports import (
     OTHER,
     aggregate_imports,
@@ -21,7 +22,6 @@ from coldscope.capture.imports import (
     read_import_files,
 )
 from coldscope.capture.probe import PROBE_DIR
-from coldscope.findings import RunFacts, rule_repeated_imports
 
 # -- the probe against python -X importtime ----------------------------------------------------
 
@@ -255,14 +255,12 @@ def test_read_import_files_keeps_pid_files_only(tmp_path: Path):
 
 
 def _run_with(imports):
-    from coldscope.records import Run
-
+    from coldscope.core.records import Run
     return Run(id="r1", status="ok", started_at="2026-12-02T00:00:00+00:00", imports=imports)
 
 
 def test_run_carries_imports_through_json_and_old_records_have_none():
-    from coldscope.records import Run
-
+    from coldscope.core.records import Run
     recs = import_records({"11": API}, roles={11: "api_server"}, launch_mono=LAUNCH,
                           ready_at=2.6, segments=SEGMENTS)
     run = _run_with(recs)
@@ -275,8 +273,7 @@ def test_run_carries_imports_through_json_and_old_records_have_none():
 def test_show_table_lists_each_process_top_packages():
     from rich.console import Console
 
-    from coldscope.render import imports_table
-
+    from coldscope.render.tables import imports_table
     recs = import_records({"11": API, "12": CORE, "13": "100.1\t2000\t2000\t0\tjson\t__main__"},
                           roles={11: "api_server", 12: "engine_core"}, launch_mono=LAUNCH,
                           ready_at=2.6, segments=SEGMENTS)

@@ -4,10 +4,10 @@ the plan of start-ups (primes first, then a b a b ...) handed to the runner."""
 
 import pytest
 
-from coldscope import interleave
-from coldscope.errors import ColdscopeError
-from coldscope.interleave import arms, run_ab, split_command
-from coldscope.records import Run
+from coldscope.core.records import Run
+from coldscope.launch import interleave
+from coldscope.launch.interleave import arms, run_ab, split_command
+from coldscope.util.errors import ColdscopeError
 
 
 @pytest.mark.parametrize("text, argv, env", [

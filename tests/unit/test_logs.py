@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from coldscope.core.stages import BUCKETS, STAGES
+from coldscope.core.timeline import reconcile
 from coldscope.engines.vllm_log import (
     FAMILIES,
     PAPER_METRICS,
@@ -27,9 +29,7 @@ from coldscope.engines.vllm_log import (
     parse_vllm_log,
     read_vllm_log,
 )
-from coldscope.errors import ColdscopeError
-from coldscope.stages import BUCKETS, STAGES
-from coldscope.timeline import reconcile
+from coldscope.util.errors import ColdscopeError
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
 GPU = FIXTURES / "vllm-logs"
@@ -848,8 +848,7 @@ def test_missed_reports_logs_the_paper_cannot_parse_at_all():
 
 
 def test_a_log_read_alone_is_one_run():
-    from coldscope.assemble import run_from_log
-
+    from coldscope.ingest.assemble import run_from_log
     run = run_from_log(raw_lines("serve_warm.log"), name="serve_warm.log")
     assert set(run.stages) == set(BUCKETS)
     assert run.log_info.family == "v0.32" and run.log_info.compile_cache == "miss"

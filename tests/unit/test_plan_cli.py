@@ -10,9 +10,9 @@ import jsonschema
 import pytest
 
 from coldscope.cli.main import main
-from coldscope.plan import PlanReport
-from coldscope.records import Run
-from coldscope.stages import BUCKETS, MODEL_LOADING
+from coldscope.core.records import Run
+from coldscope.core.stages import BUCKETS, MODEL_LOADING
+from coldscope.planning import PlanReport
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 PAPER = SHARED / "data" / "paper"
@@ -129,9 +129,8 @@ def test_bad_input_is_one_line(capsys, args, message):
 def startup_model(tmp_path_factory):
     if not PAPER.exists():
         pytest.skip("shared paper data not present")
-    from coldscope.predict.paper import observations_from_paper
-    from coldscope.predictor import StartupModel
-
+    from coldscope.prediction.paper import observations_from_paper
+    from coldscope.prediction.startup_model import StartupModel
     path = tmp_path_factory.mktemp("sm") / "startup.json"
     StartupModel().fit(observations_from_paper(PAPER)).save(path)
     return path
@@ -157,10 +156,9 @@ def _record(i, model_path, ttr, loading):
 
 def test_engine_from_startup_model_and_check_against_store(capsys, tmp_path, startup_model,
                                                            features_file):
-    from coldscope.features import model_features
-    from coldscope.predictor import StartupModel
-    from coldscope.store import Store
-
+    from coldscope.prediction.features import model_features
+    from coldscope.prediction.startup_model import StartupModel
+    from coldscope.store.db import Store
     pred = StartupModel.load(startup_model).predict(
         model_features(features_file))
     loading = pred.stages[MODEL_LOADING].s

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from coldscope.plan.economics import (
+from coldscope.planning.economics import (
     ScaleToZero,
     WarmPoolCost,
     _phases,

@@ -8,10 +8,10 @@ import jsonschema
 import pytest
 from pydantic import ValidationError
 
-from coldscope.errors import ColdscopeError
-from coldscope.plan import ScaleHint, ScaleHintRequest, scale_hint
-from coldscope.plan.economics import ScaleToZero
-from coldscope.plan.profile import load_profile
+from coldscope.planning import ScaleHint, ScaleHintRequest, scale_hint
+from coldscope.planning.economics import ScaleToZero
+from coldscope.planning.infra import load_profile
+from coldscope.util.errors import ColdscopeError
 
 
 def _hint(**kw) -> ScaleHint:
@@ -78,12 +78,11 @@ def test_rates_are_bounded():
 @pytest.mark.parametrize("sla", [2.0, 60.0])
 def test_warm_floor_is_the_smallest_pool_the_planner_accepts(rate, cold, sla):
     """warm_floor (what the simulator's policy calls) agrees with sla.evaluate on a flat day."""
-    from coldscope.plan import budget as bud
-    from coldscope.plan.hint import warm_floor
-    from coldscope.plan.mitigations import Stack
-    from coldscope.plan.profile import Traffic
-    from coldscope.plan.sla import evaluate
-
+    from coldscope.planning import budget as bud
+    from coldscope.planning.hint import warm_floor
+    from coldscope.planning.infra import Traffic
+    from coldscope.planning.mitigations import Stack
+    from coldscope.planning.sla import evaluate
     profile = load_profile()
     budget = bud.Budget((bud.Part("startup", cold, cold, "test"),))
     base = bud.baseline_conditions(profile, bud.engine_from_default(profile))

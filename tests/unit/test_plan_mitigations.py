@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from coldscope.errors import ColdscopeError
-from coldscope.plan import budget as bud
-from coldscope.plan.mitigations import LAYER_NAMES, apply_layers, canonical
-from coldscope.plan.profile import load_profile
-from coldscope.stages import CUDA_GRAPH_CAPTURE, KV_CACHE_PROFILING, TORCH_COMPILE
+from coldscope.core.stages import CUDA_GRAPH_CAPTURE, KV_CACHE_PROFILING, TORCH_COMPILE
+from coldscope.planning import budget as bud
+from coldscope.planning.infra import load_profile
+from coldscope.planning.mitigations import LAYER_NAMES, apply_layers, canonical
+from coldscope.util.errors import ColdscopeError
 
 
 @pytest.fixture(scope="module")

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from coldscope.plan import budget as bud
-from coldscope.plan.economics import ScaleToZero
-from coldscope.plan.mitigations import apply_layers
-from coldscope.plan.profile import Traffic, load_profile
-from coldscope.plan.sla import evaluate as judge
-from coldscope.plan.sla import load_tiers, plan_tiers, search, simulate_day
-from coldscope.traces import read_trace
-from coldscope.traces import shape as trace_shape
+from coldscope.planning import budget as bud
+from coldscope.planning.economics import ScaleToZero
+from coldscope.planning.infra import Traffic, load_profile
+from coldscope.planning.mitigations import apply_layers
+from coldscope.planning.sla import evaluate as judge
+from coldscope.planning.sla import load_tiers, plan_tiers, search, simulate_day
+from coldscope.planning.traces import read_trace
+from coldscope.planning.traces import shape as trace_shape
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 

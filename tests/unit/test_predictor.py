@@ -11,20 +11,25 @@ from typing import Any
 import numpy as np
 import pytest
 
-from coldscope.errors import ColdscopeError
-from coldscope.features import ModelFeatures
-from coldscope.predict.fit import Observation, cv_plus_min_points
-from coldscope.predict.paper import (
+from coldscope.core.records import Run
+from coldscope.core.stages import BUCKETS, STAGES, UNATTRIBUTED
+from coldscope.prediction.features import ModelFeatures
+from coldscope.prediction.fit import Observation, cv_plus_min_points
+from coldscope.prediction.paper import (
     PAPER_CAPTURE_SIZES,
     model_name,
     observations_from_paper,
     paper_environment,
     paper_features,
 )
-from coldscope.predict.store import observations_from_runs
-from coldscope.predictor import StartupModel, estimate_startup, t_quantile, term_value
-from coldscope.records import Run
-from coldscope.stages import BUCKETS, STAGES, UNATTRIBUTED
+from coldscope.prediction.startup_model import (
+    StartupModel,
+    estimate_startup,
+    t_quantile,
+    term_value,
+)
+from coldscope.prediction.training import observations_from_runs
+from coldscope.util.errors import ColdscopeError
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 PAPER = SHARED / "data" / "paper"

@@ -219,7 +219,6 @@ def _vllm_like_events():
 def test_process_roles_and_their_start_substeps_come_from_the_adapter():
     from coldscope.engines.sglang import SGLang
     from coldscope.engines.vllm import VLLM
-
     procs = processes_from_events(_vllm_like_events(), VLLM().process_roles)
     assert {p.pid: p.role for p in procs} == {1: "helper", 2: "engine_core", 3: "worker",
                                               4: "helper"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from coldscope.records import Run
+from coldscope.core.records import Run
 
 
 def _run() -> Run:

@@ -1,4 +1,4 @@
-"""``coldscope releases``' pure half (coldscope.releases): the round-robin order, per-release
+"""``coldscope releases``' pure half (coldscope.launch.releases): the round-robin order, per-release
 means and the deltas between consecutive releases, on runs whose numbers the tests choose, so
 the expected means, differences and sums are worked out by hand here; and the command's
 argument handling."""
@@ -7,10 +7,10 @@ import jsonschema
 import pytest
 
 from coldscope.cli.schema import schema_of
-from coldscope.envs import Env
-from coldscope.records import EngineInfo, ImportRecord, Run
-from coldscope.releases import Started, rounds, summarise
-from coldscope.stages import BUCKETS
+from coldscope.core.records import EngineInfo, ImportRecord, Run
+from coldscope.core.stages import BUCKETS
+from coldscope.launch.envs import Env
+from coldscope.launch.releases import Started, rounds, summarise
 from tests.unit.test_cli_compare import coldscope
 
 
@@ -117,8 +117,7 @@ def test_list_on_an_empty_directory(tmp_path):
 def test_text_output_names_releases_and_the_resolved_change():
     from rich.console import Console
 
-    from coldscope.render import releases_tables
-
+    from coldscope.render.tables import releases_tables
     result = summarise(_started(), [A, B], name="n", cache="cold", repeat=2, args=[])
     console = Console(width=120, record=True)
     console.print(releases_tables(result))
@@ -140,12 +139,11 @@ def test_measure_stores_every_start_up_carrying_its_membership(tmp_path, monkeyp
     start-up is stored carrying its membership from its first record (status ``running``,
     stored before the engine would start) to its last, once; and the report's releases
     block, from the store, has the numbers ``summarise`` gives the command."""
-    from coldscope import runner
-    from coldscope.records import Membership
-    from coldscope.releases import measure
+    from coldscope.core.records import Membership
+    from coldscope.launch import runner
+    from coldscope.launch.releases import measure
     from coldscope.report.build import make_report
-    from coldscope.store import Store
-
+    from coldscope.store.db import Store
     store = Store(tmp_path / "s.db")
     seen_running: list[Membership | None] = []
     boot = {A.spec: [20.0, 20.6, 90.0], B.spec: [25.0, 25.4, 90.0]}  # 90: the prime

@@ -6,8 +6,8 @@ import io
 
 from rich.console import Console
 
-from coldscope.records import Finding, Run
-from coldscope.render import environment_table, runs_table, substep_order, timeline_table
+from coldscope.core.records import Finding, Run
+from coldscope.render.tables import environment_table, runs_table, substep_order, timeline_table
 
 
 def _print(renderable, width: int = 80) -> str:
@@ -123,8 +123,7 @@ def test_environment_shows_the_compile_key_and_what_the_cache_held():
 
 def test_show_env_and_runs_through_the_cli(tmp_path, capsys):
     from coldscope.cli.main import main
-    from coldscope.store import Store
-
+    from coldscope.store.db import Store
     data = _overlapping_run().to_json()
     data.update(id="20261201T015957-4ed8a1",
                 environment={"cpu_model": "AMD EPYC 9354", "cpu_cores": 2, "torch": "2.13.0"},
@@ -144,10 +143,9 @@ def test_show_env_and_runs_through_the_cli(tmp_path, capsys):
 
 
 def test_comparison_table_leads_with_time_to_ready_and_shows_what_differs():
-    from coldscope.compare import compare
-    from coldscope.render import comparison_table
-    from coldscope.stages import BUCKETS
-
+    from coldscope.analysis.comparison import compare
+    from coldscope.core.stages import BUCKETS
+    from coldscope.render.tables import comparison_table
     def rec(i, compile_s, inspect_s, na=()):
         stages = dict.fromkeys(BUCKETS)
         stages.update({"bootstrap": 20.0 + i / 10, "torch_compile": compile_s,

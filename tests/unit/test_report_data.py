@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from coldscope.records import Run
+from coldscope.core.records import Run
+from coldscope.core.stages import BUCKETS, MODEL_LOADING, TORCH_COMPILE, UNATTRIBUTED
 from coldscope.report import data as d
-from coldscope.stages import BUCKETS, MODEL_LOADING, TORCH_COMPILE, UNATTRIBUTED
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 PAPER = SHARED / "data" / "paper"
@@ -253,9 +253,12 @@ def test_paper_comparisons_pair_only_equal_settings():
 
 @pytest.mark.skipif(not PAPER.is_dir(), reason="../shared/data/paper not present")
 def test_predictions_score_only_the_models_setting_and_label_training_rows():
-    from coldscope.predict.paper import observations_from_paper, paper_environment, paper_features
-    from coldscope.predictor import StartupModel
-
+    from coldscope.prediction.paper import (
+        observations_from_paper,
+        paper_environment,
+        paper_features,
+    )
+    from coldscope.prediction.startup_model import StartupModel
     l40s = PAPER / "figures/figure-10/gpu1/avg_comparison_results.json"
     obs = observations_from_paper(PAPER, l40s)
     model = StartupModel().fit(obs, paper_environment(PAPER, l40s), {"capture_sizes": 67})
@@ -364,9 +367,9 @@ def test_tune_waterfall_agrees_with_the_search_it_draws():
     """The search on the fake engine, its runs as the store keeps them, and tune's own
     ``waterfall`` for the kept steps: the chart starts at the session's baseline and ends at
     its best, with the throughput ratio the search reported."""
-    from coldscope.tune.report import waterfall
-    from coldscope.tune.search import Search
-    from coldscope.tune.session import SessionSpec
+    from coldscope.tuning.report import waterfall
+    from coldscope.tuning.search import Search
+    from coldscope.tuning.session import SessionSpec
     from tests.fake_tunable_engine import FakeTunable
     from tests.unit.test_tune_search import cpu_knobs
 

@@ -13,7 +13,7 @@ import pytest
 from coldscope.cli.main import main
 from coldscope.report import data as d
 from coldscope.report.html import nice_ticks, render_report
-from coldscope.store import Store
+from coldscope.store.db import Store
 from tests.unit.test_report_data import PAPER, _session, record
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
@@ -97,7 +97,6 @@ def test_report_progress_phases_and_when_it_shows(tmp_path, two_runs):
 
     from coldscope.cli.report import report_progress
     from coldscope.report.build import make_report
-
     store = tmp_path / "s.db"
     with Store(store) as s:
         for r in two_runs:
@@ -125,8 +124,7 @@ def test_report_progress_phases_and_when_it_shows(tmp_path, two_runs):
 @pytest.mark.skipif(not PAPER.is_dir(), reason="../shared/data/paper not present")
 def test_every_axis_caption_and_numeric_header_has_a_unit(two_runs):
     """Axis captions say their unit; numeric table headers end in one (s, %, ×) or count."""
-    from coldscope.predict.paper import paper_features
-
+    from coldscope.prediction.paper import paper_features
     pages = [page(two_runs), page(d.paper_records(PAPER), features=paper_features(PAPER)),
              page(_session())]
     units = ("(s)", "(%)", "(GB)", "(MiB)", "(log scale)", "seconds")
@@ -144,11 +142,10 @@ def test_every_axis_caption_and_numeric_header_has_a_unit(two_runs):
 def _write_session(store_path, last_kept: bool):
     """A session file for ``_session()``'s runs without their confirm: the budget ran out
     after the mp trial, which only the file says was kept (or not)."""
-    from coldscope.compare import ratio_interval
-    from coldscope.tune.knob import Knob
-    from coldscope.tune.search import Baseline, Outcome, TrialRow
-    from coldscope.tune.session import SessionSpec, save, sessions_dir
-
+    from coldscope.analysis.comparison import ratio_interval
+    from coldscope.engines.knob import Knob
+    from coldscope.tuning.search import Baseline, Outcome, TrialRow
+    from coldscope.tuning.session import SessionSpec, save, sessions_dir
     runs = _session()[:-1]
     rows = [TrialRow(trial=r.campaign.trial, role=r.campaign.role, change=r.campaign.change,
                      knobs=d.tune_knobs(r), cache="seeded" if r.campaign.trial > 1 else "cold",
@@ -178,7 +175,6 @@ def test_report_reads_a_tune_sessions_kept_changes_from_its_file(tmp_path, capsy
     """The session file decides what was kept: here, the last trial, which its runs alone
     cannot tell; without the file the report reads the runs, and says so."""
     from coldscope.report.build import make_report
-
     store = tmp_path / "s.db"
     runs = _write_session(store, last_kept)
     with Store(store) as s:

@@ -2,7 +2,7 @@
 measurement (found by their membership, kind ``releases``) as one stacked bar per release and
 the largest stage changes between consecutive releases. The expected means, changes and
 intervals are worked out by hand here from the stage seconds the tests choose, and the whole
-block is checked against ``coldscope.releases.summarise``, the numbers ``coldscope releases
+block is checked against ``coldscope.launch.releases.summarise``, the numbers ``coldscope releases
 --json`` gives for the same runs."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from coldscope.envs import Env
-from coldscope.records import Run
-from coldscope.releases import Started, summarise
+from coldscope.core.records import Run
+from coldscope.core.stages import BUCKETS
+from coldscope.launch.envs import Env
+from coldscope.launch.releases import Started, summarise
 from coldscope.report import data as d
 from coldscope.report.html import render_report
-from coldscope.stages import BUCKETS
 from tests.unit.test_report_data import record
 
 SVG_NS = "{http://www.w3.org/2000/svg}"

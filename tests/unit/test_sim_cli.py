@@ -11,8 +11,8 @@ import jsonschema
 import pytest
 
 from coldscope.cli.main import main
+from coldscope.planning.traces import read_trace
 from coldscope.sim import SimResult, SweepResult
-from coldscope.traces import read_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 AZURE_CODE = ROOT.parent / "shared" / "data" / "traces" / "AzureLLMInferenceTrace_code.csv"
@@ -54,8 +54,7 @@ def test_timeline_only_when_asked_and_output_file(capsys, tmp_path):
 
 
 def test_one_default_gpu_price_with_its_currency(capsys):
-    from coldscope.plan.profile import load_profile
-
+    from coldscope.planning.infra import load_profile
     h100 = load_profile().gpus["H100"].price_per_hour
     out = _json(capsys, "simulate", "--trace", str(AZURE_CODE), "--startup-s", "30")
     assert out["replica"]["gpu_hour_price"] == h100 == 4.0

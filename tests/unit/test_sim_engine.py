@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from coldscope.planning.traces import Trace, read_trace, synthesize
 from coldscope.sim.core import Simulator, Workload
 from coldscope.sim.policies import FixedPool, Predictive, Reactive, WarmPool
 from coldscope.sim.simulate import ReplicaSpec, SimConfig, simulate, workload
 from coldscope.sim.startup import Fixed, LogNormal
-from coldscope.traces import Trace, read_trace, synthesize
 
 ROOT = Path(__file__).resolve().parents[2]
 AZURE_CONV = ROOT.parent / "shared" / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"

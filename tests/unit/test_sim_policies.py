@@ -122,8 +122,7 @@ def test_predictive_with_an_sla_keeps_the_planners_warm_floor():
             answer = policy.desired(obs)
         return answer
 
-    from coldscope.plan.hint import warm_floor
-
+    from coldscope.planning.hint import warm_floor
     assert warm_floor(0.05, 30.0, 2.0, 0.5, 90.0) == 1
     assert last_answer(Predictive(), 30.0) == 0
     assert last_answer(Predictive(sla_ttft_s=2.0), 30.0) == 1

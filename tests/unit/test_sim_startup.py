@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from coldscope.errors import ColdscopeError
 from coldscope.sim import startup as st
+from coldscope.util.errors import ColdscopeError
 
 PAPER = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "paper"
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from coldscope.errors import ColdscopeError
+from coldscope.planning.traces import synthesize
 from coldscope.sim.simulate import SimConfig, simulate
 from coldscope.sim.startup import Fixed
 from coldscope.sim.sweep import apply, load_sweep, run_sweep, sweep_cases
-from coldscope.traces import synthesize
+from coldscope.util.errors import ColdscopeError
 
 SPEC = {"policy": "warm-pool", "grid": {"policy.min_workers": [0, 2], "startup_scale": [1, 0.5],
                                         "replica.concurrency": 4},

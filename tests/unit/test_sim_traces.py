@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coldscope import traces
-from coldscope.errors import ColdscopeError
-from coldscope.traces import parse_rate, read_trace, synthesize, write_trace
+from coldscope.planning import traces
+from coldscope.planning.traces import parse_rate, read_trace, synthesize, write_trace
+from coldscope.util.errors import ColdscopeError
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data" / "traces"

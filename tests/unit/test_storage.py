@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from coldscope.analysis.findings import RunFacts, rule_weights_from_disk
 from coldscope.capture.probe import (
     PROBE_DIR,
     processes_from_events,
@@ -16,7 +17,6 @@ from coldscope.capture.probe import (
     storage_reads,
 )
 from coldscope.capture.storage import residency, resident_bytes, weight_files
-from coldscope.findings import RunFacts, rule_weights_from_disk
 
 MIB = 1024 * 1024
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from coldscope.errors import ColdscopeError
-from coldscope.records import Run
-from coldscope.stages import BUCKETS
-from coldscope.store import Store
+from coldscope.core.records import Run
+from coldscope.core.stages import BUCKETS
+from coldscope.store.db import Store
+from coldscope.util.errors import ColdscopeError
 
 
 def record(run_id: str, status="ok", ttr=10.0) -> dict:

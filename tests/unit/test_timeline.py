@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from coldscope.stages import BUCKETS, STAGES
-from coldscope.timeline import Span, from_durations, reconcile, union_length
+from coldscope.core.stages import BUCKETS, STAGES
+from coldscope.core.timeline import Span, from_durations, reconcile, union_length
 
 
 def test_buckets_sum_exactly_to_time_to_ready():
@@ -77,10 +77,10 @@ def test_from_durations_keeps_unknowns_unknown():
 
 def test_timeline_imports_only_stages():
     """The timeline is pure data: it must not import the runner or any consumer."""
-    src = Path(__file__).resolve().parents[2] / "src" / "coldscope" / "timeline.py"
+    src = Path(__file__).resolve().parents[2] / "src" / "coldscope" / "core" / "timeline.py"
     tree = ast.parse(src.read_text())
     imported = {
         node.module for node in ast.walk(tree)
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("coldscope")
     }
-    assert imported == {"coldscope.stages"}
+    assert imported == {"coldscope.core.stages"}

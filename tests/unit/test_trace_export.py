@@ -17,8 +17,8 @@ from collections import defaultdict
 
 import pytest
 
-from coldscope.records import Run
-from coldscope.trace_export import SYNTHETIC_BASE, chrome_trace, otlp_request, send_otlp
+from coldscope.core.records import Run
+from coldscope.export.trace import SYNTHETIC_BASE, chrome_trace, otlp_request, send_otlp
 
 
 def iv(name, process, pid, start, end, source):
@@ -193,9 +193,8 @@ def test_otlp_spans_nest_by_process_and_stage_with_resource_attributes():
 def test_send_otlp_confirms_what_the_collector_took(tmp_path, capsys):
     from coldscope.capture.otlp import Receiver
     from coldscope.cli.main import main
-    from coldscope.errors import ColdscopeError
-    from coldscope.store import Store
-
+    from coldscope.store.db import Store
+    from coldscope.util.errors import ColdscopeError
     run = messy_run()
     with Receiver() as rx:
         sent = send_otlp(run, rx.endpoint)

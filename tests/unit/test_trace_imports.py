@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from coldscope.capture.imports import TRACE_MIN_SECONDS, ImportInterval, import_intervals
-from coldscope.records import Run
-from coldscope.trace_export import (
+from coldscope.core.records import Run
+from coldscope.export.trace import (
     IMPORT_CATEGORY,
     IMPORT_SOURCE,
     chrome_trace,
@@ -257,8 +257,7 @@ def test_otlp_import_spans_nest_under_their_importer_and_stage():
 
 def test_trace_command_writes_import_slices_from_the_stored_evidence(tmp_path, capsys):
     from coldscope.cli.main import main
-    from coldscope.store import Store
-
+    from coldscope.store.db import Store
     plain = messy_run()
     with Store(tmp_path / "s.db") as s:
         s.add_run(run_with_bootstrap(), {"imports": RAW, "launch": {"mono": LAUNCH}})

@@ -7,10 +7,10 @@ import pytest
 
 from coldscope.cli.main import main
 from coldscope.cli.tune import parse_fraction
-from coldscope.errors import ColdscopeError
-from coldscope.tune import session as ts
-from coldscope.tune.report import tune_tables
-from coldscope.tune.search import Outcome
+from coldscope.tuning import session as ts
+from coldscope.tuning.report import tune_tables
+from coldscope.tuning.search import Outcome
+from coldscope.util.errors import ColdscopeError
 from tests.fake_tunable_engine import FakeTunable
 from tests.unit.test_tune_search import cpu_knobs
 
@@ -57,8 +57,7 @@ def test_tables_show_trials_skipped_and_winner(tmp_path):
                           command=["python", "-m", "vllm.entrypoints.openai.api_server"],
                           budget=20, knobs=cpu_knobs())
     outcome = ts.run_search(spec, tmp_path / "s", FakeTunable())
-    from coldscope.tune.report import tune_json
-
+    from coldscope.tuning.report import tune_json
     doc = tune_json(spec, outcome)
     assert doc["best"]["env"]["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
     assert "--enforce-eager" in doc["best"]["argv"]

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from coldscope.engines.knob import Knob
 from coldscope.engines.vllm_knobs import _static_caps, catalogue
-from coldscope.errors import ColdscopeError
-from coldscope.tune import session as ts
-from coldscope.tune.knob import Knob
-from coldscope.tune.search import Search
+from coldscope.tuning import session as ts
+from coldscope.tuning.search import Search
+from coldscope.util.errors import ColdscopeError
 from tests.fake_tunable_engine import FakeTunable
 
 
@@ -195,7 +195,7 @@ def test_failed_baseline_is_an_error():
     bad = Knob(name="x", stage="bootstrap", description="", tradeoff="")
 
     def measure(req):
-        from coldscope.tune.search import Measurement
+        from coldscope.tuning.search import Measurement
         return Measurement(ok=False, reason="engine exited with code 1 before ready")
 
     with pytest.raises(ColdscopeError, match="baseline start-up failed"):

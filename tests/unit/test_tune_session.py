@@ -12,13 +12,13 @@ import jsonschema
 import pytest
 
 from coldscope.cli.schema import schema_of
-from coldscope.errors import ColdscopeError
-from coldscope.store import Store
-from coldscope.tune import bundle as tb
-from coldscope.tune import session as ts
-from coldscope.tune.report import tune_json
-from coldscope.tune.search import cache_key
-from coldscope.tune.tuned import tuned_startup
+from coldscope.store.db import Store
+from coldscope.tuning import bundle as tb
+from coldscope.tuning import session as ts
+from coldscope.tuning.report import tune_json
+from coldscope.tuning.search import cache_key
+from coldscope.tuning.tuned import tuned_startup
+from coldscope.util.errors import ColdscopeError
 from tests.conftest import as_vllm
 from tests.unit.test_tune_search import cpu_knobs
 

@@ -16,13 +16,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coldscope.assemble import run_from_log
+from coldscope.analysis.findings import findings_from_log
+from coldscope.core.stages import BUCKETS, STAGES
 from coldscope.engines import read_log
 from coldscope.engines.vllm import VLLM
 from coldscope.engines.vllm_log import read_startup
-from coldscope.errors import ColdscopeError
-from coldscope.findings import findings_from_log
-from coldscope.stages import BUCKETS, STAGES
+from coldscope.ingest.assemble import run_from_log
+from coldscope.util.errors import ColdscopeError
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
 WILD = FIXTURES / "wild-logs"

@@ -13,11 +13,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from coldscope.campaign.plan import Cell, expand, missing
+from coldscope.campaign.matrix import Cell, expand, missing
 from coldscope.campaign.progress import Reporter
 from coldscope.campaign.spec import CampaignSpec, load_spec, parse_spec
-from coldscope.errors import ColdscopeError
-from coldscope.records import Run
+from coldscope.core.records import Run
+from coldscope.util.errors import ColdscopeError
 
 __all__ = ["CampaignResult", "CampaignSpec", "campaign_runs", "done_cells", "expand",
            "load_spec", "parse_spec", "run_campaign"]
@@ -69,7 +69,6 @@ def run_campaign(spec: CampaignSpec, store, *, base: Path | None = None,
     """
     base = Path.cwd() if base is None else Path(base)
     from coldscope.campaign.execute import campaign_lock
-
     with campaign_lock(spec, store.path):
         return _run_campaign(spec, store, base=base, executor=executor, address=address,
                              resume=resume, concurrency=concurrency, reporter=reporter,
@@ -98,12 +97,10 @@ def _run_campaign(spec: CampaignSpec, store, *, base: Path,
         if todo:
             if executor == "ray":
                 from coldscope.campaign.ray_exec import run_ray
-
                 interrupted = run_ray(spec, todo, store, reporter, base=base, address=address,
                                       concurrency=conc)
             else:
                 from coldscope.campaign.local import run_local
-
                 interrupted = run_local(spec, todo, store, reporter, base=base,
                                         concurrency=conc, on_line=on_line)
     finally:

@@ -25,11 +25,10 @@ from pathlib import Path
 
 import psutil
 
-from coldscope.campaign.plan import Cell
+from coldscope.campaign.matrix import Cell
 from coldscope.campaign.spec import CampaignSpec
-from coldscope.errors import ColdscopeError
-from coldscope.records import EngineInfo, ModelRef, Run
-from coldscope.runner import (
+from coldscope.core.records import EngineInfo, ModelRef, Run
+from coldscope.launch.runner import (
     RunConfig,
     RunInterrupted,
     kill_run,
@@ -37,6 +36,7 @@ from coldscope.runner import (
     new_run_id,
     run_once,
 )
+from coldscope.util.errors import ColdscopeError
 
 OnLaunch = Callable[[Cell, str, str, int], None]  # cell, run id, role, port
 OnRecord = Callable[[Cell, Run, dict], None]  # cell, run, evidence
@@ -190,8 +190,7 @@ def ensure_models(cells: list[Cell], on_make: Callable[[str, str], None] | None 
             on_make(cell.model, str(path))
         from transformers.utils import logging as hf_logging
 
-        from coldscope.models import make_model
-
+        from coldscope.synth.tiny_model import make_model
         hf_logging.disable_progress_bar()  # its bars would tear the campaign's progress line
         make_model(cell.shape, path)
 
@@ -200,8 +199,7 @@ def ensure_releases(cells: list[Cell], on_make: Callable[[str], None] | None = N
     """Make (or reuse) the environment of every release the cells start from, on this node,
     before any start-up; a release that cannot be installed stops the campaign with pip's
     reason."""
-    from coldscope.envs import ensure, parse_spec
-
+    from coldscope.launch.envs import ensure, parse_spec
     seen: set[tuple[str, str]] = set()
     for cell in cells:
         if cell.release is None or cell.envs_dir is None or \
@@ -221,7 +219,6 @@ def failed_record(cell: Cell, reason: str, *, role: str = MEASURE,
     """A failed run for a cell whose executor never returned one (its Ray node or worker was
     lost, or the task raised); times unknown."""
     from coldscope.engines import resolve
-
     described = resolve(cell.command).describe(cell.command)
     return Run(
         id=new_run_id(), status="failed", reason=reason, cache=cell.cache,

@@ -18,10 +18,10 @@ from coldscope.campaign.execute import (
     run_wave,
     state_dir,
 )
-from coldscope.campaign.plan import Cell, waves
+from coldscope.campaign.matrix import Cell, waves
 from coldscope.campaign.progress import Reporter
 from coldscope.campaign.spec import CampaignSpec
-from coldscope.records import Run
+from coldscope.core.records import Run
 
 
 def run_local(spec: CampaignSpec, cells: list[Cell], store, reporter: Reporter, *,

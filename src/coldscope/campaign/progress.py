@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from coldscope.campaign.plan import Cell
-from coldscope.records import Run
-from coldscope.safeio import clean_text
+from coldscope.campaign.matrix import Cell
+from coldscope.core.records import Run
+from coldscope.util.safeio import clean_text
 
 if TYPE_CHECKING:
     from rich.text import Text

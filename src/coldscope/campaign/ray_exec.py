@@ -22,11 +22,11 @@ from coldscope.campaign.execute import (
     run_wave,
     state_dir,
 )
-from coldscope.campaign.plan import Cell, waves
+from coldscope.campaign.matrix import Cell, waves
 from coldscope.campaign.progress import Reporter
 from coldscope.campaign.spec import CampaignSpec
-from coldscope.errors import ColdscopeError
-from coldscope.records import Run
+from coldscope.core.records import Run
+from coldscope.util.errors import ColdscopeError
 
 
 def _ray():

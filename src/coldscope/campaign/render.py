@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich import box
 from rich.table import Table
 
-from coldscope.stages import STAGES
+from coldscope.core.stages import STAGES
 
 
 def _s(v: float | None) -> str:

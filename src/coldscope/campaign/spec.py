@@ -15,12 +15,11 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from coldscope.errors import ColdscopeError, validation_error
-from coldscope.models import ModelShape, validate_shape
+from coldscope.synth.tiny_model import ModelShape, validate_shape
+from coldscope.util.errors import ColdscopeError, validation_error
 
 if TYPE_CHECKING:
     from coldscope.engines import Engine
-
 #: Names become parts of cell ids and directory names: keep them to a safe alphabet.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"
 PLACEHOLDERS = ("model", "port", "python")
@@ -91,8 +90,7 @@ class EngineEntry(Strict):
     @model_validator(mode="after")
     def _one_interpreter(self) -> EngineEntry:
         if self.release is not None:
-            from coldscope.envs import CURRENT, parse_spec
-
+            from coldscope.launch.envs import CURRENT, parse_spec
             if self.python != "python":
                 raise ValueError("give python or release, not both")
             if "/" in self.release or self.release.strip() == CURRENT:
@@ -233,7 +231,6 @@ def parse_spec(data: object, source: str = "campaign") -> CampaignSpec:
 
 def load_spec(path: str | Path) -> CampaignSpec:
     """Read and validate a campaign YAML file."""
-    from coldscope.config_file import read_mapping
-
+    from coldscope.util.config_file import read_mapping
     data = read_mapping(path, "campaign file")
     return parse_spec(data, str(path))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import statistics
 
-from coldscope.records import Run
-from coldscope.stages import STAGES
+from coldscope.core.records import Run
+from coldscope.core.stages import STAGES
 
 
 def _median(values: list[float]) -> float | None:

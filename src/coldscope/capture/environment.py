@@ -16,6 +16,8 @@ from pathlib import Path
 
 import psutil
 
+from coldscope.core.records import Environment
+
 #: Environment variables that change start-up behaviour (recorded when set).
 STARTUP_ENV_PREFIXES = (
     "TORCH", "TORCHINDUCTOR_", "CUDA_", "NCCL_", "OMP_", "MKL_", "HF_", "TRANSFORMERS_",
@@ -185,3 +187,15 @@ def collect(*, engine_python: str | None, weights_path: str | None, env: dict[st
         "python": versions.get("python"),
         **{name: versions.get(name) for name in packages},
     }
+
+
+def machine_name(env: Environment) -> str | None:
+    """A short machine description: CPU model and cores, plus GPUs when there are any."""
+    cpu = env.cpu_model
+    if not cpu:
+        return None
+    text = f"{cpu} ×{env.cpu_cores}" if env.cpu_cores else str(cpu)
+    names = [g.name or "gpu" for g in env.gpus]
+    if names:
+        text += " · " + (f"{len(names)}× {names[0]}" if len(set(names)) == 1 else ", ".join(names))
+    return text

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from coldscope.records import ImportRecord
+from coldscope.core.records import ImportRecord
 
 IMPORTS_GLOB = "imports-*.tsv"
 OTHER = "<other>"

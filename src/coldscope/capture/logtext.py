@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from coldscope.safeio import clean_text
+from coldscope.util.safeio import clean_text
 
 #: ``docker logs --timestamps`` / ``kubectl logs --timestamps`` (RFC 3339, nanoseconds), also
 #: the CRI log-file format (``... stdout F text``) and ``journalctl -o short-iso`` /

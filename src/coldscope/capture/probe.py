@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from coldscope.stages import (
+from coldscope.core.stages import (
     BOOTSTRAP,
     CUDA_GRAPH_CAPTURE,
     KV_CACHE_PROFILING,
@@ -22,7 +22,7 @@ from coldscope.stages import (
     TOKENIZER,
     TORCH_COMPILE,
 )
-from coldscope.timeline import Span
+from coldscope.core.timeline import Span
 
 PROBE_DIR = Path(__file__).resolve().parent.parent / "probe"
 """The directory to put first on the engine's PYTHONPATH (it holds ``sitecustomize.py``)."""

@@ -2,7 +2,7 @@
 
 The runner collects raw evidence and nothing else; this module turns it into spans through the
 evidence sources (``coldscope.capture.sources``) and reconciles them with
-``coldscope.timeline.reconcile``. ``Store.timeline`` calls the same code on stored evidence, so
+``coldscope.core.timeline.reconcile``. ``Store.timeline`` calls the same code on stored evidence, so
 a stored run's timeline can always be rebuilt, and rebuilt the same. This module knows no
 engine: what it needs of one comes in ``Context.engine``.
 
@@ -20,7 +20,7 @@ from typing import Any
 
 from coldscope.capture.probe import StorageRead
 from coldscope.capture.sources import SOURCES, Context
-from coldscope.records import (
+from coldscope.core.records import (
     ImportRecord,
     LogInfo,
     ProcessRecord,
@@ -28,8 +28,8 @@ from coldscope.records import (
     Storage,
     timeline_fields,
 )
-from coldscope.stages import CUDA_GRAPH_CAPTURE, TORCH_COMPILE
-from coldscope.timeline import Span, Timeline, reconcile
+from coldscope.core.stages import CUDA_GRAPH_CAPTURE, TORCH_COMPILE
+from coldscope.core.timeline import Span, Timeline, reconcile
 
 
 @dataclass
@@ -72,7 +72,6 @@ def build_timeline(evidence: Mapping[str, Any], ctx: Context) -> Reconciled:
     imports: list[ImportRecord] = []
     if evidence.get("imports"):
         from coldscope.capture.imports import import_records
-
         imports = import_records(evidence["imports"],
                                  roles={p.pid: p.role for p in processes},
                                  launch_mono=ctx.launch_mono, ready_at=ctx.ready_at,

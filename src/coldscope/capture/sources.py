@@ -15,15 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from coldscope.stages import MODEL_LOADING
-from coldscope.timeline import Span
+from coldscope.core.stages import MODEL_LOADING
+from coldscope.core.timeline import Span
 
 if TYPE_CHECKING:
     from coldscope.capture.otlp import OtelSpan
     from coldscope.capture.probe import ProcessRole
-    from coldscope.records import LogInfo
-
-
+    from coldscope.core.records import LogInfo
 class EngineReader(Protocol):
     """What the sources ask of an engine adapter (``coldscope.engines.Engine`` has it)."""
 
@@ -93,8 +91,7 @@ class ProbeSource:
             processes_from_events,
             storage_reads,
         )
-        from coldscope.records import ProcessRecord
-
+        from coldscope.core.records import ProcessRecord
         if ctx.root_pid is None:
             return SourceResult([])
         roles = ctx.engine.process_roles
@@ -114,7 +111,6 @@ class OtelSource:
 
     def spans(self, raw: list[dict[str, Any]], ctx: Context) -> SourceResult:
         from coldscope.capture.otlp import OtelSpan
-
         received = [OtelSpan.from_dict(d) for d in raw]
         return SourceResult(ctx.engine.otel_spans(
             received, origin_unix=ctx.launch_wall, compile_enabled=ctx.compile_enabled))

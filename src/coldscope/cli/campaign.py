@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from coldscope.cli.common import console, echo, json_option, print_json, store_option
-from coldscope.errors import ColdscopeError
+from coldscope.util.errors import ColdscopeError
 
 
 @click.command("campaign")
@@ -32,8 +32,7 @@ def campaign(spec_file, executor, address, resume, concurrency, dry_run, verbose
     from coldscope.campaign import campaign_runs, done_cells, expand, load_spec, run_campaign
     from coldscope.campaign.progress import Reporter, RichReporter
     from coldscope.campaign.summary import summarize
-    from coldscope.store import Store
-
+    from coldscope.store.db import Store
     spec = load_spec(spec_file)
     if address and executor != "ray":
         raise click.UsageError("--address needs --executor ray")
@@ -61,7 +60,6 @@ def campaign(spec_file, executor, address, resume, concurrency, dry_run, verbose
         print_json({"result": result.model_dump(), "summary": rows})
     else:
         from coldscope.campaign.render import summary_table
-
         out.print(summary_table(rows))
         out.print(f"{result.done} of {result.cells} cells done; {result.runs_stored} runs stored "
                   f"this time ({result.failed_runs} failed) in {result.store}")

@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from coldscope.errors import ColdscopeError
-from coldscope.safeio import clean_text, dumps_json
+from coldscope.util.errors import ColdscopeError
+from coldscope.util.safeio import clean_text, dumps_json
 
 store_option = click.option(
     "--store", "store_path", type=click.Path(dir_okay=False), default=None,
@@ -22,10 +22,10 @@ def print_json(obj) -> None:
 
 
 def console(stderr: bool = False):
-    """The rich console of every command (``coldscope.terminal.SafeConsole``: no markup, control
+    """The rich console of every command (``coldscope.util.terminal.SafeConsole``: no markup,
+    control
     sequences or links from data); when output is not a terminal, 120 columns rather than 80."""
-    from coldscope.terminal import SafeConsole
-
+    from coldscope.util.terminal import SafeConsole
     stream = sys.stderr if stderr else sys.stdout
     return SafeConsole(stderr=stderr) if stream.isatty() else SafeConsole(stderr=stderr,
                                                                           width=120)

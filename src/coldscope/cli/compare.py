@@ -8,12 +8,10 @@ from typing import TYPE_CHECKING
 import click
 
 from coldscope.cli.common import console, echo, json_option, print_json, store_option
-from coldscope.errors import ColdscopeError
+from coldscope.util.errors import ColdscopeError
 
 if TYPE_CHECKING:
-    from coldscope.compare import Comparison
-
-
+    from coldscope.analysis.comparison import Comparison
 @click.command()
 @click.option("--a", "cmd_a", default=None, metavar="'CMD'",
               help="Configuration a: one shell command line; leading VAR=value words are its "
@@ -57,8 +55,7 @@ def compare_cmd(cmd_a, cmd_b, runs_a, runs_b, repeat, cache, fail_if_slower, tim
 
     Exit 1 when --fail-if-slower trips; docs/compare.md has the method.
     """
-    from coldscope.compare import parse_threshold, regression
-
+    from coldscope.analysis.comparison import parse_threshold, regression
     threshold = parse_threshold(fail_if_slower) if fail_if_slower is not None else None
     live = cmd_a is not None or cmd_b is not None
     stored = runs_a is not None or runs_b is not None
@@ -75,8 +72,7 @@ def compare_cmd(cmd_a, cmd_b, runs_a, runs_b, repeat, cache, fail_if_slower, tim
     if as_json:
         print_json(result.to_json())
     else:
-        from coldscope.render import comparison_table
-
+        from coldscope.render.tables import comparison_table
         console().print(comparison_table(result))
     for side in ("a", "b"):
         if getattr(result, side).n == 0:
@@ -91,10 +87,9 @@ def compare_cmd(cmd_a, cmd_b, runs_a, runs_b, repeat, cache, fail_if_slower, tim
 def _measure(cmd_a, cmd_b, *, repeat, cache, timeout, name, cache_root, keep_caches,
              show_output, store_path, as_json) -> Comparison:
     from coldscope.cli.progress import StartupProgress, wanted
-    from coldscope.interleave import arms, run_ab
-    from coldscope.runner import new_run_id
-    from coldscope.store import Store
-
+    from coldscope.launch.interleave import arms, run_ab
+    from coldscope.launch.runner import new_run_id
+    from coldscope.store.db import Store
     name = name or f"compare-{new_run_id()}"
     root = cache_root / name
     two = arms(cmd_a, cmd_b, name=name, cache=cache, cache_root=root / "caches",
@@ -125,10 +120,9 @@ def _measure(cmd_a, cmd_b, *, repeat, cache, timeout, name, cache_root, keep_cac
 
 
 def _stored(runs_a: str, runs_b: str, store_path) -> Comparison:
-    from coldscope.compare import compare
-    from coldscope.selection import parse_selectors, select_runs
-    from coldscope.store import Store
-
+    from coldscope.analysis.comparison import compare
+    from coldscope.store.db import Store
+    from coldscope.store.selection import parse_selectors, select_runs
     with Store(store_path, create=False) as store:
         every = store.runs(status=None)
     sides = {}

@@ -14,7 +14,7 @@ import sys
 import click
 
 from coldscope import __version__
-from coldscope.errors import ColdscopeError
+from coldscope.util.errors import ColdscopeError
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "campaign": ("coldscope.cli.campaign:campaign",
@@ -84,8 +84,7 @@ MAX_ERROR_CHARS = 1000
 def error_line(message: str) -> str:
     """``message`` as one printable line: control sequences (from a log, a file name, a store)
     removed, line breaks joined, cut to ``MAX_ERROR_CHARS``."""
-    from coldscope.safeio import clean_text
-
+    from coldscope.util.safeio import clean_text
     line = " ".join(clean_text(message).split("\n")).replace("\t", " ")
     if len(line) > MAX_ERROR_CHARS:
         line = line[:MAX_ERROR_CHARS - 1] + "…"

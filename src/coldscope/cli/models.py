@@ -27,10 +27,9 @@ def make_model(out_dir, architecture, layers, hidden, heads, kv_heads, intermedi
     """Make a small model in OUT_DIR (random weights, locally trained BPE tokenizer)."""
     from pydantic import ValidationError
 
-    from coldscope.errors import validation_error
-    from coldscope.models import ModelShape
-    from coldscope.models import make_model as make
-
+    from coldscope.synth.tiny_model import ModelShape
+    from coldscope.synth.tiny_model import make_model as make
+    from coldscope.util.errors import validation_error
     if exist_ok and (Path(out_dir) / "config.json").exists():
         echo(f"{out_dir} already holds a model")
         return

@@ -1,4 +1,4 @@
-"""``coldscope plan``: parse the options, build a ``PlanRequest``, call ``coldscope.plan.plan``,
+"""``coldscope plan``: parse the options, build a ``PlanRequest``, call ``coldscope.planning.plan``,
 render the ``PlanReport``."""
 
 from __future__ import annotations
@@ -8,13 +8,12 @@ from pathlib import Path
 import click
 
 from coldscope.cli.common import json_option, print_json, store_option
-from coldscope.errors import ColdscopeError
-from coldscope.safeio import check_output_target, write_atomic
+from coldscope.util.errors import ColdscopeError
+from coldscope.util.safeio import check_output_target, write_atomic
 
 
 def _layer_help() -> str:
-    from coldscope.plan.mitigations import LAYER_NAMES
-
+    from coldscope.planning.mitigations import LAYER_NAMES
     return ("Mitigation layer(s), comma-separated or repeated: " + ", ".join(LAYER_NAMES)
             + "; the warm pool is --min-workers.")
 
@@ -66,13 +65,11 @@ def plan_cmd(model_path, params, dtype, gpu, profile_path, startup_model, tuned,
     costs, and the cheapest stack that meets a P99 TTFT SLA."""
     from pydantic import ValidationError
 
-    from coldscope.errors import validation_error
-    from coldscope.plan.planner import PlanRequest, plan
-
+    from coldscope.planning.planner import PlanRequest, plan
+    from coldscope.util.errors import validation_error
     tuned_figures = None
     if tuned:
-        from coldscope.tune.tuned import tuned_startup
-
+        from coldscope.tuning.tuned import tuned_startup
         tuned_figures = {**tuned_startup(tuned), "source": tuned}
     try:
         request = PlanRequest(
@@ -98,6 +95,5 @@ def plan_cmd(model_path, params, dtype, gpu, profile_path, startup_model, tuned,
         print_json(report.to_json())
         return
     from coldscope.cli.common import console
-    from coldscope.plan.render import render_plan
-
+    from coldscope.planning.render import render_plan
     console().print(render_plan(report))

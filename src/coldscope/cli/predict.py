@@ -10,8 +10,8 @@ from typing import Any
 import click
 
 from coldscope.cli.common import echo, json_option, print_json, store_option
-from coldscope.errors import ColdscopeError
-from coldscope.safeio import check_output_target
+from coldscope.util.errors import ColdscopeError
+from coldscope.util.safeio import check_output_target
 
 _compile_cache_option = click.option(
     "--compile-cache", type=click.Path(exists=True, file_okay=False), default=None,
@@ -25,8 +25,7 @@ _compile_cache_option = click.option(
 def features_cmd(path: str, compile_cache: str | None, as_json: bool) -> None:
     """Features of a model (directory, config.json, safetensors index or features JSON),
     read without loading weights."""
-    from coldscope.features import describe, model_features
-
+    from coldscope.prediction.features import describe, model_features
     features = model_features(path, compile_cache=compile_cache)
     if as_json:
         print_json(features.model_dump())
@@ -62,15 +61,13 @@ def fit_cmd(paper_dir: str | None, timings: str | None, store_path: str | None,
             cache: str | None, formulas: str, kinds: str, level: float,
             capture_sizes: int | None, out_path: str, as_json: bool) -> None:
     """Fit the white-box startup model (one linear formula per stage) and write it as JSON."""
-    from coldscope.predictor import StartupModel
-
+    from coldscope.prediction.startup_model import StartupModel
     kind_list = tuple(k.strip() for k in kinds.split(",") if k.strip())
     bad = [k for k in kind_list if k not in ("dense", "moe", "hybrid")]
     if bad or not kind_list:
         raise ColdscopeError(f"--kinds takes dense, moe, hybrid; got {kinds!r}")
     check_output_target(out_path)  # before the work: never a device node, FIFO or directory
     from coldscope.cli.progress import bar, wanted
-
     # on a terminal only: a bar while the runs are read (most of the time on a large store:
     # benches/bench_fit_store.py), then while the model is fitted
     with bar("reading the training runs", wanted(as_json)) as update:
@@ -96,7 +93,7 @@ def _training_runs(paper_dir: str | None, timings: str | None, store_path: str |
     ``update`` is a progress bar's (``cli.progress.bar``)."""
     notes: list[str] = []
     if paper_dir is not None:
-        from coldscope.predict.paper import (
+        from coldscope.prediction.paper import (
             PAPER_CAPTURE_SIZES,
             observations_from_paper,
             paper_environment,
@@ -109,9 +106,8 @@ def _training_runs(paper_dir: str | None, timings: str | None, store_path: str |
     else:
         if timings is not None:
             raise ColdscopeError("--timings needs --paper")
-        from coldscope.predict.store import observations_from_runs
-        from coldscope.store import Store
-
+        from coldscope.prediction.training import observations_from_runs
+        from coldscope.store.db import Store
         def read(done: int, total: int) -> None:
             update(done / total if total else 1.0, f"reading {done}/{total} stored runs")
 
@@ -254,8 +250,7 @@ def predict_cmd(path: str, startup_model: str, capture_sizes: int | None,
                 compile_cache: str | None, storage_bandwidth: str | None,
                 page_cache: str | None, as_json: bool) -> None:
     """Predict the start-up of a model per stage, with intervals and domain warnings."""
-    from coldscope.predictor import predict_json
-
+    from coldscope.prediction.startup_model import predict_json
     bandwidth = parse_bandwidth(storage_bandwidth) if storage_bandwidth else None
     p = predict_json(startup_model, path, capture_sizes=capture_sizes,
                      compile_cache=compile_cache, storage_bandwidth=bandwidth,
@@ -304,14 +299,12 @@ def calibrate_cmd(base_model: str, out_path: str | None, paper_dir: str | None,
                   models: str | None, suggest: bool, candidates: tuple[str, ...],
                   as_json: bool) -> None:
     """Move a startup model to a new machine from start-ups of two models measured there."""
-    from coldscope.predict.calibrate import calibrate
-    from coldscope.predict.calibrate import suggest as suggest_pairs
-    from coldscope.predictor import StartupModel
-
+    from coldscope.prediction.calibrate import calibrate
+    from coldscope.prediction.calibrate import suggest as suggest_pairs
+    from coldscope.prediction.startup_model import StartupModel
     base = StartupModel.load(base_model)
     if suggest and not candidates and paper_dir is None and store_path is None:
-        from coldscope.predict.calibrate import size_guidance
-
+        from coldscope.prediction.calibrate import size_guidance
         guide = size_guidance(base.file_)
         if as_json:
             print_json(guide)
@@ -328,8 +321,7 @@ def calibrate_cmd(base_model: str, out_path: str | None, paper_dir: str | None,
     if suggest:
         runs = None
         if candidates:
-            from coldscope.predictor import features_of
-
+            from coldscope.prediction.startup_model import features_of
             feats = [features_of(c) for c in candidates]
         else:
             runs, *_ = _training_runs(paper_dir, timings, store_path, cache, None)

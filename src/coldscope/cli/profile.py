@@ -10,13 +10,11 @@ from typing import TYPE_CHECKING
 import click
 
 from coldscope.cli.common import console, echo, json_option, parse_env, print_json, store_option
-from coldscope.errors import ColdscopeError
-from coldscope.safeio import dumps_json
+from coldscope.util.errors import ColdscopeError
+from coldscope.util.safeio import dumps_json
 
 if TYPE_CHECKING:
-    from coldscope.records import Run
-
-
+    from coldscope.core.records import Run
 @click.command(context_settings={"ignore_unknown_options": True})
 @click.option("--repeat", default=1, show_default=True, type=click.IntRange(1),
               help="Start-ups to measure.")
@@ -60,10 +58,9 @@ def profile(repeat, cache, timeout, health_url, ready_pattern, no_request, no_pr
 
     coldscope profile --repeat 3 -- python -m vllm.entrypoints.openai.api_server --model DIR
     """
-    from coldscope.runner import RunConfig
-    from coldscope.runner import profile as run_profile
-    from coldscope.store import Store
-
+    from coldscope.launch.runner import RunConfig
+    from coldscope.launch.runner import profile as run_profile
+    from coldscope.store.db import Store
     if imports and no_probe:
         raise click.UsageError("--imports needs the probe (drop --no-probe)")
     if cache_dir is not None:
@@ -87,15 +84,13 @@ def profile(repeat, cache, timeout, health_url, ready_pattern, no_request, no_pr
         import os
         import sys
 
-        from coldscope.runner import cache_dirs
-        from coldscope.tune.bundle import seed_cache_root
-
+        from coldscope.launch.runner import cache_dirs
+        from coldscope.tuning.bundle import seed_cache_root
         config.cache = "warm"
         path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
         seed_cache_root(Path(bundle), cache_dirs(config, "x").root, argv=config.command,
                         engine_python=shutil.which(config.command[0], path=path))
     from coldscope.engines import resolve
-
     engine = resolve(config.command)
     if engine.host(config.command) is None and \
             engine.with_host(config.command, "127.0.0.1") is not None:
@@ -109,8 +104,7 @@ def profile(repeat, cache, timeout, health_url, ready_pattern, no_request, no_pr
     def on_run(record: Run) -> None:
         live.done()
         if otlp_export and record.status == "ok":
-            from coldscope.trace_export import send_otlp
-
+            from coldscope.export.trace import send_otlp
             sent = send_otlp(record, otlp_export)
             if not as_json:
                 echo(sent.message(otlp_export), err=True)
@@ -130,15 +124,13 @@ def _startup_progress(config, as_json: bool):
     """Elapsed time and the engine's current stage while it starts, on a terminal only (also
     with --quiet, which only silences the engine's output)."""
     from coldscope.cli.progress import StartupProgress, wanted
-    from coldscope.runner import needs_priming
-
+    from coldscope.launch.runner import needs_priming
     # the runner primes an empty warm cache first
     return StartupProgress(wanted(as_json), config.repeat + (1 if needs_priming(config) else 0))
 
 
 def _print_run(out, record: Run) -> None:
-    from coldscope.render import failed_detail, timeline_table
-
+    from coldscope.render.tables import failed_detail, timeline_table
     if record.status == "ok":
         out.print(timeline_table(record))
     else:
@@ -154,9 +146,8 @@ def _print_run(out, record: Run) -> None:
 @json_option
 def runs(status, cache, label, store_path, as_json):
     """The stored runs, one line each."""
-    from coldscope.render import runs_table
-    from coldscope.store import Store
-
+    from coldscope.render.tables import runs_table
+    from coldscope.store.db import Store
     records = Store(store_path, create=False).runs(
         status=None if status == "all" else status, cache=cache, label=label)
     if as_json:
@@ -174,14 +165,12 @@ def runs(status, cache, label, store_path, as_json):
 @json_option
 def show(run_id, with_env, store_path, as_json):
     """The timeline of one run: six stages, sub-steps, sources."""
-    from coldscope.store import Store
-
+    from coldscope.store.db import Store
     record = Store(store_path, create=False).run(run_id)
     if as_json:
         print_json(record.to_json())
     else:
-        from coldscope.render import environment_table, imports_table, processes_table
-
+        from coldscope.render.tables import environment_table, imports_table, processes_table
         out = console()
         _print_run(out, record)
         if any(p.role != "helper" for p in record.processes):
@@ -210,16 +199,14 @@ def parse(logs, save, vs_paper, max_bytes, store_path, as_json):
     One log: its timeline (exit 2 when it failed or was refused). Several: one line per log
     and a fleet summary per engine, version and model (exit 2 only when a file could not be
     read); --json gives {"runs": [...], "refused": [...], "fleet": [...]}."""
-    from coldscope.logfiles import MAX_LOG_BYTES, STDIN, parse_logs
-
+    from coldscope.ingest.logfiles import MAX_LOG_BYTES, STDIN, parse_logs
     single = len(logs) == 1 and (logs[0] == STDIN or not Path(logs[0]).is_dir())
     parsed = list(parse_logs(logs, limit=max_bytes or MAX_LOG_BYTES, single=single))
     if not parsed:
         raise ColdscopeError(f"no files found in {', '.join(logs)}")
     store = None
     if save and any(p.run is not None for p in parsed):
-        from coldscope.store import Store
-
+        from coldscope.store.db import Store
         store = Store(store_path)
     for p in parsed:
         if store is not None and p.run is not None:
@@ -246,7 +233,6 @@ def _run_doc(run: Run, vs_paper: bool) -> dict:
 
 def _engine_line(run: Run) -> str:
     from coldscope.engines import by_name
-
     try:
         title = by_name(run.engine.name or "").title
     except ColdscopeError:
@@ -265,8 +251,7 @@ def _print_one(p, given: str, *, vs_paper: bool, saved: bool, as_json: bool) -> 
     else:
         from rich.text import Text
 
-        from coldscope.render import timeline_table
-
+        from coldscope.render.tables import timeline_table
         out = console()
         out.print(_engine_line(run))
         out.print(timeline_table(run))
@@ -289,8 +274,7 @@ def _print_one(p, given: str, *, vs_paper: bool, saved: bool, as_json: bool) -> 
 
 def _print_many(parsed, *, vs_paper: bool, saved: bool, as_json: bool) -> None:
     """``parse LOG LOG ...`` / ``parse DIR``: one line per log, then the fleet summary."""
-    from coldscope.logfiles import fleet_summary
-
+    from coldscope.ingest.logfiles import fleet_summary
     runs = [p.run for p in parsed if p.run is not None]
     fleet = fleet_summary(runs)
     if as_json:
@@ -358,10 +342,9 @@ def trace(run_id, output, otlp_export, store_path, as_json):
     per engine process (real pids) with its sub-steps nested in their stages and, for a run
     profiled with --imports, its imports of 10 ms or more nested in those."""
     from coldscope.capture.imports import import_intervals
-    from coldscope.safeio import check_output_target, write_atomic
-    from coldscope.store import Store
-    from coldscope.trace_export import IMPORT_CATEGORY, chrome_trace, send_otlp
-
+    from coldscope.export.trace import IMPORT_CATEGORY, chrome_trace, send_otlp
+    from coldscope.store.db import Store
+    from coldscope.util.safeio import check_output_target, write_atomic
     check_output_target(output)
     with Store(store_path, create=False) as store:
         run = store.run(run_id)
@@ -406,10 +389,9 @@ def trace(run_id, output, otlp_export, store_path, as_json):
 def export(output, fmt, selectors, model, status, store_path, as_json):
     """Export stored runs, one row per run, for sharing: the same columns and types in CSV and
     Parquet whatever the runs hold (docs/export.md); the same filters as `report`."""
-    from coldscope.export import export_runs
-    from coldscope.selection import describe, parse_selectors, select_runs
-    from coldscope.store import Store
-
+    from coldscope.export.table import export_runs
+    from coldscope.store.db import Store
+    from coldscope.store.selection import describe, parse_selectors, select_runs
     sel = parse_selectors(selectors)
     with Store(store_path, create=False) as store:
         runs = select_runs(store.runs(status=None if status == "all" else status), sel, model)
@@ -439,11 +421,10 @@ def demo(model_dir, port, store_path, as_json):
     """Profile the tiny local model cold, then warm, and print the timelines side by side."""
     from rich.text import Text
 
-    from coldscope.render import compare_table
-    from coldscope.runner import RunConfig
-    from coldscope.runner import profile as run_profile
-    from coldscope.store import Store
-
+    from coldscope.launch.runner import RunConfig
+    from coldscope.launch.runner import profile as run_profile
+    from coldscope.render.tables import compare_table
+    from coldscope.store.db import Store
     if not (Path(model_dir) / "config.json").exists():
         raise ColdscopeError(f"no model in {model_dir}; make one with `coldscope make-model`")
     command = list(DEMO_COMMAND)

@@ -37,7 +37,6 @@ def bar(description: str, show: bool) -> Iterator[Callable[..., None]]:
     )
 
     from coldscope.cli.common import console
-
     with Progress(TextColumn("{task.description}", markup=False), BarColumn(),
                   TaskProgressColumn(), TimeElapsedColumn(), console=console(stderr=True),
                   transient=True) as prog:
@@ -83,7 +82,6 @@ class StartupProgress:
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
         from coldscope.cli.common import console
-
         self.done()
         self.launches += 1
         what = f"run {self.launches}/{max(self.runs, self.launches)}" if self.runs > 1 else "run"

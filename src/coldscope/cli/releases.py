@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from coldscope.cli.common import console, echo, json_option, print_json, store_option
-from coldscope.errors import ColdscopeError
+from coldscope.util.errors import ColdscopeError
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -52,8 +52,7 @@ def releases(repeat, cache, timeout, name, envs_dir, cache_root, list_envs, remo
     release: the stages and the top imports; between consecutive releases: every change with
     its 95 % interval and verdict. docs/releases.md has the method.
     """
-    from coldscope import envs
-
+    from coldscope.launch import envs
     root = Path(envs_dir) if envs_dir else envs.default_root()
     if list_envs or remove_envs:
         if words:
@@ -86,8 +85,7 @@ def releases(repeat, cache, timeout, name, envs_dir, cache_root, list_envs, remo
     if as_json:
         print_json(result.to_json())
     else:
-        from coldscope.render import releases_tables
-
+        from coldscope.render.tables import releases_tables
         console().print(releases_tables(result))
     if any(not r.runs for r in result.releases):
         missing = next(r.spec for r in result.releases if not r.runs)
@@ -107,10 +105,9 @@ def _split(words: tuple[str, ...]) -> tuple[list[str], list[str]]:
 def _measure(made, args, *, repeat, cache, timeout, name, cache_root, show_output, store_path,
              as_json):
     from coldscope.cli.progress import StartupProgress, wanted
-    from coldscope.releases import Started, measure, summarise
-    from coldscope.runner import new_run_id
-    from coldscope.store import Store
-
+    from coldscope.launch.releases import Started, measure, summarise
+    from coldscope.launch.runner import new_run_id
+    from coldscope.store.db import Store
     name = name or f"releases-{new_run_id()}"
     total = len(made) * (repeat + (1 if cache == "warm" else 0))
     live = StartupProgress(wanted(as_json), total)
@@ -153,8 +150,7 @@ def _print_listing(usages, root: Path, as_json: bool) -> None:
         echo(f"{u.spec or u.name:28} {state:12} {u.bytes / 1e9:6.2f} GB in files, "
              f"{u.own_bytes / 1e9:6.2f} GB its own, {u.shared_bytes / 1e9:6.2f} GB shared  "
              f"{u.path}")
-    from coldscope.envs import disk_bytes
-
+    from coldscope.launch.envs import disk_bytes
     unique = disk_bytes(root)
     echo(f"on disk under {root}: {unique / 1e9:.2f} GB (each shared file counted once)")
 

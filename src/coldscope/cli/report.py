@@ -9,8 +9,8 @@ from pathlib import Path
 import click
 
 from coldscope.cli.common import console, echo, json_option, print_json, store_option
-from coldscope.errors import ColdscopeError
-from coldscope.safeio import check_output_target, write_atomic
+from coldscope.util.errors import ColdscopeError
+from coldscope.util.safeio import check_output_target, write_atomic
 
 #: A store with at least this many runs gets a progress bar (on a terminal, without --json).
 LARGE_STORE = 200
@@ -34,8 +34,7 @@ def report(output, runs, model, paper, startup_model, title, store_path, as_json
     timeline, scaling, comparisons, start-up per release (`coldscope releases` runs), tune
     sessions as waterfalls, CPU use and predictions, each with a table and CSV."""
     from coldscope.report.build import make_report
-    from coldscope.selection import parse_selectors
-
+    from coldscope.store.selection import parse_selectors
     if paper is not None and not Path(paper).is_dir():
         raise ColdscopeError(f"paper data directory {paper} does not exist")
     check_output_target(output)  # before the work: never a device node, FIFO or directory
@@ -70,8 +69,7 @@ def report_progress(out, *, as_json: bool, store_path=None, paper=None,
     None (nothing shown) under ``--json``, when output is piped, and for small stores."""
     count = large
     if paper is None and not as_json and out.is_terminal:
-        from coldscope.store import Store
-
+        from coldscope.store.db import Store
         try:
             with Store(store_path, create=False) as store:
                 count = store.count()

@@ -15,18 +15,20 @@ import importlib
 import click
 
 from coldscope.cli.common import print_json
-from coldscope.errors import ColdscopeError
+from coldscope.util.errors import ColdscopeError
 
 #: kind -> ("module:attribute" of the pydantic model, what the JSON is)
 SCHEMAS: dict[str, tuple[str, str]] = {
-    "run": ("coldscope.records:Run", "a run (show --json, profile --json runs[])"),
-    "compare": ("coldscope.compare:Comparison", "compare --json"),
-    "plan": ("coldscope.plan:PlanReport", "plan --json"),
+    "run": ("coldscope.core.records:Run", "a run (show --json, profile --json runs[])"),
+    "compare": ("coldscope.analysis.comparison:Comparison", "compare --json"),
+    "plan": ("coldscope.planning:PlanReport", "plan --json"),
     "simulate": ("coldscope.sim:SimResult", "simulate --json"),
-    "startup-model": ("coldscope.predictor:StartupModelFile", "the startup-model file of fit"),
-    "predict": ("coldscope.predictor:PredictionReport", "predict --json"),
-    "tune": ("coldscope.tune.report:TuneResult", "tune --json"),
-    "releases": ("coldscope.releases:ReleasesResult", "releases --json"),
+    "startup-model": (
+        "coldscope.prediction.startup_model:StartupModelFile", "the startup-model file of fit"
+    ),
+    "predict": ("coldscope.prediction.startup_model:PredictionReport", "predict --json"),
+    "tune": ("coldscope.tuning.report:TuneResult", "tune --json"),
+    "releases": ("coldscope.launch.releases:ReleasesResult", "releases --json"),
 }
 
 

@@ -11,7 +11,7 @@ import stat
 import click
 
 from coldscope.cli.common import echo, store_option
-from coldscope.errors import ColdscopeError
+from coldscope.util.errors import ColdscopeError
 
 
 @click.command("serve")
@@ -73,7 +73,6 @@ def serve(host, port, store_path, startup_model, watch, glob, replica_label, tim
     from coldscope.serve.app import create_app
     from coldscope.serve.protocol import bounded_h11
     from coldscope.serve.service import ServeConfig, Service
-
     if replica_label:
         try:
             re.compile(replica_label)
@@ -112,8 +111,7 @@ class _CleanFormatter(logging.Formatter):
     """Log records with terminal control sequences removed (``safeio.clean_text``)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        from coldscope.safeio import clean_text
-
+        from coldscope.util.safeio import clean_text
         return clean_text(super().format(record))
 
 
@@ -122,8 +120,7 @@ MAX_TOKEN_FILE_BYTES = 8192
 
 
 def _read_token(path: str) -> str:
-    from coldscope.safeio import read_text
-
+    from coldscope.util.safeio import read_text
     # A regular file of at most a few KB: /dev/zero or a FIFO is refused before a byte is read.
     token = read_text(path, limit=MAX_TOKEN_FILE_BYTES, what="--token-file").strip()
     mode = os.stat(path).st_mode

@@ -9,10 +9,10 @@ from typing import Any
 import click
 
 from coldscope.cli.common import echo, json_option, print_json, store_option
-from coldscope.errors import ColdscopeError
-from coldscope.safeio import check_output_target, write_atomic
 from coldscope.sim.policies import POLICIES
 from coldscope.sim.sweep import EXECUTORS
+from coldscope.util.errors import ColdscopeError
+from coldscope.util.safeio import check_output_target, write_atomic
 
 
 def _fmt_s(x: float | None) -> str:
@@ -64,7 +64,6 @@ def _render_sweep(result) -> None:
     from rich.table import Table
 
     from coldscope.cli.common import console
-
     rows = result.cases
     keys = sorted({k for r in rows for k in r.params})
     table = Table(title=f"{len(rows)} cases")
@@ -86,8 +85,7 @@ def _render_sweep(result) -> None:
 def _duration(ctx, param, value):
     if value is None:
         return None
-    from coldscope.plan.profile import parse_duration
-
+    from coldscope.planning.infra import parse_duration
     return parse_duration(value, what=f"--{param.name.replace('_', '-')}")
 
 
@@ -160,9 +158,8 @@ def simulate(trace_path, repair, policy, min_workers, max_workers, target, sets,
     from pydantic import ValidationError
 
     from coldscope.cli.progress import bar, wanted
-    from coldscope.errors import validation_error
     from coldscope.sim.request import SimRequest, StartupChoice, replica_spec, run
-
+    from coldscope.util.errors import validation_error
     params: dict[str, Any] = {}
     if min_workers is not None:
         params["workers" if policy == "fixed" else "min_workers"] = min_workers
@@ -174,8 +171,7 @@ def simulate(trace_path, repair, policy, min_workers, max_workers, target, sets,
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
             raise ColdscopeError(f"--set takes KEY=VALUE, got {item!r}")
-        from coldscope.safeio import loads_yaml
-
+        from coldscope.util.safeio import loads_yaml
         # alias-free, bounded nesting, finite numbers: a YAML value on the command line
         params[key.strip()] = loads_yaml(value, f"--set {key.strip()}: cannot read value")
     if replica_path and profile_path:

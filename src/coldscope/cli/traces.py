@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from coldscope.cli.common import echo, json_option, print_json
-from coldscope.errors import ColdscopeError
+from coldscope.util.errors import ColdscopeError
 
 
 @click.group("traces")
@@ -31,9 +31,8 @@ def traces() -> None:
 def synth(days, rate, diurnal, bursts, idle_nights, seed, out_path, out_alias, as_json):
     """Write a synthetic trace (Poisson arrivals, Azure-like token counts)."""
     from coldscope.cli.progress import bar, wanted
-    from coldscope.safeio import check_output_target
-    from coldscope.traces import check_synth_size, parse_rate, synthesize, write_trace
-
+    from coldscope.planning.traces import check_synth_size, parse_rate, synthesize, write_trace
+    from coldscope.util.safeio import check_output_target
     if out_path and out_alias:
         raise ColdscopeError("give -o/--output (or its old name --out), not both")
     out_path = out_path or out_alias

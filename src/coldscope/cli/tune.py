@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from coldscope.cli.common import console, echo, json_option, parse_env, print_json, store_option
-from coldscope.errors import ColdscopeError
+from coldscope.util.errors import ColdscopeError
 
 
 def parse_fraction(text: str | None) -> float | None:
@@ -59,9 +59,8 @@ def tune(budget, max_loss, allow_output_change, timeout, env_pairs, bundle_file,
 
     coldscope tune --budget 16 -- python -m vllm.entrypoints.openai.api_server --model DIR
     """
-    from coldscope.store import Store, default_store_path
-    from coldscope.tune import session as ts
-
+    from coldscope.store.db import Store, default_store_path
+    from coldscope.tuning import session as ts
     store_file = Path(store_path) if store_path else default_store_path()
     if resume:
         directory = ts.find_session(store_file, session)
@@ -86,7 +85,6 @@ def tune(budget, max_loss, allow_output_change, timeout, env_pairs, bundle_file,
                                 f"{sum(k.available for k in spec.knobs)} of {len(spec.knobs)} "
                                 "knobs available here"))
     from coldscope.cli.progress import StartupProgress, wanted
-
     store = Store(store_file)
     show_line = None if (quiet or as_json) else (lambda line: echo(f"  │ {line}", err=True))
     # On a terminal: the running start-up's elapsed time and the stage it is in now.
@@ -104,8 +102,7 @@ def tune(budget, max_loss, allow_output_change, timeout, env_pairs, bundle_file,
              f"{'+'.join(req.knobs) or 'default'}"
              f"{' (seeded caches)' if req.seeded else ''}: {t} [{what}]", err=True)
 
-    from coldscope.runner import _signals_interrupt
-
+    from coldscope.launch.runner import _signals_interrupt
     try:
         with _signals_interrupt(), live:  # SIGTERM/SIGHUP stop the tune like Ctrl-C
             outcome = ts.run_search(spec, directory, executor, progress)
@@ -113,8 +110,7 @@ def tune(budget, max_loss, allow_output_change, timeout, env_pairs, bundle_file,
         echo(f"interrupted; finish with `coldscope tune --resume --session {spec.id}`",
              err=True)
         raise
-    from coldscope.tune.report import tune_json, tune_tables
-
+    from coldscope.tuning.report import tune_json, tune_tables
     doc = tune_json(spec, outcome, store)
     if as_json:
         print_json(doc)
@@ -129,8 +125,7 @@ def _new_session(command, env, budget, max_loss, timeout, bundle_file, engine_py
     import shutil
 
     from coldscope.engines import resolve
-    from coldscope.tune import session as ts
-
+    from coldscope.tuning import session as ts
     py = engine_python
     if py is None and command and "python" in Path(command[0]).name:
         import sys
@@ -149,8 +144,7 @@ def _new_session(command, env, budget, max_loss, timeout, bundle_file, engine_py
         allow_output_change=allow_output_change, timeout=timeout, knobs=knobs, capabilities=caps,
     )
     if bundle_file:
-        from coldscope.tune.bundle import unpack_for_session
-
+        from coldscope.tuning.bundle import unpack_for_session
         spec.bundle_key = unpack_for_session(Path(bundle_file), directory, spec)
     ts.save(spec, directory)
     return spec, directory
@@ -169,11 +163,10 @@ def _new_session(command, env, budget, max_loss, timeout, bundle_file, engine_py
 def bundle(output, tune_session, cache_key, store_path, as_json):
     """Pack the caches a tuned configuration relies on, with a manifest (engine, torch and
     Python versions, model hash, machine), for `profile --bundle` / `tune --bundle`."""
-    from coldscope.safeio import check_output_target
-    from coldscope.store import default_store_path
-    from coldscope.tune import session as ts
-    from coldscope.tune.bundle import pack_session
-
+    from coldscope.store.db import default_store_path
+    from coldscope.tuning import session as ts
+    from coldscope.tuning.bundle import pack_session
+    from coldscope.util.safeio import check_output_target
     check_output_target(output)  # before the work: never a device node, FIFO or directory
     store_file = Path(store_path) if store_path else default_store_path()
     directory = ts.find_session(store_file, tune_session)

@@ -27,14 +27,12 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from coldscope.records import LogInfo, MissedItem
-from coldscope.timeline import Span, Timeline
+from coldscope.core.records import LogInfo, MissedItem
+from coldscope.core.timeline import Span, Timeline
 
 if TYPE_CHECKING:
     from coldscope.capture.otlp import OtelSpan
     from coldscope.capture.probe import ProcessRole
-
-
 class Mitigation(BaseModel):
     """One start-up mitigation for an engine: command-line and environment changes that
     shorten ``stage``, and what they cost. ``coldscope tune`` tries them; ``apply`` gives the
@@ -43,7 +41,7 @@ class Mitigation(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: str = Field(description="stable id, e.g. vllm.enforce-eager")
-    stage: str = Field(description="the bucket it shortens (coldscope.stages)")
+    stage: str = Field(description="the bucket it shortens (coldscope.core.stages)")
     title: str
     add_args: tuple[str, ...] = ()
     remove_flags: tuple[str, ...] = Field(
@@ -118,7 +116,8 @@ class EngineWarning:
 
 @dataclass(frozen=True)
 class LogFacts:
-    """What an engine's log says that ``coldscope.findings`` reads, in engine-neutral terms.
+    """What an engine's log says that ``coldscope.analysis.findings`` reads, in engine-neutral
+    terms.
 
     Each engine's adapter reads its own format into this, so the rules never parse a log
     themselves. Line numbers are 0-based indexes into the lines given; seconds are on the
@@ -453,8 +452,7 @@ class GenericEngine:
                                           ("capture_sizes", capture_sizes),
                                           ("load_format", load_format)) if value]
         if asked:
-            from coldscope.errors import ColdscopeError
-
+            from coldscope.util.errors import ColdscopeError
             raise ColdscopeError(f"coldscope knows no {self.name} option for "
                                  f"{', '.join(asked)}: give the engine's own flags in args")
         return []
@@ -472,8 +470,7 @@ class GenericEngine:
 
     def server_command(self, python: str, args: Sequence[str]) -> list[str]:
         if self.server_module is None:
-            from coldscope.errors import ColdscopeError
-
+            from coldscope.util.errors import ColdscopeError
             raise ColdscopeError(f"coldscope does not know how to start {self.name}'s server")
         return [python, "-m", self.server_module, *args]
 
@@ -580,7 +577,6 @@ def plugins() -> list[Engine]:
 def _registry() -> tuple[Engine, ...]:
     from coldscope.engines.sglang import SGLang
     from coldscope.engines.vllm import VLLM
-
     # Installed adapters first (they know their own commands and may specialise a built-in
     # one); then SGLang, whose logs have lines only SGLang prints, before vLLM, whose log
     # checks are broader (a uvicorn line both servers print).
@@ -606,8 +602,7 @@ def by_name(name: str) -> Engine:
     for engine in ENGINES:
         if engine.name == name:
             return engine
-    from coldscope.errors import ColdscopeError
-
+    from coldscope.util.errors import ColdscopeError
     known = ", ".join(e.name for e in ENGINES)
     raise ColdscopeError(f"unknown engine {name!r}; known: {known}")
 

@@ -52,7 +52,6 @@ class Knob(BaseModel):
     def to_mitigation(self):
         """The engine-neutral ``coldscope.engines.Mitigation`` record of this knob."""
         from coldscope.engines import Mitigation
-
         return Mitigation(id=f"vllm.{self.name}", stage=self.stage, title=self.description,
                           add_args=self.add_args, remove_flags=self.remove_args, env=self.env,
                           caveat=self.tradeoff)

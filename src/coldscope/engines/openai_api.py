@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from coldscope.errors import ColdscopeError
+from coldscope.util.errors import ColdscopeError
 
 COMPLETIONS = "/v1/completions"
 

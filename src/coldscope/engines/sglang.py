@@ -17,6 +17,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from coldscope.capture.probe import ProcessRole
+from coldscope.core.records import LogInfo
+from coldscope.core.stages import (
+    BOOTSTRAP,
+    CUDA_GRAPH_CAPTURE,
+    KV_CACHE_PROFILING,
+    MODEL_LOADING,
+    SERVER_READY,
+)
+from coldscope.core.timeline import Span, from_durations
 from coldscope.engines import (
     FAILED,
     OWN_LINE,
@@ -29,15 +38,6 @@ from coldscope.engines import (
     starts,
 )
 from coldscope.engines.sglang_log import FATAL_RX, STAMP
-from coldscope.records import LogInfo
-from coldscope.stages import (
-    BOOTSTRAP,
-    CUDA_GRAPH_CAPTURE,
-    KV_CACHE_PROFILING,
-    MODEL_LOADING,
-    SERVER_READY,
-)
-from coldscope.timeline import Span, from_durations
 
 #: Output lines that show SGLang entering a stage, for live progress only.
 LIVE_STAGES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
@@ -137,7 +137,6 @@ class SGLang(GenericEngine):
         """Spans from output lines with their arrival times: the saved log's rules, on the
         arrival clock instead of the stamps."""
         from coldscope.engines.sglang_log import parse_sglang_log, sglang_spans
-
         ev = parse_sglang_log([text for _, text in lines])
         if not ev.recognised:
             return [], None
@@ -149,7 +148,6 @@ class SGLang(GenericEngine):
     def read_log(self, lines: Sequence[str]) -> LogReading | None:
         """A saved SGLang log read alone; None unless a line only SGLang prints is there."""
         from coldscope.engines.sglang_log import parse_sglang_log, sglang_reading
-
         ev = parse_sglang_log(lines)
         if not ev.recognised:
             return None
@@ -181,7 +179,6 @@ class SGLang(GenericEngine):
     def log_facts(self, lines: Sequence[str]) -> LogFacts | None:
         """The findings' facts of an SGLang log; None when it is not one."""
         from coldscope.engines.sglang_log import describe, parse_sglang_log, sglang_reading
-
         ev = parse_sglang_log(lines)
         if not ev.recognised:
             return None
@@ -225,7 +222,6 @@ class SGLang(GenericEngine):
 
 def _info(ev: Any) -> LogInfo:
     from coldscope.engines.sglang_log import describe
-
     version = ev.version
     family = "sglang" if version is None else "sglang-" + ".".join(version.split(".")[:2])
     return LogInfo(version=version, family=family, device=describe(ev)["device"])

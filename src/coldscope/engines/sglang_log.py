@@ -42,8 +42,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from coldscope.capture.logtext import redraws, strip_outer_prefix
-from coldscope.safeio import clean_text
-from coldscope.stages import (
+from coldscope.core.stages import (
     BOOTSTRAP,
     CUDA_GRAPH_CAPTURE,
     KV_CACHE_PROFILING,
@@ -51,7 +50,8 @@ from coldscope.stages import (
     SERVER_READY,
     TORCH_COMPILE,
 )
-from coldscope.timeline import Span, Timeline, from_durations, reconcile, subtract
+from coldscope.core.timeline import Span, Timeline, from_durations, reconcile, subtract
+from coldscope.util.safeio import clean_text
 
 #: The source name of stages timed on the log's own clock between lines (as vLLM's reading).
 LOG_CLOCK = "log-clock"
@@ -515,7 +515,7 @@ _MILESTONES = frozenset({"server_args", "init_dist_begin", "init_dist_end", "loa
 def sglang_reading(ev: SGLangEvidence) -> SGLangReading:
     """The start-up a saved log shows, on its own clock: time to ready from the engine's first
     own line to the ready line, stages from ``sglang_spans`` reconciled by
-    ``coldscope.timeline.reconcile`` (so the buckets sum to time to ready exactly)."""
+    ``coldscope.core.timeline.reconcile`` (so the buckets sum to time to ready exactly)."""
     notes: list[str] = []
     if ev.repeated:
         notes.append(f"{ev.repeated} repeated line(s) (same stamp and text) counted once")

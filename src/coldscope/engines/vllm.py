@@ -16,6 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 from coldscope.capture.logtext import without_colours
 from coldscope.capture.probe import ProcessRole
+from coldscope.core.records import LogInfo, MissedItem
+from coldscope.core.stages import (
+    BOOTSTRAP,
+    CUDA_GRAPH_CAPTURE,
+    KV_CACHE_PROFILING,
+    MODEL_LOADING,
+    SERVER_READY,
+    TORCH_COMPILE,
+)
+from coldscope.core.timeline import Span
 from coldscope.engines import (
     FAILED,
     READY,
@@ -29,20 +39,9 @@ from coldscope.engines import (
     module_of,
     starts,
 )
-from coldscope.records import LogInfo, MissedItem
-from coldscope.stages import (
-    BOOTSTRAP,
-    CUDA_GRAPH_CAPTURE,
-    KV_CACHE_PROFILING,
-    MODEL_LOADING,
-    SERVER_READY,
-    TORCH_COMPILE,
-)
-from coldscope.timeline import Span
 
 if TYPE_CHECKING:
     from coldscope.capture.otlp import OtelSpan
-
 #: vLLM's OpenTelemetry start-up span names mapped onto coldscope's stages. Container spans
 #: ("Overall Loading", "Executor init", "Prepare model", ...) wrap several stages and are kept
 #: only as raw spans; the spans below name one stage or sub-step.
@@ -67,7 +66,7 @@ WARMUP_SPANS = ("Warmup (CPU)", "Warmup (GPU)")
 _ROLE = {"vllm.llm_engine": "api_server", "engine_core": "engine_core", "worker": "worker"}
 
 #: (module, qualified attribute, event name) the probe wraps. Names are stage or stage/substep
-#: names of coldscope.stages, or "mark:<what>" for boundaries ``capture.probe`` interprets.
+#: names of coldscope.core.stages, or "mark:<what>" for boundaries ``capture.probe`` interprets.
 PROBE_HOOKS: tuple[tuple[str, str, str], ...] = (
     # process roles (first call marks when the process's own work begins)
     ("vllm.v1.engine.core", "EngineCoreProc.run_engine_core", "mark:engine_core_main"),
@@ -153,7 +152,7 @@ STARTUP_FAILED = re.compile(
 #: The child processes whose spawn the log's clock shows (coldscope's probe roles).
 _CHILD_ROLES = ("engine_core", "worker")
 
-#: vLLM's own flags and variables in the findings' advice (``coldscope.findings`` keeps the
+#: vLLM's own flags and variables in the findings' advice (``coldscope.analysis.findings`` keeps the
 #: engine-neutral wording for other engines).
 FINDING_ADVICE: dict[str, str] = {
     "compile_cache_load_failed":
@@ -326,7 +325,6 @@ class VLLM(GenericEngine):
 
     def log_spans(self, lines: Sequence[tuple[float, str]]) -> tuple[list[Span], LogInfo | None]:
         from coldscope.engines.vllm_log import log_spans, parse_vllm_log
-
         parsed = parse_vllm_log([text for _, text in lines])
         spans = log_spans(parsed, [t for t, _ in lines])
         return spans, _info(parsed)
@@ -335,7 +333,6 @@ class VLLM(GenericEngine):
         """A saved log read once (``vllm_log.read_startup``): the timeline, the failure or the
         refusal, the notes, and the findings' facts of the same reading."""
         from coldscope.engines.vllm_log import missed, paper_metrics, read_startup
-
         st = read_startup(lines)
         ev = st.evidence
         if not _is_vllm(ev):
@@ -383,7 +380,6 @@ class VLLM(GenericEngine):
         """The findings' facts of a vLLM log; None when no line means anything to vLLM's
         adapter (then every fact would be empty anyway)."""
         from coldscope.engines.vllm_log import read_startup
-
         st = read_startup(lines)
         if not _is_vllm(st.evidence):
             return None
@@ -398,7 +394,6 @@ class VLLM(GenericEngine):
         through the parser, so the cost stays low for the thousands of lines a start-up
         prints."""
         from coldscope.engines.vllm_log import APP_STARTUP_COMPLETE, HARNESS_END, parse_vllm_log
-
         if STARTUP_FAILED.search(line):
             return FAILED
         if "startup complete" in line or "initialize_engine took" in line:
@@ -425,7 +420,6 @@ class VLLM(GenericEngine):
         """The installed vLLM's capabilities (asked in a subprocess of ``python``) and the
         knobs of ``vllm_knobs.catalogue`` they allow."""
         from coldscope.engines.vllm_knobs import capabilities, catalogue
-
         caps = capabilities(python)
         return caps, list(catalogue(caps))
 
@@ -470,7 +464,6 @@ def _is_vllm(ev: Any) -> bool:
     own format (level, MM-DD time, [file:line]). uvicorn's "Application startup complete" is any
     Python server's, and SGLang prints vLLM's compile lines in its own format."""
     from coldscope.engines.vllm_log import APP_STARTUP_COMPLETE
-
     return ev.version is not None or any(
         r.wallclock is not None and r.name != APP_STARTUP_COMPLETE for r in ev.records)
 
@@ -479,7 +472,6 @@ def _facts(st: Any) -> LogFacts:
     """The findings' facts of one reading (``vllm_log.Startup``); line numbers are the log's
     own physical lines (0-based), so evidence quotes the line the user sees."""
     from coldscope.engines.vllm_log import DOWNLOAD, STARTUP_PLAN, _total
-
     lines, ev, src = list(st.lines), st.evidence, st.source
 
     def phys(i: int | None) -> int | None:
@@ -522,7 +514,6 @@ def _facts(st: Any) -> LogFacts:
 
 def _message(text: str) -> str:
     from coldscope.engines.vllm_log import _split
-
     return _split(text).message or text
 
 
@@ -530,7 +521,6 @@ def _load_failure(lines: Sequence[str], clock: Sequence[float | None]) -> dict[s
     """The first compile-cache load failure line, and the seconds on the log's clock from it to
     the first later line with a time that says the new compile was done."""
     from coldscope.engines.vllm_log import _split
-
     at = next((i for i, t in enumerate(lines) if LOAD_FAILED.search(t)), None)
     if at is None:
         return {}
@@ -551,7 +541,6 @@ def _memory_profiling(ev: Any) -> dict[str, Any]:
     """The line reporting memory profiling (the first that gives seconds, else the last
     one), and its seconds."""
     from coldscope.engines.vllm_log import MEMORY_PROFILING_END
-
     rec = next((r for r in ev.records if r.name.endswith("memory_profiling_end")
                 and r.duration is not None), ev.last(MEMORY_PROFILING_END))
     if rec is None:
@@ -575,7 +564,6 @@ def _child_process_gaps(lines: Sequence[str], clock: Sequence[float | None]) -> 
     """Per child process (engine core, worker): seconds on the log's clock between the last
     timestamped line before its first timestamped line and that line."""
     from coldscope.engines.vllm_log import _split
-
     if not clock:
         return {}
     gaps: dict[str, float] = {}

@@ -19,9 +19,9 @@ import subprocess
 import sys
 from typing import Any
 
+from coldscope.core.stages import BOOTSTRAP, KV_CACHE_PROFILING, MODEL_LOADING, TORCH_COMPILE
 from coldscope.engines.knob import ALL_CACHES, Knob
-from coldscope.errors import ColdscopeError
-from coldscope.stages import BOOTSTRAP, KV_CACHE_PROFILING, MODEL_LOADING, TORCH_COMPILE
+from coldscope.util.errors import ColdscopeError
 
 #: Run by the engine's interpreter; prints one JSON object. Imports vLLM's config layer (a few
 #: seconds), never a model.

@@ -5,7 +5,7 @@ wording changes between vLLM releases, so parsing is split in two:
 
 1. ``parse_vllm_log(lines) -> LogEvidence`` detects the version and the *format family*, then
    runs that family's small table of ``(regex -> meaning)`` rules over every line. A meaning is
-   a stage or ``stage/substep`` name from :mod:`coldscope.stages` with the seconds the line
+   a stage or ``stage/substep`` name from :mod:`coldscope.core.stages` with the seconds the line
    reports, or a ``marker:<event>`` whose time is the line's arrival. Unknown lines are skipped;
    nothing in a line can make the parser fail.
 2. Pure consumers of that evidence: ``log_timeline`` (a timeline from a saved log),
@@ -28,7 +28,7 @@ from datetime import datetime
 from pathlib import Path
 
 from coldscope.capture.logtext import as_text, without_colours
-from coldscope.stages import (
+from coldscope.core.stages import (
     BOOTSTRAP,
     CUDA_GRAPH_CAPTURE,
     KV_CACHE_PROFILING,
@@ -38,7 +38,7 @@ from coldscope.stages import (
     TORCH_COMPILE,
     substep,
 )
-from coldscope.timeline import Span, Timeline, from_durations, reconcile, subtract
+from coldscope.core.timeline import Span, Timeline, from_durations, reconcile, subtract
 
 # Record names (the vocabulary of the log, mapped once onto the shared stage names).
 WEIGHTS = substep(MODEL_LOADING, "weights")
@@ -505,8 +505,7 @@ def parse_vllm_log(lines: Iterable[str]) -> LogEvidence:
 
 def read_vllm_log(path: str | Path) -> LogEvidence:
     """``parse_vllm_log`` of a saved log file (undecodable bytes are replaced, not fatal)."""
-    from coldscope.safeio import MAX_LOG_BYTES, input_limit, read_bytes
-
+    from coldscope.util.safeio import MAX_LOG_BYTES, input_limit, read_bytes
     # a regular file only (a FIFO or /dev/zero is refused, never read), at most MAX_LOG_BYTES
     data = read_bytes(path, limit=input_limit(MAX_LOG_BYTES), what="log file")
     return parse_vllm_log(data.decode("utf-8", "replace").splitlines())
@@ -1359,7 +1358,6 @@ def read_startup(lines: Iterable[object]) -> Startup:
     ``unattributed``. A start-up without its ready line has a ``failure`` quoted from the log.
     """
     from coldscope.capture.logtext import normalise, split_lines, without_repeats
-
     if isinstance(lines, str | bytes | bytearray):
         lines = split_lines(as_text(lines))
     clean = normalise(lines, drop_repeats=False)

@@ -52,7 +52,7 @@ _DIR = os.environ.get("COLDSCOPE_PROBE_DIR")
 def _hooks():
     """The hooks to place, from ``COLDSCOPE_PROBE_HOOKS``: ``module:Qual.name=event;...``.
     The runner fills it from the engine adapter's table (``coldscope.engines``), so the probe
-    itself knows no engine. Event names are stage or stage/substep names of coldscope.stages,
+    itself knows no engine. Event names are stage or stage/substep names of coldscope.core.stages,
     or "mark:<what>" for boundaries the timeline interprets."""
     out = []
     for item in os.environ.get("COLDSCOPE_PROBE_HOOKS", "").split(";"):

@@ -7,11 +7,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from coldscope.errors import ColdscopeError
-from coldscope.records import Run
+from coldscope.core.records import Run
 from coldscope.report.data import build_report_data, dimensions, paper_records
 from coldscope.report.html import render_report
-from coldscope.selection import describe, select_runs
+from coldscope.store.selection import describe, select_runs
+from coldscope.util.errors import ColdscopeError
 
 #: ``progress(what, fraction)``: what the report is doing now and how far along it is (0-1).
 Progress = Callable[[str, float], None]
@@ -21,8 +21,7 @@ def store_features(runs: Sequence[Run], progress: Progress | None = None,
                    ) -> tuple[dict[str, Any], list[str]]:
     """Model name -> ``ModelFeatures`` of every run's model directory that can still be read,
     and a note for each that cannot."""
-    from coldscope.features import model_features
-
+    from coldscope.prediction.features import model_features
     features: dict[str, Any] = {}
     notes: list[str] = []
     paths: dict[str, str] = {}
@@ -49,10 +48,9 @@ def tune_decisions(store_path: Path, runs: Sequence[Run]) -> dict[str, dict[str,
     whose file is missing, unreadable or unfinished is left out (the report then reads its
     kept changes from the runs and says so)."""
     from coldscope.report.data import tune_runs
-    from coldscope.tune.report import waterfall
-    from coldscope.tune.search import Outcome
-    from coldscope.tune.session import load, sessions_dir
-
+    from coldscope.tuning.report import waterfall
+    from coldscope.tuning.search import Outcome
+    from coldscope.tuning.session import load, sessions_dir
     out: dict[str, dict[str, Any]] = {}
     root = sessions_dir(store_path)
     for sid in tune_runs(runs):
@@ -86,8 +84,7 @@ def make_report(*, store_path: str | Path | None = None, runs: Sequence[str] = (
     notes: list[str] = []
     tune: dict[str, dict[str, Any]] = {}
     if paper is not None:
-        from coldscope.predict.paper import paper_features
-
+        from coldscope.prediction.paper import paper_features
         step("reading the paper's data", 0.0)
         records: Sequence[Run] = paper_records(paper)
         features = paper_features(paper)
@@ -99,8 +96,7 @@ def make_report(*, store_path: str | Path | None = None, runs: Sequence[str] = (
                      "laid end to end, and it has no CPU samples.")
         chosen = select_runs(records, runs, model)
     else:
-        from coldscope.store import Store
-
+        from coldscope.store.db import Store
         with Store(store_path, create=False) as store:
             step(f"reading {store.count()} runs", 0.0)
             records = store.runs(status="ok")
@@ -113,8 +109,7 @@ def make_report(*, store_path: str | Path | None = None, runs: Sequence[str] = (
         raise ColdscopeError(f"no successful runs match {describe(runs, model)}")
     sm = None
     if startup_model is not None:
-        from coldscope.predictor import StartupModel
-
+        from coldscope.prediction.startup_model import StartupModel
         sm = StartupModel.load(startup_model)
     step(f"building charts of {len(chosen)} runs", 0.5)
     data = build_report_data(chosen, features=features, startup_model=sm,

@@ -1,6 +1,6 @@
 """Chart data for the report: pure functions of runs, model features and a startup model.
 
-Every function here takes typed runs (``coldscope.records.Run``; the paper's published tables
+Every function here takes typed runs (``coldscope.core.records.Run``; the paper's published tables
 become ``PaperRun``, a run that also names its dataset and dimensions) and ``ModelFeatures``,
 and returns plain JSON-able dicts; ``coldscope.report.html`` draws them. Seconds are floats
 throughout; times inside one run are seconds since the engine's launch.
@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.version import InvalidVersion, Version
 
-from coldscope.errors import ColdscopeError
-from coldscope.records import Environment, ModelRef, Run
-from coldscope.stages import (
+from coldscope.capture.environment import machine_name
+from coldscope.core.records import ModelRef, Run
+from coldscope.core.stages import (
     BOOTSTRAP,
     BUCKETS,
     CUDA_GRAPH_CAPTURE,
@@ -37,10 +37,10 @@ from coldscope.stages import (
     UNATTRIBUTED,
     stage_of,
 )
+from coldscope.util.errors import ColdscopeError
 
 if TYPE_CHECKING:
-    from coldscope.releases import Change, ReleasesResult
-
+    from coldscope.launch.releases import Change, ReleasesResult
 #: What a run's configuration is made of, in the order group names show them.
 DIMENSIONS: tuple[str, ...] = ("model", "cache", "mode", "load_format", "weights",
                                "capture_sizes", "env", "engine", "machine", "label")
@@ -112,25 +112,12 @@ def dimensions(run: Run) -> dict[str, str | None]:
     return dims
 
 
-def machine_name(env: Environment) -> str | None:
-    """A short machine description: CPU model and cores, plus GPUs when there are any."""
-    cpu = env.cpu_model
-    if not cpu:
-        return None
-    text = f"{cpu} ×{env.cpu_cores}" if env.cpu_cores else str(cpu)
-    names = [g.name or "gpu" for g in env.gpus]
-    if names:
-        text += " · " + (f"{len(names)}× {names[0]}" if len(set(names)) == 1 else ", ".join(names))
-    return text
-
-
 def _capture_sizes(argv: Sequence[str]) -> str | None:
     """Number of CUDA-graph capture sizes on the engine's command line, as its adapter reads
     it (``coldscope.engines``), if any."""
     if not argv:
         return None
     from coldscope.engines import resolve
-
     n = resolve(argv).capture_sizes(argv)
     return str(n) if n else None
 
@@ -260,8 +247,7 @@ def timeline(run: Run) -> dict[str, Any]:
     stage segments, the gaps no evidence explains, and the ready / first-token marks. A stage
     or sub-step seen several times in one process (two sources, or nested in itself) is drawn
     once, as the trace export does (``trace_export.merge_evidence``)."""
-    from coldscope.trace_export import merge_evidence
-
+    from coldscope.export.trace import merge_evidence
     intervals = run.intervals
     by_name: dict[tuple[str, Any, str], list[tuple[float, float, str]]] = {}
     for iv in intervals:  # per process and name: one source, overlaps merged (no stage twice)
@@ -578,7 +564,7 @@ def predictions(groups: Sequence[Mapping[str, Any]], features: Mapping[str, Any]
     coverage: they test nothing. Configurations of another setting are not scored; ``notes``
     says which.
 
-    ``startup_model``: a fitted ``coldscope.predictor.StartupModel``.
+    ``startup_model``: a fitted ``coldscope.prediction.startup_model.StartupModel``.
     """
     file = getattr(startup_model, "file_", None)
     rows, other_setting = [], []
@@ -811,7 +797,7 @@ def tune_waterfall(session: str, runs: Sequence[Run],
     """One tune session as a waterfall: the baseline, one step per kept change, the best.
 
     ``steps`` are the configurations the session kept, in order (each a knob list, the first
-    the baseline's ``[]``), as ``coldscope.tune.report.waterfall`` lists them from the session
+    the baseline's ``[]``), as ``coldscope.tuning.report.waterfall`` lists them from the session
     file; without it they are inferred from the runs (``inferred_tune_steps``). Each
     configuration's time to ready and stages are means over its measuring start-ups (not its
     ``prime``), the numbers the search judged it by, so the baseline's and the best's equal the
@@ -916,8 +902,7 @@ def releases_measurements(runs: Iterable[Run]) -> tuple[list[dict[str, Any]], li
     """One block (``release_block``) per ``coldscope releases`` measurement among ``runs``
     (membership kind ``releases``), newest first, at most ``MAX_RELEASES_MEASUREMENTS``, and a
     note naming the ones left out."""
-    from coldscope.releases import stored
-
+    from coldscope.launch.releases import stored
     results = stored(runs)
     notes = []
     if len(results) > MAX_RELEASES_MEASUREMENTS:
@@ -933,13 +918,14 @@ def _change(c: Change) -> dict[str, Any]:
 
 
 def release_block(result: ReleasesResult) -> dict[str, Any]:
-    """One ``releases`` measurement (a ``coldscope.releases.ReleasesResult``, the numbers
+    """One ``releases`` measurement (a ``coldscope.launch.releases.ReleasesResult``, the numbers
     ``coldscope releases --json`` gives for these runs) as chart data: per release, in the
     order given, the mean seconds of each bucket over its measured start-ups (primes left
     out) stacked from 0 (``segments``; they end at its mean time to ready, since every run's
     buckets sum to its own), its time to ready's spread; between consecutive releases, the
     time-to-ready change and every stage's, each with its 95 % interval and verdict as
-    ``coldscope.compare`` gives them; and the ``RELEASE_CHANGES`` largest stage changes of
+    ``coldscope.analysis.comparison`` gives them; and the ``RELEASE_CHANGES`` largest stage changes
+    of
     all pairs (by size, whatever their verdict). A release is named by its version when every
     release has a distinct one, else by its spec."""
     versions = [r.engine_version for r in result.releases]
@@ -1088,7 +1074,7 @@ PAPER_DATASETS: tuple[tuple[str, str, dict[str, str]], ...] = (
 )
 
 #: Where each paper table's weights came from: the data's README measures it per table
-#: (``coldscope.predict.paper.PAPER_STORAGE``). The main table (and its first runs) read most
+#: (``coldscope.prediction.paper.PAPER_STORAGE``). The main table (and its first runs) read most
 #: models from the SSD but not all (0.126-1.858 s/GB): a mixed setting, never a reference.
 PAPER_MIXED_WEIGHTS = "mixed: SSD for most models, page cache for some"
 
@@ -1103,12 +1089,11 @@ _VERSION = re.compile(r"_v(\d+\.\d+\.\d+)(?:\.txt|$)")
 
 def paper_records(paper_dir: str | Path) -> list[PaperRun]:
     """The paper's published measurements as runs (``PaperRun``, buckets mapped as in
-    ``coldscope.predict.paper``), one per model and repetition (the main table's five
+    ``coldscope.prediction.paper``), one per model and repetition (the main table's five
     iterations) or per model (the figures, which publish means). Each has a ``dataset`` (the
     figure) and ``dims`` (what the figure varied). Their origin is "log": the paper's numbers
     were parsed from its engine logs."""
-    from coldscope.predict.paper import PAPER_CAPTURE_SIZES, read_comparison
-
+    from coldscope.prediction.paper import PAPER_CAPTURE_SIZES, read_comparison
     root = Path(paper_dir)
     if not (root / "models_config.json").is_file():
         raise ColdscopeError(f"{root} is not the paper's data directory (no models_config.json)")
@@ -1139,9 +1124,8 @@ def capture_count(largest: int) -> int:
 def _paper_file(results: tuple[list[str], dict[str, list[Any]]], path: Path, dataset: str,
                 dims: Mapping[str, str | None], rep: str,
                 default_capture: int) -> list[PaperRun]:
-    from coldscope.predict.paper import PAPER_METRICS, TOTAL_METRIC, model_name
-    from coldscope.predict.paper import metric as checked_metric
-
+    from coldscope.prediction.paper import PAPER_METRICS, TOTAL_METRIC, model_name
+    from coldscope.prediction.paper import metric as checked_metric
     labels, data = results
 
     def metric(key: str, i: int) -> float | None:

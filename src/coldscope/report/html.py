@@ -20,6 +20,7 @@ from importlib import resources
 from typing import Any
 
 from coldscope import __version__
+from coldscope.core.stages import BUCKETS, STAGES, UNATTRIBUTED
 from coldscope.report.data import (
     DIMENSION_TITLES,
     MAX_SCALING_SERIES,
@@ -27,7 +28,6 @@ from coldscope.report.data import (
     TOTAL,
     to_csv,
 )
-from coldscope.stages import BUCKETS, STAGES, UNATTRIBUTED
 
 #: One colour per bucket, the same in every chart (Tableau 10: distinct, colour-blind aware).
 COLORS: dict[str, str] = {

@@ -29,12 +29,12 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from coldscope import __version__
-from coldscope.errors import ColdscopeError
-from coldscope.plan.hint import ScaleHint
-from coldscope.plan.report import PlanReport
-from coldscope.records import Run
+from coldscope.core.records import Run
+from coldscope.planning.hint import ScaleHint
+from coldscope.planning.result import PlanReport
 from coldscope.serve.service import NotConfigured, NotFound, Service, Unavailable
 from coldscope.serve.workers import TooSlow
+from coldscope.util.errors import ColdscopeError
 
 
 class Guard:
@@ -111,8 +111,7 @@ def route_of(path: str) -> str:
 
 
 async def _reply(send: Any, status: int, body: dict, extra: list | None = None) -> None:
-    from coldscope.safeio import dumps_json
-
+    from coldscope.util.safeio import dumps_json
     data = dumps_json(body, indent=None).encode()  # valid JSON always: NaN/inf become null
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"),

@@ -7,7 +7,7 @@ metrics give every replica's start-up per stage, so a fleet's dashboards and ale
 Label values come from logs (model names, replica names), so each label has a bound on the
 values it keeps: past the bound a new value is reported as ``other``. A fleet of short-lived
 pods therefore cannot grow the series count without limit; ``stage`` is always one of
-:data:`coldscope.stages.BUCKETS`.
+:data:`coldscope.core.stages.BUCKETS`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from coldscope.records import Run
-from coldscope.stages import BUCKETS
+from coldscope.core.records import Run
+from coldscope.core.stages import BUCKETS
 
 #: Stage durations span from milliseconds (tokenizer) to many minutes (compile of a big model).
 STAGE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200)

@@ -13,7 +13,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from coldscope.records import Run
+from coldscope.core.records import Run
 from coldscope.serve.watcher import Startup
 
 _SLUG = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -36,9 +36,8 @@ def _started_at(s: Startup) -> str:
 def build_run(s: Startup) -> Run:
     """The run record of a finished start-up: ``run_from_log`` of its lines (the adapters of
     ``parse``, findings included), with the watcher's id, verdict, time and file."""
-    from coldscope.assemble import run_from_log
-    from coldscope.records import ModelRef
-
+    from coldscope.core.records import ModelRef
+    from coldscope.ingest.assemble import run_from_log
     run = run_from_log(s.lines, name=s.replica, origin="log", started_at=_started_at(s))
     update: dict[str, Any] = {"id": run_id(s.replica, s.lines), "log_path": s.path,
                               "label": s.replica}
@@ -46,7 +45,6 @@ def build_run(s: Startup) -> Run:
         update.update(status="failed", reason=s.reason)
     if run.model.path is None and run.model.name is None:
         from coldscope.engines import log_facts
-
         known = log_facts(s.lines, engine=run.engine.name)  # the model the engine echoed
         path = known[1].model if known is not None else None
         if path:

@@ -10,7 +10,7 @@ request (SQLite connections belong to one thread). The event loop itself never r
 What a request may make serve read: paths inside a ``--model-root`` once symbolic links are
 resolved; a model directory whose entries are all regular files or directories that resolve
 inside a root (checked before anything is read); and, while its work runs, every file opened
-through ``coldscope.safeio`` is checked against the roots again (``safeio.confined``), so a
+through ``coldscope.util.safeio`` is checked against the roots again (``safeio.confined``), so a
 weight file linked elsewhere or an index entry ``../../x.safetensors`` is refused without a
 byte (or the size) of the outside file in the answer.
 """
@@ -29,15 +29,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from coldscope.errors import ColdscopeError, validation_error
-from coldscope.logfiles import percentile
-from coldscope.predictor import predict_json
-from coldscope.records import Run
-from coldscope.safeio import confined, file_kind
+from coldscope.core.records import Run
+from coldscope.ingest.logfiles import percentile
+from coldscope.prediction.startup_model import predict_json
 from coldscope.serve.metrics import StartupMetrics, model_path
 from coldscope.serve.runs import build_run
 from coldscope.serve.watcher import MAX_HELD_BYTES, LogWatcher, Startup
 from coldscope.serve.workers import Workers
+from coldscope.util.errors import ColdscopeError, validation_error
+from coldscope.util.safeio import confined, file_kind
 
 log = logging.getLogger("coldscope.serve")
 
@@ -86,8 +86,7 @@ class Service:
     ``start()``/``stop()`` run the threads (the app's lifespan calls them)."""
 
     def __init__(self, config: ServeConfig):
-        from coldscope.store import default_store_path
-
+        from coldscope.store.db import default_store_path
         self.config = config
         self.store_path = Path(config.store) if config.store else default_store_path()
         self.model_roots = [Path(r).resolve() for r in config.model_roots]
@@ -96,8 +95,7 @@ class Service:
                 raise ColdscopeError(f"--model-root {root} is not a directory")
         self.startup_model = None
         if config.startup_model:
-            from coldscope.predictor import StartupModel
-
+            from coldscope.prediction.startup_model import StartupModel
             self.startup_model = StartupModel.load(config.startup_model)
         self.watcher: LogWatcher | None = None
         if config.watch:
@@ -191,8 +189,7 @@ class Service:
             self._store(s)  # not started (tests driving poll_once): store at once
 
     def _store(self, s: Startup) -> None:
-        from coldscope.store import Store
-
+        from coldscope.store.db import Store
         try:
             run = build_run(s)
         except ColdscopeError as exc:  # no engine adapter knows these lines
@@ -303,7 +300,7 @@ class Service:
                 from None
 
     def confined(self, *extra: str | Path) -> Any:
-        """A block in which every file opened through ``coldscope.safeio`` must lie inside a
+        """A block in which every file opened through ``coldscope.util.safeio`` must lie inside a
         --model-root, or be one of ``extra`` (serve's own files) or coldscope's own package
         data (default profiles and the like)."""
         return confined([*self.model_roots, *extra, _PACKAGE_DIR])
@@ -342,8 +339,7 @@ class Service:
     def plan(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """``plan --json`` for plan options given by their CLI names. Files named in the body
         must lie under a --model-root; the startup model and the store are serve's own."""
-        from coldscope.plan import PlanRequest, plan
-
+        from coldscope.planning import PlanRequest, plan
         options = dict(body)
         for key in ("startup_model", "store"):
             if key in options:
@@ -371,12 +367,12 @@ class Service:
     def scale_hint(self, model: str, rate: float, sla: str, *, gpu: str | None = None,
                    replica_rps: float | None = None,
                    params: str | None = None) -> dict[str, Any]:
-        """The warm replicas the planner's SLA rule asks for now (``coldscope.plan.scale_hint``),
+        """The warm replicas the planner's SLA rule asks for now
+        (``coldscope.planning.scale_hint``),
         and the start-up it used: the startup model's prediction for ``model`` (a directory
         under a --model-root) when there is one, else the observed start-ups of ``model`` in
         the store (median to P90), else the planner's budget for ``params``."""
-        from coldscope.plan import ScaleHintRequest, scale_hint
-
+        from coldscope.planning import ScaleHintRequest, scale_hint
         startup, source = None, None
         if self.startup_model is not None and self.model_roots:
             try:
@@ -384,8 +380,7 @@ class Service:
             except ColdscopeError:
                 path = None
             if path is not None:
-                from coldscope.features import model_features
-
+                from coldscope.prediction.features import model_features
                 with self.confined():
                     features = model_features(path)
                 prediction = predict_json(self.startup_model, features)
@@ -432,8 +427,7 @@ class Service:
 
     def _reader(self) -> Any:
         """A read connection to the store for this request."""
-        from coldscope.store import Store
-
+        from coldscope.store.db import Store
         try:
             return Store(self.store_path, create=False)
         except ColdscopeError as exc:
@@ -444,9 +438,8 @@ class Service:
         """Start-ups seen and not yet ready, with what their lines show so far."""
         if self.watcher is None:
             return []
+        from coldscope.core.timeline import Timeline, timeline_dict
         from coldscope.engines import read_log
-        from coldscope.timeline import Timeline, timeline_dict
-
         now = self.watcher.clock()
         out = []
         for s in self.watcher.running():

@@ -59,8 +59,8 @@ from typing import IO
 
 from coldscope import engines
 from coldscope.engines import FAILED, READY, START_PREFIX
-from coldscope.errors import ColdscopeError
-from coldscope.safeio import open_regular
+from coldscope.util.errors import ColdscopeError
+from coldscope.util.safeio import open_regular
 
 log = logging.getLogger("coldscope.serve.watcher")
 

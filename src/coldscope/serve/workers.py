@@ -21,7 +21,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
-from coldscope.errors import ColdscopeError
+from coldscope.util.errors import ColdscopeError
 
 T = TypeVar("T")
 

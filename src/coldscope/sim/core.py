@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import numpy as np
 from numba import njit
 
-from coldscope.errors import ColdscopeError
+from coldscope.util.errors import ColdscopeError
 
 #: Replicas (ready + starting) a run may hold unless told otherwise: 100,000 replicas of 8
 #: slots take ~13 MB of heaps; a billion would take 100 GB.

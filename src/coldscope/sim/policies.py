@@ -17,8 +17,8 @@ from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, ValidationError, create_model
 
-from coldscope.errors import ColdscopeError
 from coldscope.sim.core import Context, TickObservation
+from coldscope.util.errors import ColdscopeError
 
 # Parameter types with their bounds: ``make_policy`` checks them before a run starts.
 Count = Annotated[int, Field(ge=0)]
@@ -181,7 +181,7 @@ class Predictive(Reactive):
     replicas tick after tick.
 
     With ``sla_ttft_s`` set it also keeps the planner's warm floor
-    (``coldscope.plan.hint.warm_floor``, the rule behind ``serve``'s scale hint): one replica
+    (``coldscope.planning.hint.warm_floor``, the rule behind ``serve``'s scale hint): one replica
     stays up whenever scaling to zero at the stable-window arrival rate would make more than
     1 % of requests wait for a start-up (``H``) plus ``warm_ttft_s`` beyond the SLA. The
     keep-alive it judges with is this policy's own (stable window + scale-to-zero grace).
@@ -236,8 +236,7 @@ class Predictive(Reactive):
         ahead = math.ceil(forecast * self.time_in_system_ / self.target_ - 1e-9)
         floor = 0
         if self.sla_ttft_s is not None:
-            from coldscope.plan.hint import warm_floor
-
+            from coldscope.planning.hint import warm_floor
             floor = warm_floor(mean_rate, self.horizon_, self.sla_ttft_s, self.warm_ttft_s,
                                self.idle_after_)
         return min(max(want, self._delay(obs.time, ahead), floor, self.min_workers), self.max_)

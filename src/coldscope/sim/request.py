@@ -14,11 +14,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from coldscope.errors import ColdscopeError
 from coldscope.sim import startup as st
 from coldscope.sim.policies import POLICIES, make_policy
 from coldscope.sim.simulate import SimConfig, SimResult, simulate
 from coldscope.sim.sweep import EXECUTORS, SweepResult
+from coldscope.util.errors import ColdscopeError
 
 
 class StartupChoice(BaseModel):
@@ -54,8 +54,7 @@ def replica_spec(path: str | None, overrides: dict[str, Any]) -> dict[str, Any]:
     """The replica spec's fields from a YAML/JSON file with ``overrides`` (None: unset) on top."""
     data: dict[str, Any] = {}
     if path:
-        from coldscope.config_file import read_mapping
-
+        from coldscope.util.config_file import read_mapping
         data = read_mapping(path, "replica spec")
     data.update({k: v for k, v in overrides.items() if v is not None})
     return data
@@ -75,12 +74,10 @@ def cold_start(choice: StartupChoice) -> Any:
     if choice.model:
         raise ColdscopeError("--model is used with --startup-model")
     if choice.plan:
-        from coldscope.config_file import read_mapping
-
+        from coldscope.util.config_file import read_mapping
         return st.from_plan(read_mapping(choice.plan, "plan"), choice.plan)
     if choice.from_store:
-        from coldscope.store import Store, default_store_path
-
+        from coldscope.store.db import Store, default_store_path
         path = Path(choice.store) if choice.store else default_store_path()
         if not path.exists():
             raise ColdscopeError(f"no store at {path}")
@@ -97,8 +94,7 @@ def cold_start(choice: StartupChoice) -> Any:
 def run(request: SimRequest, progress: Callable[[float], None] | None = None
         ) -> SimResult | SweepResult:
     """Check everything, read the trace, then simulate once (or every case of the sweep)."""
-    from coldscope.traces import read_trace
-
+    from coldscope.planning.traces import read_trace
     config = request.config
     if config.policy not in POLICIES:
         raise ColdscopeError(f"unknown policy {config.policy!r}; choose from "
@@ -110,7 +106,6 @@ def run(request: SimRequest, progress: Callable[[float], None] | None = None
     cases = None
     if request.sweep:
         from coldscope.sim.sweep import load_sweep, sweep_cases
-
         cases = sweep_cases(config, load_sweep(request.sweep))
         for _, case in cases:
             make_policy(case.policy, case.policy_params)
@@ -119,7 +114,6 @@ def run(request: SimRequest, progress: Callable[[float], None] | None = None
     if cases is not None:
         from coldscope.sim.simulate import TraceInfo, check_size
         from coldscope.sim.sweep import run_sweep
-
         for _, case in cases:
             check_size(trace, case)
         rows = run_sweep(trace, cases, startup, executor=request.executor, jobs=request.jobs)

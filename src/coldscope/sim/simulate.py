@@ -23,11 +23,11 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from coldscope.errors import ColdscopeError
+from coldscope.planning.traces import Trace
 from coldscope.sim import startup as startup_mod
 from coldscope.sim.core import REPLICA_LIMIT, RawRun, Simulator, Workload
 from coldscope.sim.policies import make_policy
-from coldscope.traces import Trace
+from coldscope.util.errors import ColdscopeError
 
 #: Version of the :class:`SimResult` JSON (1: the untyped dict before records).
 SCHEMA_VERSION = 2
@@ -38,8 +38,7 @@ _CHUNK = 1 << 20
 
 def _default_gpu_price() -> tuple[str, float, str]:
     """(GPU, price per GPU-hour, currency) of the planner's default profile: one default price."""
-    from coldscope.plan.profile import default_profile_data
-
+    from coldscope.planning.infra import default_profile_data
     data = default_profile_data()
     gpu = data["gpu"]
     return gpu, float(data["gpus"][gpu]["price_per_hour"]), str(data["currency"])
@@ -74,8 +73,7 @@ class ReplicaSpec(_Strict):
             self.gpu = gpu
         if self.gpu_hour_price is None:
             if self.gpu != gpu:
-                from coldscope.plan.profile import default_profile_data
-
+                from coldscope.planning.infra import default_profile_data
                 gpus = default_profile_data()["gpus"]
                 if self.gpu not in gpus:
                     raise ValueError(f"no price known for GPU {self.gpu!r} (known: "

@@ -6,7 +6,8 @@ come from (``source``) so that the simulation's output can say it too.
 
 Sources, from best to worst:
 
-* a startup model (``coldscope.predictor.StartupModel``) predicting the engine start-up of a
+* a startup model (``coldscope.prediction.startup_model.StartupModel``) predicting the engine
+start-up of a
   given model, with its 90 % interval (:func:`from_prediction`);
 * measured runs in the store (:func:`from_store_runs`): resample their time to ready;
 * a plan from ``coldscope plan --json`` (:func:`from_plan`): its end-to-end low..high estimate,
@@ -26,7 +27,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from coldscope.errors import ColdscopeError
+from coldscope.util.errors import ColdscopeError
 
 #: z such that P(Z <= z) = 0.95 for a standard normal: the half-width of a 90 % interval.
 _Z90 = 1.6448536269514722
@@ -221,8 +222,8 @@ def from_prediction(prediction: Any, source: str) -> LogNormal:
 def from_startup_model(model_file: str, model_path: str) -> LogNormal:
     """Predict the start-up of the model at ``model_path`` with the startup model file."""
     try:
-        from coldscope.features import model_features
-        from coldscope.predictor import StartupModel
+        from coldscope.prediction.features import model_features
+        from coldscope.prediction.startup_model import StartupModel
     except ImportError as exc:  # the predictor is an optional part of the package
         raise ColdscopeError(f"the startup model cannot be used here: {exc}") from exc
     prediction = StartupModel.load(model_file).predict(model_features(model_path))

@@ -27,9 +27,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from coldscope.errors import ColdscopeError, validation_error
+from coldscope.planning.traces import Trace
 from coldscope.sim.simulate import SimConfig, SimResult, TraceInfo, simulate
-from coldscope.traces import Trace
+from coldscope.util.errors import ColdscopeError, validation_error
 
 EXECUTORS = ("local", "ray")
 #: Cases one sweep may hold: each is a full simulation of the trace.
@@ -38,8 +38,7 @@ MAX_CASES = 10_000
 
 def load_sweep(path: str | Path) -> dict[str, Any]:
     """Read a sweep file into a mapping (``grid``, ``cases`` and base fields)."""
-    from coldscope.config_file import read_mapping
-
+    from coldscope.util.config_file import read_mapping
     spec = read_mapping(path, "sweep file")
     if not isinstance(spec, dict):
         raise ColdscopeError(f"{path}: a sweep file must be a mapping with a 'grid'")

@@ -1,1 +1,0 @@
-"""Training data and fitting for the startup model (``coldscope.predictor``)."""

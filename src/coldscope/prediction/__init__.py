@@ -1,0 +1,1 @@
+"""Training data and fitting for the startup model (``coldscope.prediction.startup_model``)."""

@@ -1,0 +1,1 @@
+"""Terminal rendering: records in, rich renderables out."""

@@ -1,0 +1,410 @@
+"""Reading and writing files a user (or an attacker) hands coldscope, safely.
+
+Every file input goes through here so that the same rules hold everywhere:
+
+- only a **regular file** is read: it is opened with ``O_NONBLOCK`` and checked with ``fstat``
+  before a byte is read, so a FIFO, a device or a socket is refused at once instead of hanging;
+- reads are **bounded** while reading (never checked after): ``read_bytes`` reads at most
+  ``limit + 1`` bytes and refuses the file when there are more;
+- JSON and YAML are parsed **without unbounded recursion or alias expansion**, and numbers are
+  checked to be finite (``NaN``/``Infinity`` are refused in input and never written in output);
+- outputs are written to a temporary file in the target's directory and renamed over a
+  **regular file only**; a failed write leaves the old target as it was;
+- text from logs and stores is passed through ``clean_text`` before it reaches a terminal or a
+  pipe, so a log cannot set a window title or hide a hyperlink.
+
+Limits default to generous sizes for real inputs and can be raised with
+``COLDSCOPE_MAX_INPUT_BYTES`` (any file input) where a real input is bigger.
+A refusal is a ``ColdscopeError``: one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import stat
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
+from pathlib import Path
+from typing import IO, Any
+
+from coldscope.util.errors import ColdscopeError
+
+#: Default bound for a structured input file (startup model, timings, YAML, config.json, ...).
+MAX_INPUT_BYTES = 64 * 1024 * 1024
+#: Default bound for a saved engine log (``parse``): logs of long-running servers are large.
+MAX_LOG_BYTES = 512 * 1024 * 1024
+#: Deepest nesting accepted in a JSON or YAML input.
+MAX_NESTING = 200
+#: Most digits accepted in one JSON integer literal.
+MAX_INT_DIGITS = 100
+_INT_BOUND = 10**MAX_INT_DIGITS
+
+
+def input_limit(default: int = MAX_INPUT_BYTES) -> int:
+    """The byte bound for a file input: ``COLDSCOPE_MAX_INPUT_BYTES`` when set, else ``default``."""
+    raw = os.environ.get("COLDSCOPE_MAX_INPUT_BYTES")
+    if raw:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ColdscopeError(f"COLDSCOPE_MAX_INPUT_BYTES must be a whole number of bytes, "
+                                 f"got {raw!r}") from None
+        if value > 0:
+            return value
+    return default
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def file_kind(mode: int) -> str:
+    """What a ``st_mode`` is, in words ("a FIFO", "a directory", ...), for one-line errors."""
+    return "a regular file" if stat.S_ISREG(mode) else _kind(mode)
+
+
+def open_regular(path: str | Path, what: str = "file") -> IO[bytes]:
+    """Open ``path`` for binary reading if, and only if, it is a regular file.
+
+    ``O_NONBLOCK`` makes opening a FIFO return at once; ``fstat`` on the open descriptor (not
+    the name, which could change in between) decides. Raises ``ColdscopeError`` otherwise.
+    """
+    path = Path(path)
+    check_confined(path, what)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise ColdscopeError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    try:
+        _check_confined_fd(fd, path, what)  # the name may have been swapped since the check
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ColdscopeError(f"cannot read {what} {path}: {_kind(st.st_mode)}, "
+                                 "not a regular file")
+        # Back to blocking reads for a regular file (O_NONBLOCK has no effect on them anyway).
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+# --- confinement ------------------------------------------------------------------------------
+
+#: (roots after resolving, what to call them) while inside ``confined``; None elsewhere.
+_CONFINED: ContextVar[tuple[tuple[str, ...], str] | None] = ContextVar("coldscope_confined",
+                                                                       default=None)
+
+
+@contextlib.contextmanager
+def confined(roots: Iterable[str | Path], name: str = "--model-root") -> Iterator[None]:
+    """Within this block (this thread or task only), ``open_regular`` — and so every bounded
+    read here — refuses a file that does not lie inside one of ``roots`` once symbolic links
+    are resolved, before anything of it is read. ``coldscope serve`` runs the work of a
+    request under its ``--model-root``s, so a link or an index entry that points outside a
+    root can make no byte (and no size) of the outside file reach an answer."""
+    token = _CONFINED.set((tuple(os.path.realpath(r) for r in roots), name))
+    try:
+        yield
+    finally:
+        _CONFINED.reset(token)
+
+
+def _inside(real: str, roots: tuple[str, ...]) -> bool:
+    return any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
+
+
+def check_confined(path: str | Path, what: str = "file") -> None:
+    """Refuse ``path`` when a ``confined`` block is active and ``path`` resolves outside it.
+    The message names the path as given, never anything read from it."""
+    state = _CONFINED.get()
+    if state is not None and not _inside(os.path.realpath(path), state[0]):
+        raise ColdscopeError(f"{what} {path} lies outside every {state[1]}; not read")
+
+
+def _check_confined_fd(fd: int, path: Path, what: str) -> None:
+    state = _CONFINED.get()
+    if state is None:
+        return
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:  # no /proc: the check on the name before opening stands
+        return
+    if not _inside(real, state[0]):
+        raise ColdscopeError(f"{what} {path} lies outside every {state[1]}; not read")
+
+
+def is_regular(path: str | Path) -> bool:
+    """True when ``path`` (followed through links) is a regular file; never blocks."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def read_bytes(path: str | Path, *, limit: int | None = None, what: str = "file") -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes (default ``input_limit()``)."""
+    limit = input_limit() if limit is None else limit
+    with open_regular(path, what) as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise ColdscopeError(f"{what} {path} is larger than {limit} bytes; refused "
+                             "(raise the bound with COLDSCOPE_MAX_INPUT_BYTES)")
+    return data
+
+
+def read_text(path: str | Path, *, limit: int | None = None, what: str = "file") -> str:
+    """The UTF-8 text of a regular file of at most ``limit`` bytes."""
+    data = read_bytes(path, limit=limit, what=what)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ColdscopeError(f"{path}: not a text file ({exc.reason} at byte {exc.start})") \
+            from None
+
+
+# --- structured text --------------------------------------------------------------------------
+
+def _depth_ok(text: str, limit: int = MAX_NESTING) -> bool:
+    """A cheap upper bound on JSON nesting (brackets outside strings are not told apart; an
+    over-estimate only refuses absurd inputs, which is the point)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > limit:
+                    return False
+        elif ch in "]}":
+            depth -= 1
+    return True
+
+
+def _int_literal(s: str) -> int:
+    if len(s.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer with {len(s)} digits")
+    return int(s)
+
+
+def _no_constant(s: str) -> float:
+    raise ValueError(f"{s} is not a finite number")
+
+
+def loads_json(text: str, source: str) -> Any:
+    """Parse JSON with bounded nesting, bounded integer literals and no NaN/Infinity."""
+    if not _depth_ok(text):
+        raise ColdscopeError(f"{source}: nested deeper than {MAX_NESTING} levels; refused")
+    try:
+        data = json.loads(text, parse_int=_int_literal, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise ColdscopeError(f"{source}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
+    except (ValueError, RecursionError) as exc:
+        raise ColdscopeError(f"{source}: not valid JSON ({str(exc).splitlines()[0][:120]})") \
+            from None
+    check_finite(data, source)
+    return data
+
+
+def _safe_loader():  # the yaml import stays lazy: most commands never read YAML
+    import yaml
+
+    class NoAliasLoader(yaml.SafeLoader):
+        """A safe loader that refuses aliases (``*name``): alias expansion turns a few KB into
+        gigabytes ("billion laughs"), and no coldscope input needs one."""
+
+        def compose_node(self, parent, index):  # type: ignore[override]
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise yaml.YAMLError(f"line {event.start_mark.line + 1}: YAML aliases "
+                                     "(*name) are not accepted")
+            if self.check_event(yaml.SequenceStartEvent, yaml.MappingStartEvent):
+                self._cs_depth = getattr(self, "_cs_depth", 0) + 1
+                try:
+                    if self._cs_depth > MAX_NESTING:
+                        raise yaml.YAMLError(f"nested deeper than {MAX_NESTING} levels")
+                    return super().compose_node(parent, index)
+                finally:
+                    self._cs_depth -= 1
+            return super().compose_node(parent, index)
+
+    return NoAliasLoader
+
+
+def loads_yaml(text: str, source: str) -> Any:
+    """Parse YAML safely: no aliases, bounded nesting, finite numbers."""
+    import yaml
+
+    try:
+        data = yaml.load(text, Loader=_safe_loader())  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}:" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ColdscopeError(f"{source}:{where} not valid YAML ({problem})") from None
+    except RecursionError:
+        raise ColdscopeError(f"{source}: nested too deeply; refused") from None
+    except (ValueError, OverflowError, TypeError) as exc:  # a constructor's: 2001-13-45, 10**5000
+        raise ColdscopeError(f"{source}: not valid YAML ({str(exc).splitlines()[0][:120]})") \
+            from None
+    check_finite(data, source)
+    return data
+
+
+def load_structured(path: str | Path, *, what: str = "file", limit: int | None = None) -> Any:
+    """The parsed content of a JSON (``.json``) or YAML file, read with a size bound."""
+    text = read_text(path, limit=limit, what=what)
+    if Path(path).suffix == ".json":
+        return loads_json(text, str(path))
+    return loads_yaml(text, str(path))
+
+
+def check_finite(data: Any, source: str) -> None:
+    """Refuse NaN and infinities anywhere in parsed data (YAML's ``.nan``, ``1e999``), and
+    integers of more than ``MAX_INT_DIGITS`` digits (what JSON's parser refuses, for YAML)."""
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ColdscopeError(f"{source}: {item} is not a finite number")
+        if isinstance(item, int) and abs(item) >= _INT_BOUND:
+            raise ColdscopeError(f"{source}: an integer of more than {MAX_INT_DIGITS} digits; "
+                                 "refused")
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+
+
+def finite_or_none(obj: Any) -> Any:
+    """``obj`` with every non-finite float replaced by ``None``: what JSON output may hold."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite_or_none(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite_or_none(v) for v in obj]
+    return obj
+
+
+def dumps_json(obj: Any, *, indent: int | None = 2) -> str:
+    """Valid JSON always: non-finite floats become ``null``, unknown objects their ``str``."""
+    return json.dumps(finite_or_none(obj), indent=indent, default=str, allow_nan=False)
+
+
+# --- outputs ----------------------------------------------------------------------------------
+
+def check_output_target(path: str | Path) -> Path:
+    """``path`` if it may be written: absent, or an existing regular file (never a device
+    node, a FIFO or a directory)."""
+    path = Path(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return path
+    except OSError as exc:
+        raise ColdscopeError(f"cannot write {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ColdscopeError(f"cannot write {path}: it exists and is {_kind(st.st_mode)}, "
+                             "not a regular file")
+    return path
+
+
+def _umask() -> int:
+    try:  # Linux says it without changing it (os.umask would, for a moment, in every thread)
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _output_mode(path: Path) -> int:
+    """The permissions a written output gets: the old target's, else what ``open(path, "w")``
+    would give (0o666 less the umask), not ``mkstemp``'s private 0o600."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode) & 0o777  # never set-id bits
+    except OSError:
+        return 0o666 & ~_umask()
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """A temporary path in the target's directory; renamed over ``path`` when the block ends
+    without an error, removed (leaving any old target untouched) when it raises."""
+    path = check_output_target(path)
+    directory = path.parent if str(path.parent) else Path(".")
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise ColdscopeError(f"cannot write {path}: {exc.strerror or exc}") from None
+    try:
+        os.fchmod(fd, _output_mode(path))
+    finally:
+        os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        check_output_target(path)  # it may have been replaced while we wrote
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def write_atomic(path: str | Path, data: bytes | str | Callable[[Path], None]) -> Path:
+    """Write ``data`` (bytes, text, or a function that writes a given path) atomically."""
+    with atomic_path(path) as tmp:
+        if callable(data):
+            data(tmp)
+        elif isinstance(data, bytes):
+            tmp.write_bytes(data)
+        else:
+            tmp.write_text(data)
+    return Path(path)
+
+
+# --- terminals --------------------------------------------------------------------------------
+
+# ESC-introduced sequences: CSI (ESC [ ... final), OSC/DCS/APC/PM/SOS strings up to BEL or ST,
+# and two-character escapes; then lone C0 (but tab and newline) and C1 controls and DEL.
+_ESCAPES = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"                 # CSI
+    r"|\x1b[\]PX^_][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"  # OSC, DCS, SOS, PM, APC strings
+    r"|\x9b[0-?]*[ -/]*[@-~]"                  # 8-bit CSI
+    r"|[\x9d\x90\x98\x9e\x9f][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"  # 8-bit string introducers
+    r"|\x1b[ -/]*[0-~]?"                       # other escapes (and a lone ESC)
+)
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def clean_text(text: str) -> str:
+    """``text`` without terminal control sequences (colours, titles, hyperlinks, cursor moves)
+    or other control characters; tabs and newlines stay."""
+    if not text:
+        return text
+    return _CONTROLS.sub("", _ESCAPES.sub("", text))
