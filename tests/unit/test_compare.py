@@ -51,8 +51,12 @@ def test_welch_interval_matches_the_closed_form_on_tiny_data():
     a, b = [10.0, 12.0, 11.0], [14.0, 15.0, 17.0]
     iv = welch_interval(a, b)
     delta, low, high = by_hand(a, b)
-    assert iv.delta == pytest.approx(delta)
+    assert row(a, b).delta == pytest.approx(delta)
     assert (iv.low, iv.high) == (pytest.approx(low), pytest.approx(high))
+    # the row's bounds, flat in its JSON, are the same interval as a record
+    r = row(a, b).interval
+    assert r is not None and (r.low, r.high) == (pytest.approx(low), pytest.approx(high))
+    assert row(a, b[:1]).interval is None
     # the numbers themselves: delta 4.333, df 3.448, t 2.9597... -> ±3.12 (worked out once)
     assert delta == pytest.approx(13 / 3)
     assert high - low == pytest.approx(2 * 3.12, abs=0.02)

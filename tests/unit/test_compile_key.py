@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from coldscope.analysis.findings import compile_key_changes, findings_for_run
 from coldscope.cli.main import cli
-from coldscope.core.records import CompileKey
+from coldscope.core.records import CompileKey, Run
 from coldscope.engines import GenericEngine, options
 from coldscope.engines.vllm import VLLM, compile_dirs
 from coldscope.launch.runner import (
@@ -132,12 +132,13 @@ def test_changes_name_flags_variables_and_versions():
 # -- compile_cache_miss --------------------------------------------------------------------------
 
 
-def _warm_record(**over) -> dict:
+def _warm_record(**over) -> Run:
     rec = {"id": "r2", "status": "ok", "cache": "warm", "time_to_ready_s": 80.0,
+           "started_at": "2026-01-01T00:00:00",
            "stages": {"bootstrap": 40.0, "torch_compile": 34.0},
            "engine": {"compile": True}, "page_cache": "not requested"}
     rec.update(over)
-    return rec
+    return Run.model_validate(rec)
 
 
 def _key(run: str, dirs: list[str], **flags: str) -> dict:
@@ -145,7 +146,7 @@ def _key(run: str, dirs: list[str], **flags: str) -> dict:
             "versions": {"vllm": "0.32.0"}, "factors": {}}
 
 
-def _miss(rec: dict):
+def _miss(rec: Run):
     # the cold CPU log says graphs were compiled and saved: a compile, whatever the cache held
     found = findings_for_run(rec, _lines(CPU / "serve_cold.log"))
     miss = [f for f in found if f.id == "compile_cache_miss"]

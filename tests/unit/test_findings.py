@@ -14,8 +14,9 @@ from coldscope.analysis.findings import (
     findings_for_run,
     findings_from_log,
     findings_json,
-    findings_table,
 )
+from coldscope.core.records import Run
+from coldscope.render.findings import findings_table
 
 FIX = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
 if not FIX.exists():
@@ -117,23 +118,24 @@ def test_every_id_is_documented():
         assert f"`{fid}`" in doc, fid
 
 
-def _record(**over) -> dict:
+def _record(**over) -> Run:
     rec = {
         "id": "r1", "status": "ok", "cache": "cold", "time_to_ready_s": 100.0,
+        "started_at": "2026-01-01T00:00:00",
         "stages": {"bootstrap": 40.0, "torch_compile": 30.0, "model_loading": 2.0},
         "substeps": {"bootstrap/model_inspect": 17.0, "bootstrap/api_server_imports": 15.0,
                      "bootstrap/engine_core_start": 14.0, "bootstrap/worker_start": 16.0,
                      "model_loading/weights": 1.5},
         "segments": [{"bucket": "bootstrap", "start": 0.0, "end": 40.0},
                      {"bucket": "torch_compile", "start": 40.0, "end": 70.0}],
-        "processes": [{"pid": 1, "role": "api_server"}, {"pid": 2, "role": "engine_core"},
-                      {"pid": 3, "role": "worker"}, {"pid": 4, "role": "helper"}],
+        "processes": [{"pid": pid, "role": role, "probe_loaded_s": 0.1} for pid, role in
+                      ((1, "api_server"), (2, "engine_core"), (3, "worker"), (4, "helper"))],
         "engine": {"compile": True},
         "page_cache": "not requested",
         "cpu": None,
     }
     rec.update(over)
-    return rec
+    return Run.model_validate(rec)
 
 
 def test_run_record_findings_cold_run():
@@ -192,21 +194,18 @@ def test_run_with_its_log_finds_the_load_failure_and_stops_warnings_at_ready():
     assert warn_lines and max(warn_lines) <= 42
 
 
-def test_facts_accept_a_pydantic_model_and_nested_timeline():
-    from pydantic import BaseModel
-
-    class FakeRun(BaseModel):
-        timeline: dict
-        cache: str | None = None
-        config: dict
-        processes: list = []
-        time_to_ready_s: float | None = None
-
-    run = FakeRun(timeline={"stages": {"torch_compile": 12.0}, "substeps": {}},
-                  config={"cache": {"requested": "cold", "actual": "cold"}})
-    facts = facts_from_run(run)
-    assert facts.cache == "cold"
-    assert _one(evaluate(facts), "compile_cache_cold").seconds_at_stake == 12.0
+def test_facts_of_a_run_read_from_a_real_log():
+    from coldscope.ingest.assemble import run_from_log
+    lines = _log(CPU / "serve_cold.log")
+    # the run as coldscope would have recorded it had it started the engine on empty caches
+    run = run_from_log(lines, name="serve_cold.log").evolve(cache="cold")
+    facts = facts_from_run(run, lines)
+    assert facts.cache == "cold" and facts.stages == run.stages
+    assert facts.engine is not None and facts.engine.name == run.engine.name == "vllm"
+    # the compile the log times, now called cold because coldscope started it cold
+    cold = _one(evaluate(facts), "compile_cache_cold")
+    assert cold.seconds_at_stake == pytest.approx(44.9, abs=0.5)
+    assert "empty compile cache" in cold.evidence
 
 
 def test_empty_evidence_yields_nothing_and_json_and_table_render():

@@ -22,6 +22,7 @@ from coldscope.capture.imports import (
     read_import_files,
 )
 from coldscope.capture.probe import PROBE_DIR
+from coldscope.core.records import ProcessRecord
 
 # -- the probe against python -X importtime ----------------------------------------------------
 
@@ -226,9 +227,10 @@ def test_invariants_self_time_within_lifetime_and_bootstrap_share():
 
 def _facts(imports=()):
     return RunFacts(
-        processes=[{"role": "api_server", "pid": 11}, {"role": "engine_core", "pid": 12}],
+        processes=[ProcessRecord(role="api_server", pid=11, probe_loaded_s=0.1),
+                   ProcessRecord(role="engine_core", pid=12, probe_loaded_s=0.2)],
         substeps={"bootstrap/api_server_imports": 8.0, "bootstrap/engine_core_start": 9.0},
-        imports=[r.model_dump() for r in imports])
+        imports=list(imports))
 
 
 def test_repeated_imports_names_each_process_costliest_packages():

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from types import SimpleNamespace
 
 import pytest
 
+from coldscope.core.interval import Interval
 from coldscope.core.stages import CUDA_GRAPH_CAPTURE, MODEL_LOADING, TORCH_COMPILE
 from coldscope.planning import budget as bud
 from coldscope.planning.infra import load_profile, parse_count, parse_duration
 from coldscope.planning.mitigations import apply_layers
+from coldscope.prediction.core import Prediction, StagePrediction
 from coldscope.util.errors import ColdscopeError
 
 
@@ -78,22 +79,13 @@ def test_engine_from_runs_is_median_and_range_without_loading():
     assert bud.engine_from_runs([_run(None, 1.0)]) is None
 
 
-@dataclass
-class _SP:
-    s: float
-    interval: tuple[float, float]
+def _sp(s: float, low: float, high: float) -> StagePrediction:
+    return StagePrediction(s, Interval(low=low, high=high))
 
 
-@dataclass
-class _Pred:
-    total_s: float
-    interval: tuple[float, float]
-    stages: dict
-
-
-PRED = _Pred(40.0, (30.0, 50.0), {MODEL_LOADING: _SP(10.0, (8.0, 12.0)),
-                                   TORCH_COMPILE: _SP(5.0, (4.0, 6.0)),
-                                   CUDA_GRAPH_CAPTURE: _SP(2.0, (1.0, 3.0))})
+PRED = Prediction(40.0, Interval(low=30.0, high=50.0),
+                  {MODEL_LOADING: _sp(10.0, 8.0, 12.0), TORCH_COMPILE: _sp(5.0, 4.0, 6.0),
+                   CUDA_GRAPH_CAPTURE: _sp(2.0, 1.0, 3.0)})
 
 
 def test_engine_from_prediction_drops_model_loading():

@@ -167,8 +167,8 @@ def test_engine_from_startup_model_and_check_against_store(capsys, tmp_path, sta
               "--no-store")
     eng = r["parts"][-1]
     assert eng["source"].startswith("startup model")
-    assert eng["low"] == pytest.approx(pred.interval[0] - loading)
-    assert eng["high"] == pytest.approx(pred.interval[1] - loading)
+    assert eng["low"] == pytest.approx(pred.interval.low - loading)
+    assert eng["high"] == pytest.approx(pred.interval.high - loading)
 
     db = tmp_path / "store.db"
     with Store(db) as store:  # three runs whose engine part is the prediction +- 1 s

@@ -218,12 +218,12 @@ def test_ols_interval_is_the_textbook_prediction_interval() -> None:
     half = t_quantile(0.95, 4) * math.sqrt(s2 * (1 + x0 @ np.linalg.inv(X.T @ X) @ x0))
     pred = model.predict(_features("new", 22, 3.0)).stages["torch_compile"]
     assert pred.s == pytest.approx(x0 @ coef)
-    assert pred.interval[1] - pred.s == pytest.approx(half, rel=1e-9)
+    assert pred.interval.high - pred.s == pytest.approx(half, rel=1e-9)
     # 50 layers is 22 beyond the range: the interval widens by that part of the formula
     x1 = np.array([1.0, 50.0])
     half = t_quantile(0.95, 4) * math.sqrt(s2 * (1 + x1 @ np.linalg.inv(X.T @ X) @ x1))
     far = model.predict(_features("new", 50, 3.0))
-    assert far.stages["torch_compile"].interval[1] - far.stages["torch_compile"].s == \
+    assert far.stages["torch_compile"].interval.high - far.stages["torch_compile"].s == \
         pytest.approx(half + abs(coef[1]) * 22, rel=1e-9)
     assert any("layers = 50 is outside the training range" in w and "widened" in w
                for w in far.warnings)
@@ -249,7 +249,8 @@ def test_cv_plus_interval_matches_an_independent_jackknife_plus() -> None:
         highs.append(mu + r)
     k_low, k_high = math.floor(0.1 * 13), math.ceil(0.9 * 13)
     expected = (sorted(lows)[k_low - 1], sorted(highs)[k_high - 1])
-    assert pred.stages["torch_compile"].interval == pytest.approx(expected)
+    iv = pred.stages["torch_compile"].interval
+    assert (iv.low, iv.high) == pytest.approx(expected)
 
 
 def test_bad_training_sets_are_clear_errors() -> None:
@@ -417,8 +418,8 @@ def test_range_rule_serves_the_comparable_formula_that_stays_inside_the_data() -
     lows = sorted(c @ [1.0, 0.9] - abs(r) for c, r in zip(coefs, res, strict=True))
     highs = sorted(c @ [1.0, 0.9] + abs(r) for c, r in zip(coefs, res, strict=True))
     k_low, k_high = math.floor(0.1 * 13), math.ceil(0.9 * 13)
-    assert pred.stages["torch_compile"].interval == pytest.approx(
-        (lows[k_low - 1], highs[k_high - 1]))
+    iv = pred.stages["torch_compile"].interval
+    assert (iv.low, iv.high) == pytest.approx((lows[k_low - 1], highs[k_high - 1]))
     assert pred.to_dict()["formulas"]["torch_compile"]["switched"] is True
     # the total's CV+ swaps compile's part of each run's residual: they add up to the total
     for r in model.file_.cv_residuals or []:

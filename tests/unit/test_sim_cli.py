@@ -218,6 +218,14 @@ def test_startup_from_a_plan_report(tmp_path, capsys):
     out = _json(capsys, "simulate", "--trace", str(AZURE_CODE), "--startup-plan", str(plan))
     assert out["startup"]["kind"] == "uniform"
     assert out["startup"]["interval"] == total
+    # the same simulation from data, no file read by the simulator: a Trace and a PlanReport
+    from coldscope.planning import PlanRequest
+    from coldscope.planning import plan as make_plan
+    from coldscope.sim.request import SimInputs, run
+    from coldscope.sim.startup import from_plan
+    report = make_plan(PlanRequest(params="7B", mitigate=["gpu_snapshot"]))
+    direct = run(SimInputs(trace=read_trace(AZURE_CODE), startup=from_plan(report, str(plan))))
+    assert direct.model_dump(mode="json") == out
 
 
 def test_replica_spec_file_and_its_old_option_name(tmp_path, capsys):

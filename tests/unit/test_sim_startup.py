@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from coldscope.cli.main import main
+from coldscope.core.interval import Interval
+from coldscope.core.records import Run
+from coldscope.planning.result import read_plan
+from coldscope.prediction.core import Prediction
 from coldscope.sim import startup as st
 from coldscope.util.errors import ColdscopeError
 
@@ -28,8 +32,12 @@ def test_paper_default_is_the_measured_h100_runs():
     assert set(draws) <= set(values)
 
 
+def _prediction(total_s: float, low: float, high: float) -> Prediction:
+    return Prediction(total_s=total_s, interval=Interval(low=low, high=high), stages={})
+
+
 def test_lognormal_from_a_prediction_matches_its_interval():
-    pred = SimpleNamespace(total_s=40.0, interval=(20.0, 80.0))
+    pred = _prediction(40.0, 20.0, 80.0)
     d = st.from_prediction(pred, "test")
     assert d.quantile(0.5) == pytest.approx(40.0)
     assert d.quantile(0.05) == pytest.approx(20.0, rel=1e-6)
@@ -40,17 +48,30 @@ def test_lognormal_from_a_prediction_matches_its_interval():
 
 
 def test_prediction_interval_touching_zero_keeps_a_spread():
-    d = st.from_prediction(SimpleNamespace(total_s=10.0, interval=(0.0, 20.0)), "t")
+    d = st.from_prediction(_prediction(10.0, 0.0, 20.0), "t")
     assert d.low > 0 and d.quantile(0.95) == pytest.approx(20.0, rel=1e-6)
 
 
-def test_plan_store_and_mitigation():
-    plan = st.from_plan({"total_s": {"low": 220.0, "high": 510.0}}, "plan.json")
-    assert (plan.quantile(0), plan.quantile(1)) == (220.0, 510.0)
+def test_plan_store_and_mitigation(tmp_path, capsys):
+    path = tmp_path / "plan.json"
+    assert main(["plan", "--params", "70B", "--no-store", "-o", str(path)]) == 0
+    capsys.readouterr()
+    total = json.loads(path.read_text())["total_s"]
+    plan = st.from_plan(read_plan(path), "plan.json")
+    assert (plan.quantile(0), plan.quantile(1)) == (total["low"], total["high"])
+    assert plan.source == "plan plan.json"
+    bad = tmp_path / "x.json"
+    bad.write_text('{"total": 3}')
     with pytest.raises(ColdscopeError, match="not a plan"):
-        st.from_plan({"total": 3}, "x.json")
-    runs = [{"status": "ok", "time_to_ready_s": 75.0}, {"status": "failed",
-            "time_to_ready_s": None}, {"status": "ok", "time_to_ready_s": 81.0}]
+        read_plan(bad)
+    # a plan missing a field the record needs is named, not half-read
+    data = json.loads(path.read_text())
+    del data["parts"]
+    bad.write_text(json.dumps(data))
+    with pytest.raises(ColdscopeError, match="not a plan: parts"):
+        read_plan(bad)
+    runs = [Run(id=f"r{i}", status=status, time_to_ready_s=ttr, started_at="2026-01-01")
+            for i, (status, ttr) in enumerate((("ok", 75.0), ("failed", None), ("ok", 81.0)))]
     emp = st.from_store_runs(runs, "store")
     assert sorted(emp.values) == [75.0, 81.0]
     with pytest.raises(ColdscopeError, match="no successful runs"):

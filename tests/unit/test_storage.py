@@ -17,6 +17,7 @@ from coldscope.capture.probe import (
     storage_reads,
 )
 from coldscope.capture.storage import residency, resident_bytes, weight_files
+from coldscope.core.records import Storage
 
 MIB = 1024 * 1024
 
@@ -103,7 +104,7 @@ def test_storage_reads_pair_begin_and_end_by_hand():
 
 
 def _facts(**storage):
-    return RunFacts(substeps={"model_loading/weights": 3.96}, storage=storage)
+    return RunFacts(substeps={"model_loading/weights": 3.96}, storage=Storage(**storage))
 
 
 def test_weights_from_disk_fires_from_the_measured_reads():

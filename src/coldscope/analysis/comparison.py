@@ -12,6 +12,7 @@ Example::
     result = compare(runs_a, runs_b)            # Runs, or dicts like {"bootstrap": 9.1, ...}
     row = result.stages["torch_compile"]
     row.delta, row.low, row.high, row.verdict   # e.g. -13.2, -15.0, -11.4, "faster"
+    row.interval                                # Interval(low=-15.0, high=-11.4), or None
 
 How the numbers are made (docs/compare.md says why):
 
@@ -50,6 +51,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from coldscope.core.interval import Interval
 from coldscope.core.records import Run
 from coldscope.core.stages import BUCKETS, stage_of
 from coldscope.util.errors import ColdscopeError
@@ -87,6 +89,14 @@ class Row(_Frozen):
     a_n: int = Field(description="runs of a this row rests on")
     b_n: int = Field(description="runs of b this row rests on")
     note: str | None = None
+
+    @property
+    def interval(self) -> Interval | None:
+        """``low``..``high`` as an ``Interval`` (None without one). The JSON keeps the two
+        bounds flat beside ``delta``: that is the published ``compare --json`` contract."""
+        if self.low is None or self.high is None:
+            return None
+        return Interval(low=self.low, high=self.high)
 
 
 class Excluded(_Frozen):
@@ -211,31 +221,24 @@ def _substep_value(s: Sample, name: str) -> float | None:
 # -- statistics ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Interval:
-    """``delta = mean(b) - mean(a)`` and its ``confidence`` interval [``low``, ``high``]."""
-
-    delta: float
-    low: float
-    high: float
-
-
 def welch_interval(a: Sequence[float], b: Sequence[float],
                    confidence: float = CONFIDENCE) -> Interval:
-    """Welch's t-interval for ``mean(b) - mean(a)`` (two or more values on each side).
+    """Welch's ``confidence`` t-interval for ``mean(b) - mean(a)`` (two or more values on each
+    side).
 
-    Both sides constant: the interval is the point ``delta`` (no spread to speak of)."""
+    Both sides constant: the interval is the point ``mean(b) - mean(a)`` (no spread to speak
+    of)."""
     if len(a) < 2 or len(b) < 2:
         raise ValueError("a t-interval needs at least 2 values on each side")
-    delta = _mean(b) - _mean(a)
     if _var(a) == 0 and _var(b) == 0:
-        return Interval(delta, delta, delta)
+        delta = _mean(b) - _mean(a)
+        return Interval(low=delta, high=delta)
     from scipy.stats import ttest_ind
 
     with warnings.catch_warnings():  # one side constant (a stage 0 s in every run) is fine
         warnings.simplefilter("ignore", RuntimeWarning)
         ci = ttest_ind(list(b), list(a), equal_var=False).confidence_interval(confidence)
-    return Interval(delta, float(ci.low), float(ci.high))
+    return Interval(low=float(ci.low), high=float(ci.high))
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -305,24 +308,26 @@ def practical_size(a_time_to_ready: float | None) -> float:
 def row(a: Sequence[float], b: Sequence[float], *, practical: float = PRACTICAL_MIN_S,
         confidence: float = CONFIDENCE) -> Row:
     """One quantity compared: means, ``delta`` = b - a, its interval and the verdict."""
-    a_mean = _mean(a) if a else None
-    b_mean = _mean(b) if b else None
-    delta = b_mean - a_mean if a_mean is not None and b_mean is not None else None
     if len(a) < 2 or len(b) < 2:
-        return Row(a_mean=a_mean, b_mean=b_mean, delta=delta, low=None, high=None,
-                   verdict="unresolved", a_n=len(a), b_n=len(b),
+        a_mean = _mean(a) if a else None
+        b_mean = _mean(b) if b else None
+        return Row(a_mean=a_mean, b_mean=b_mean,
+                   delta=b_mean - a_mean if a_mean is not None and b_mean is not None else None,
+                   low=None, high=None, verdict="unresolved", a_n=len(a), b_n=len(b),
                    note="fewer than 2 runs on a side: no interval")
+    a_mean, b_mean = _mean(a), _mean(b)
+    delta = b_mean - a_mean
     iv = welch_interval(a, b, confidence)
     verdict: Verdict = "unresolved"
     note = None
     if iv.low > 0 or iv.high < 0:
-        if abs(iv.delta) < practical:
+        if abs(delta) < practical:
             note = f"resolved, but below the practical size ({practical:.2f} s)"
         else:
             verdict = "slower" if iv.low > 0 else "faster"
     else:
         note = "the interval holds 0"
-    return Row(a_mean=a_mean, b_mean=b_mean, delta=iv.delta, low=iv.low, high=iv.high,
+    return Row(a_mean=a_mean, b_mean=b_mean, delta=delta, low=iv.low, high=iv.high,
                verdict=verdict, a_n=len(a), b_n=len(b), note=note)
 
 

@@ -28,7 +28,17 @@ from typing import Any
 
 from coldscope import engines
 from coldscope.capture.logtext import without_colours
-from coldscope.core.records import CompileKey, Finding
+from coldscope.core.records import (
+    CompileKey,
+    CpuSamples,
+    Finding,
+    ImportRecord,
+    ProcessRecord,
+    Run,
+    Segment,
+    Storage,
+    timeline_fields,
+)
 from coldscope.core.stages import (
     BOOTSTRAP,
     CUDA_GRAPH_CAPTURE,
@@ -82,8 +92,9 @@ class RunFacts:
     the run empty caches), ``"warm"`` (it gave it the caches of an earlier run of the same
     configuration) or None (unknown: a log on its own). ``page_cache`` is ``"cold"`` when the
     weights were evicted from the page cache before the run, ``"hot"`` when known resident,
-    None when unknown. ``segments`` are the timeline's ``{"bucket", "start", "end"}`` pieces.
-    ``imports`` are the run's ``ImportRecord`` dicts (``profile --imports``), if any.
+    None when unknown. ``segments`` are the timeline's pieces, ``processes`` the probe's
+    process table, ``cpu`` the CPU samples, ``imports`` the import time by package
+    (``profile --imports``), all as the ``Run`` records them.
     """
 
     lines: Sequence[str] = ()
@@ -92,21 +103,21 @@ class RunFacts:
     engine: Engine | None = None
     stages: Mapping[str, float | None] = field(default_factory=dict)
     substeps: Mapping[str, float] = field(default_factory=dict)
-    segments: Sequence[Mapping[str, Any]] = ()
-    processes: Sequence[Mapping[str, Any]] = ()
-    cpu: Mapping[str, Any] | None = None
+    segments: Sequence[Segment] = ()
+    processes: Sequence[ProcessRecord] = ()
+    cpu: CpuSamples | None = None
     cache: str | None = None
     page_cache: str | None = None
     ready_at: float | None = None
     compile_enabled: bool | None = None
-    imports: Sequence[Mapping[str, Any]] = ()
-    storage: Mapping[str, Any] = field(default_factory=dict)
-    """The run's ``Storage`` record as a dict (residency at launch, bytes read during
-    ``model_loading/weights``), empty when unknown."""
-    compile_key: Mapping[str, Any] | None = None
-    """The run's ``CompileKey`` as a dict: what its compile cache was keyed by."""
-    cache_held: Sequence[Mapping[str, Any]] = ()
-    """The ``CompileKey`` dicts of the earlier runs whose caches the run was given."""
+    imports: Sequence[ImportRecord] = ()
+    storage: Storage = field(default_factory=Storage)
+    """Where the weights were read from (residency at launch, bytes read during
+    ``model_loading/weights``); every field None when unknown."""
+    compile_key: CompileKey | None = None
+    """What the run's compile cache was keyed by."""
+    cache_held: Sequence[CompileKey] = ()
+    """The compile keys of the earlier runs whose caches the run was given."""
 
 
 # -- building the facts ------------------------------------------------------------------------
@@ -116,62 +127,37 @@ def facts_from_log(lines: Iterable[str],
                    read: tuple[Engine, LogReading] | None = None) -> RunFacts:
     """Facts of a log read on its own: the timeline the log shows, cache state unknown.
     ``read`` is ``engines.read_log(lines)`` when the caller has it already."""
-    from coldscope.core.timeline import timeline_dict
     lines = list(lines)
     read = read or engines.read_log(lines)
     engine: Engine | None = None
     facts: LogFacts | None = None
-    tl: dict[str, Any] = {"stages": {}, "substeps": {}}
+    tl: dict[str, Any] = {"stages": {}, "substeps": {}, "segments": []}
     if read is not None:  # the engine whose adapter reads the log: its timeline and facts
-        engine, tl = read[0], timeline_dict(read[1].timeline)
+        engine, tl = read[0], timeline_fields(read[1].timeline)
         facts = read[1].facts if read[1].facts is not None else engine.log_facts(lines)
     elif (known := engines.log_facts(lines)) is not None:
         engine, facts = known
     if facts is None:
         facts = LogFacts()
     return RunFacts(lines=lines, log=facts, engine=engine, stages=tl["stages"],
-                    substeps=tl["substeps"], segments=tl.get("segments") or (), cache=None,
+                    substeps=tl["substeps"], segments=tl["segments"], cache=None,
                     compile_enabled=facts.compile_enabled)
 
 
-def _as_mapping(record: Any) -> Mapping[str, Any]:
-    if isinstance(record, Mapping):
-        return record
-    dump = getattr(record, "model_dump", None)
-    if dump is not None:
-        return dump(mode="json")
-    raise TypeError(f"not a run record: {type(record).__name__}")
-
-
-def _get(d: Mapping[str, Any] | None, *path: str) -> Any:
-    for key in path:
-        if not isinstance(d, Mapping):
-            return None
-        d = d.get(key)
-    return d
-
-
-def _page_cache_state(record: Mapping[str, Any]) -> str | None:
-    """``cold`` when the runner evicted the weights first, ``hot``/``cold`` when the record's
-    storage says so, else None."""
-    storage = _get(record, "storage", "page_cache")
-    if storage in ("hot", "cold"):
-        return storage
-    setting = record.get("page_cache")
-    if isinstance(setting, str) and setting.startswith("done"):
+def _page_cache_state(run: Run) -> str | None:
+    """``hot``/``cold`` when the run's storage record says so, ``cold`` when the runner
+    evicted the weights first, else None."""
+    if run.storage.page_cache is not None:
+        return run.storage.page_cache
+    if run.page_cache is not None and run.page_cache.startswith("done"):
         return "cold"
     return None
 
 
-def facts_from_run(record: Any, log: Sequence[Any] | None = None) -> RunFacts:
-    """Facts of a profiled run: its record (a dict or a pydantic ``Run``) and its log, given as
-    ``[seconds, text]`` pairs (the store's evidence) or plain lines.
-
-    The run's timeline may sit at the top level (``stages``) or under ``timeline``; the cache
-    state is the one coldscope set up (``cache`` or ``config.cache.actual``)."""
-    rec = _as_mapping(record)
-    timeline = rec.get("timeline")
-    tl: Mapping[str, Any] = timeline if isinstance(timeline, Mapping) else rec
+def facts_from_run(run: Run, log: Sequence[str | Sequence[Any]] | None = None) -> RunFacts:
+    """Facts of a profiled run: its record and its log, given as ``[seconds, text]`` pairs
+    (the store's evidence) or plain lines. The cache state is the one coldscope set up
+    (``Run.cache``); the engine's adapter, by the run's engine name, reads the log."""
     lines: list[str] = []
     times: list[float] = []
     for item in log or ():
@@ -182,30 +168,23 @@ def facts_from_run(record: Any, log: Sequence[Any] | None = None) -> RunFacts:
             lines.append(str(item[1]))
     if len(times) != len(lines):
         times = []
-    cache = rec.get("cache")
-    if isinstance(cache, Mapping):
-        cache = cache.get("actual")
-    if cache is None:
-        cache = _get(rec, "config", "cache", "actual") or _get(rec, "config", "cache")
-    name = _get(rec, "engine", "name")
+    name = run.engine.name
     known = engines.log_facts(lines, engine=name) if lines else None
     engine, ev = known if known is not None else (_registered(name), None)
-    compiled = _get(rec, "engine", "compile")
+    compiled = run.engine.compile
     if compiled is None and ev is not None:
         compiled = ev.compile_enabled
     return RunFacts(
-        lines=lines, line_times=times, log=ev, engine=engine,
-        stages=tl.get("stages") or {}, substeps=tl.get("substeps") or {},
-        segments=tl.get("segments") or (), processes=rec.get("processes") or (),
-        cpu=rec.get("cpu"), cache=cache if cache in ("cold", "warm") else None,
-        page_cache=_page_cache_state(rec), ready_at=rec.get("time_to_ready_s"),
-        compile_enabled=compiled, imports=rec.get("imports") or (),
-        storage=rec.get("storage") or {}, compile_key=rec.get("compile_key"),
-        cache_held=rec.get("cache_held") or (),
+        lines=lines, line_times=times, log=ev, engine=engine, stages=run.stages,
+        substeps=run.substeps, segments=run.segments, processes=run.processes, cpu=run.cpu,
+        cache=run.cache if run.cache in ("cold", "warm") else None,
+        page_cache=_page_cache_state(run), ready_at=run.time_to_ready_s,
+        compile_enabled=compiled, imports=run.imports, storage=run.storage,
+        compile_key=run.compile_key, cache_held=run.cache_held,
     )
 
 
-def _registered(name: Any) -> Engine | None:
+def _registered(name: str | None) -> Engine | None:
     return next((e for e in engines.ENGINES if e.name == name), None)
 
 
@@ -337,13 +316,8 @@ def _compile_cache_miss(f: RunFacts, what: str, compiled: float | None) -> Findi
                      "start-ups that share a compile cache reuse it only with the same key: keep "
                      "the settings named here the same, or pre-seed a cache for each "
                      "configuration you serve (`coldscope bundle`).")
-    held = []
-    for item in f.cache_held:
-        try:
-            held.append(CompileKey.model_validate(item))
-        except ValueError:
-            continue
-    mine = CompileKey.model_validate(f.compile_key) if f.compile_key else None
+    held = list(f.cache_held)
+    mine = f.compile_key
     if mine is not None:
         held = [k for k in held if k.run != mine.run]
     if not held or mine is None:
@@ -406,7 +380,7 @@ def rule_repeated_imports(f: RunFacts) -> list[Finding]:
     """``repeated_imports``: several engine processes each start Python and import torch and
     the engine; every process but one is time a single-process engine would not spend."""
     substeps = start_substeps(f.engine)
-    roles = [str(p.get("role")) for p in f.processes if p.get("role") in substeps]
+    roles = [p.role for p in f.processes if p.role in substeps]
     per: dict[str, float] = {}
     source = "probe spans"
     if len(roles) >= 2:
@@ -447,15 +421,14 @@ def rule_repeated_imports(f: RunFacts) -> list[Finding]:
 TOP_IMPORTS = 3
 
 
-def _top_imports(imports: Sequence[Mapping[str, Any]]) -> str:
+def _top_imports(imports: Sequence[ImportRecord]) -> str:
     """The costliest packages of each engine process (import self time), for the evidence:
     "; imports by package (self time): api_server torch 2.1 s, vllm 1.3 s; engine_core ..."."""
     from coldscope.capture.imports import OTHER
     per: dict[tuple[str, int], list[tuple[float, str]]] = {}
     for r in imports:
-        if r.get("package") != OTHER and r.get("process") != "helper":
-            per.setdefault((str(r.get("process")), int(r.get("pid") or 0)), []).append(
-                (float(r.get("seconds") or 0.0), str(r.get("package"))))
+        if r.package != OTHER and r.process != "helper":
+            per.setdefault((r.process, r.pid), []).append((r.seconds, r.package))
     if not per:
         return ""
     parts = []
@@ -467,16 +440,17 @@ def _top_imports(imports: Sequence[Mapping[str, Any]]) -> str:
 
 def _bucket_at(f: RunFacts, t: float) -> str | None:
     for seg in f.segments:
-        if seg.get("start", 0) <= t < seg.get("end", 0):
-            return seg.get("bucket")
+        if seg.start <= t < seg.end:
+            return seg.bucket
     return None
 
 
 def rule_single_core(f: RunFacts) -> list[Finding]:
     """``single_core_bound``: one core saturated while the others idled (CPU samples)."""
-    cpu = f.cpu or {}
-    samples, times = cpu.get("per_core") or [], cpu.get("t") or []
-    interval = float(cpu.get("interval_s") or 0.5)
+    if f.cpu is None:
+        return []
+    samples, times = f.cpu.per_core, f.cpu.t
+    interval = f.cpu.interval_s or 0.5
     if not samples or len(samples[0]) < 2:
         return []
     hits: list[float] = []
@@ -521,13 +495,13 @@ def rule_weights_from_disk(f: RunFacts) -> list[Finding]:
     at least half of the weight files' bytes); otherwise known only when coldscope evicted
     them first."""
     secs = f.substeps.get(f"{MODEL_LOADING}/weights") or _stage(f, MODEL_LOADING)
-    read = f.storage.get("weights_read_bytes")
-    size = f.storage.get("weights_bytes")
+    read = f.storage.weights_read_bytes
+    size = f.storage.weights_bytes
     if read is not None and size:
         if read < DISK_READ_SHARE * size:
             return []
-        rate = f.storage.get("read_bandwidth_bps")
-        held = f.storage.get("resident_at_launch")
+        rate = f.storage.read_bandwidth_bps
+        held = f.storage.resident_at_launch
         evidence = (f"during model_loading/weights the engine read {read / 1e9:.3f} GB from "
                     f"storage, {read / size:.0%} of the {size / 1e9:.3f} GB of weight files")
         if held is not None:
@@ -666,11 +640,12 @@ def findings_from_log(lines: Iterable[str],
     return evaluate(facts_from_log(lines, read))
 
 
-def findings_for_run(record: Any, log: Sequence[Any] | None = None) -> list[Finding]:
+def findings_for_run(run: Run, log: Sequence[str | Sequence[Any]] | None = None
+                     ) -> list[Finding]:
     """Findings of a profiled run (see ``facts_from_run``). Never raises on odd evidence: a
     rule that fails is skipped, since findings must not cost the run."""
     try:
-        facts = facts_from_run(record, log)
+        facts = facts_from_run(run, log)
     except (TypeError, ValueError, KeyError):
         return []
     out: list[Finding] = []
@@ -682,30 +657,7 @@ def findings_for_run(record: Any, log: Sequence[Any] | None = None) -> list[Find
     return sorted(out, key=lambda x: (x.id == "engine_warning", -(x.seconds_at_stake or 0.0)))
 
 
-def findings_json(findings: Iterable[Finding]) -> list[dict]:
+def findings_json(findings: Iterable[Finding]) -> list[dict[str, Any]]:
     """The ``"findings"`` list of the JSON contract."""
     return [f.model_dump(mode="json") for f in findings]
 
-
-def findings_table(findings: Sequence[Finding | Mapping[str, Any]]):
-    """A rich table of findings, printed after a timeline (profile, show, parse)."""
-    from rich import box
-    from rich.table import Table
-    from rich.text import Text
-
-    from coldscope.util.safeio import clean_text
-    items = [f if isinstance(f, Finding) else Finding.model_validate(f) for f in findings]
-    table = Table(title="findings", title_justify="left", box=box.SIMPLE_HEAVY)
-    table.add_column("finding")
-    table.add_column("stage")
-    table.add_column("s at stake", justify="right")
-    table.add_column("evidence / advice", overflow="fold")
-    if not items:
-        table.add_row("none", "", "", "no rule fired on this run's evidence")
-    for f in items:
-        secs = f"{f.seconds_at_stake:.1f}" if f.seconds_at_stake is not None else "?"
-        # evidence quotes the log: Text, never markup, whatever console prints the table
-        table.add_row(Text(clean_text(f.id)), Text(clean_text(f.stage or "")), secs,
-                      Text.assemble(clean_text(f.evidence), "\n",
-                                    ("→ " + clean_text(f.advice), "dim")))
-    return table

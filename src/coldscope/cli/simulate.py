@@ -1,5 +1,5 @@
 """``coldscope simulate``: parse the options, build a ``SimRequest``, call ``coldscope.sim.run``,
-render the ``SimResult`` (or ``SweepResult``)."""
+print the ``SimResult`` (or ``SweepResult``) as ``coldscope.render.simulate`` draws it."""
 
 from __future__ import annotations
 
@@ -8,85 +8,18 @@ from typing import Any
 
 import click
 
-from coldscope.cli.common import echo, json_option, print_json, store_option
+from coldscope.cli.common import json_option, print_json, show, store_option
 from coldscope.sim.policies import POLICIES
 from coldscope.sim.sweep import EXECUTORS
 from coldscope.util.errors import ColdscopeError
 from coldscope.util.safeio import check_output_target, write_atomic
 
 
-def _fmt_s(x: float | None) -> str:
-    return "-" if x is None else f"{x:.3g} s"
-
-
-def policy_text(name: str, params: dict[str, Any]) -> str:
-    """The policy by its CLI name, plus only the parameters that differ from its defaults."""
-    cls = POLICIES.get(name)
-    defaults = {k: v for k, v in vars(cls()).items()} if cls else {}
-    changed = [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
-               for k, v in params.items() if k not in defaults or defaults[k] != v]
-    return name + (f" ({', '.join(changed)})" if changed else "")
-
-
-def render_summary(r) -> str:
-    """A ``SimResult`` as the lines a person reads."""
-    t, w, start = r.ttft_s, r.wait_s, r.startup
-    cur = r.currency
-    lines = [
-        f"trace      {r.trace.source}: {r.requests:,} requests over "
-        f"{r.trace.duration_s / 3600:.2f} h",
-    ]
-    if r.trace.repairs:
-        lines.append("repairs    " + ", ".join(f"{k} {v:,}" for k, v in r.trace.repairs.items()))
-    lines += [
-        f"policy     {policy_text(r.policy.name, r.policy.params)}",
-        f"start-up   {start.source}" + (f" (x{start.scale:g} + {start.extra_s:g} s)"
-                                        if (start.scale, start.extra_s) != (1.0, 0.0) else ""),
-        f"TTFT       p50 {_fmt_s(t.p50)}  p90 {_fmt_s(t.p90)}  p99 {_fmt_s(t.p99)}  "
-        f"max {_fmt_s(t.max)}",
-        f"SLA        {'-' if r.sla_attainment is None else f'{r.sla_attainment:.2%}'} of "
-        f"requests with TTFT <= {r.sla_ttft_s:g} s; waited: {w.p_wait or 0:.2%}",
-        f"cold       {r.cold_starts:,} cold starts ({r.cold_starts_cancelled:,} cancelled), "
-        f"{r.cold_start_requests:,} requests hit one",
-        f"replicas   max {r.max_replicas}, {r.replica_seconds / 3600:,.1f} replica-hours, "
-        f"{r.gpu_hours:,.1f} GPU-hours, cost {r.cost:,.2f} {cur} "
-        f"({r.replica.gpu_hour_price:.2f} {cur} per {r.replica.gpu} GPU-hour)",
-    ]
-    if r.unserved:
-        lines.append(f"unserved   {r.unserved:,} requests never started (counted as SLA misses)")
-    if start.default:
-        lines.append("note       no startup model given: start-up drawn from the paper's measured "
-                     "H100 spread (engine only)")
-    return "\n".join(lines)
-
-
-def _render_sweep(result) -> None:
-    from rich.table import Table
-
-    from coldscope.cli.common import console
-    rows = result.cases
-    keys = sorted({k for r in rows for k in r.params})
-    table = Table(title=f"{len(rows)} cases")
-    for k in keys:
-        table.add_column(k)
-    cur = rows[0].result.currency if rows else ""
-    for col in ("TTFT p99", "SLA", "cold starts", "cold reqs", "GPU-h", f"cost ({cur})"):
-        table.add_column(col, justify="right")
-    for r in rows:
-        d = r.result
-        p99, att = d.ttft_s.p99, d.sla_attainment
-        table.add_row(*[str(r.params.get(k, "")) for k in keys],
-                      "-" if p99 is None else f"{p99:.3g}",
-                      "-" if att is None else f"{att:.2%}", f"{d.cold_starts:,}",
-                      f"{d.cold_start_requests:,}", f"{d.gpu_hours:,.1f}", f"{d.cost:,.2f}")
-    console().print(table)
-
-
-def _duration(ctx, param, value):
+def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
     if value is None:
         return None
     from coldscope.planning.infra import parse_duration
-    return parse_duration(value, what=f"--{param.name.replace('_', '-')}")
+    return parse_duration(value, what=f"--{(param.name or '').replace('_', '-')}")
 
 
 @click.command("simulate")
@@ -149,16 +82,22 @@ def _duration(ctx, param, value):
               help="Also write the JSON result here.")
 @click.option("--out", "out_alias", type=click.Path(dir_okay=False), default=None, hidden=True)
 @json_option
-def simulate(trace_path, repair, policy, min_workers, max_workers, target, sets, replica_path,
-             profile_path, concurrency, prefill_rate, decode_rate, gpu, gpu_hour_price, sla,
-             startup_model, model, startup_plan, startup_from_store, store_path, label,
-             startup_s, startup_scale, startup_extra_s, seed, sweep_path, executor, jobs,
-             replica_limit, max_span_s, timeline, out_path, out_alias, as_json):
+def simulate(trace_path: str, repair: bool, policy: str, min_workers: int | None,
+             max_workers: int | None, target: float | None, sets: tuple[str, ...],
+             replica_path: str | None, profile_path: str | None, concurrency: int | None,
+             prefill_rate: float | None, decode_rate: float | None, gpu: str | None,
+             gpu_hour_price: float | None, sla: float, startup_model: str | None,
+             model: str | None, startup_plan: str | None, startup_from_store: bool,
+             store_path: str | None, label: str | None, startup_s: float | None,
+             startup_scale: float, startup_extra_s: float, seed: int, sweep_path: str | None,
+             executor: str, jobs: int | None, replica_limit: int | None,
+             max_span_s: float | None, timeline: bool, out_path: str | None,
+             out_alias: str | None, as_json: bool) -> None:
     """Simulate autoscaling with cold starts over a request trace: TTFT, SLA, GPU-hours."""
     from pydantic import ValidationError
 
     from coldscope.cli.progress import bar, wanted
-    from coldscope.sim.request import SimRequest, StartupChoice, replica_spec, run
+    from coldscope.sim.request import SimRequest, StartupChoice, load_inputs, replica_spec, run
     from coldscope.util.errors import validation_error
     params: dict[str, Any] = {}
     if min_workers is not None:
@@ -207,7 +146,7 @@ def simulate(trace_path, repair, policy, min_workers, max_workers, target, sets,
         def progress(fraction: float) -> None:
             update(fraction, "simulating")
 
-        result = run(request, progress=progress)
+        result = run(load_inputs(request), progress=progress)
     text = result.model_dump_json(indent=2, exclude_none=False)
     if out_path:
         try:
@@ -217,7 +156,4 @@ def simulate(trace_path, repair, policy, min_workers, max_workers, target, sets,
     if as_json:
         print_json(result.model_dump(mode="json"))
         return
-    if request.sweep:
-        _render_sweep(result)
-        return
-    echo(render_summary(result))
+    show(result)

@@ -171,7 +171,7 @@ def _kv_bytes_per_token(feats: Any, per: float) -> float:
     head_dim = getattr(feats, "head_dim", None) or (hidden // heads if hidden and heads else None)
     if not layers or not kv_heads or not head_dim:
         return 0.0
-    return 2.0 * layers * kv_heads * head_dim * per
+    return float(2.0 * layers * kv_heads * head_dim * per)
 
 
 def gpus_per_replica(size: ModelSize, profile: Profile) -> int:
@@ -210,10 +210,10 @@ def engine_from_prediction(prediction: Any, path: str | None = None) -> EngineEs
     stages = getattr(prediction, "stages", {}) or {}
     loading = stages.get(MODEL_LOADING)
     loading_s = float(loading.s) if loading is not None else 0.0
-    lo, hi = (float(v) for v in prediction.interval)
+    lo, hi = float(prediction.interval.low), float(prediction.interval.high)
     total = float(prediction.total_s)
     per_stage = {
-        name: (float(sp.interval[0]), float(sp.interval[1]))
+        name: (float(sp.interval.low), float(sp.interval.high))
         for name, sp in stages.items()
         if name != MODEL_LOADING
     }

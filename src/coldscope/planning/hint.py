@@ -21,15 +21,15 @@ with ``mitigate`` applied. ``coldscope serve``'s GET /v1/scale-hint calls this.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from coldscope.planning.result import Interval
+from coldscope.core.interval import Interval
 from coldscope.util.errors import ColdscopeError
 
 #: Version of the :class:`ScaleHint` JSON.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 
 
 class ScaleHintRequest(BaseModel):

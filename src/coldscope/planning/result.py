@@ -2,22 +2,24 @@
 
 Versioned (``schema_version``), closed (``extra="forbid"``) and published as a JSON Schema by
 ``coldscope schema plan``. Seconds unless a name says otherwise; money in ``currency`` per month
-unless named. Every interval is ``{"low", "high"}``. The keys ``total_s``, ``parts``,
-``mitigations``, ``monthly_cost`` and ``meets_sla`` are the contract other tools read (e.g.
-``simulate --startup-plan`` reads ``total_s``).
+unless named. Every interval is an ``Interval`` (``{"low", "high"}``). The keys ``total_s``,
+``parts``, ``mitigations``, ``monthly_cost`` and ``meets_sla`` are the contract other tools read
+(e.g. ``simulate --startup-plan`` reads ``total_s``). ``read_plan`` reads such a file back.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from coldscope.util.errors import ColdscopeError
+from coldscope.core.interval import Interval
+from coldscope.util.errors import ColdscopeError, validation_error
 
 #: 1: the untyped dict of coldscope 0.x (``version: 1``); 2: this record.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION: Final = 2
 
 
 def check_finite(data: Any, what: str, path: str = "") -> None:
@@ -36,13 +38,6 @@ def check_finite(data: Any, what: str, path: str = "") -> None:
 
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class Interval(_Record):
-    """A low and a high estimate."""
-
-    low: float
-    high: float
 
 
 class ModelInfo(_Record):
@@ -199,3 +194,17 @@ class PlanReport(_Record):
     def to_json(self) -> dict[str, Any]:
         """Plain JSON data (what ``--json`` prints)."""
         return self.model_dump(mode="json")
+
+
+def read_plan(path: str | Path) -> PlanReport:
+    """The ``PlanReport`` in a file ``coldscope plan --json`` (or ``-o``) wrote; a one-line
+    error naming the first bad field when the file holds something else."""
+    from coldscope.util.config_file import read_mapping
+    data = read_mapping(path, "plan")
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise ColdscopeError(f"{path} is not a plan: expected the output of `coldscope plan "
+                             f"--json` (schema_version {SCHEMA_VERSION})")
+    try:
+        return PlanReport.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc, f"{path} is not a plan") from None

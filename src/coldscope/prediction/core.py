@@ -30,8 +30,9 @@ import math
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal
 
+from coldscope.core.interval import Interval
 from coldscope.core.stages import MODEL_LOADING
 from coldscope.prediction.formulas import FEATURES, INTERCEPT, formula_text, term_value
 from coldscope.prediction.modelfile import StartupModelFile, StorageSetting
@@ -54,14 +55,9 @@ class Observation:
     total_s: float
 
 
-class Interval(NamedTuple):
-    """(low, high) seconds; a tuple, so ``low, high = p.interval`` keeps working."""
-
-    low: float
-    high: float
-
-    def to_dict(self) -> dict[str, float]:
-        return {"low": round(self.low, 4), "high": round(self.high, 4)}
+def _rounded(interval: Interval) -> dict[str, float]:
+    """An interval as ``predict --json`` writes it: both ends to 0.1 ms."""
+    return {"low": round(interval.low, 4), "high": round(interval.high, 4)}
 
 
 @dataclass(frozen=True)
@@ -121,9 +117,9 @@ class Prediction:
         return {
             "model": self.model,
             "total_s": round(self.total_s, 4),
-            "interval": self.interval.to_dict(),
+            "interval": _rounded(self.interval),
             "level": self.level,
-            "stages": {k: {"s": round(v.s, 4), "interval": v.interval.to_dict()}
+            "stages": {k: {"s": round(v.s, 4), "interval": _rounded(v.interval)}
                        for k, v in self.stages.items()},
             "storage": self.storage,
             "calibrated_on": self.calibrated_on,
@@ -345,10 +341,10 @@ def predict(file: StartupModelFile, features: ModelFeatures, capture_sizes: int 
     stages = {}
     for b in order:
         s = max(means[b], 0.0)
-        stages[b] = StagePrediction(s, Interval(min(max(means[b] - lo_hw[b], 0.0), s),
-                                                max(means[b] + hi_hw[b], s)))
+        stages[b] = StagePrediction(s, Interval(low=min(max(means[b] - lo_hw[b], 0.0), s),
+                                                high=max(means[b] + hi_hw[b], s)))
     total = sum(sp.s for sp in stages.values())
-    interval = Interval(max(min(total - t_lo, total), 0.0), max(total + t_hi, total))
+    interval = Interval(low=max(min(total - t_lo, total), 0.0), high=max(total + t_hi, total))
     return Prediction(total, interval, stages, warnings, file.interval.level,
                       model=features.name, storage=storage,
                       calibrated_on=list(cal.models) if cal is not None else None,

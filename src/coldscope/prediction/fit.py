@@ -404,7 +404,7 @@ def _cross_validate(model: FitOptions, observations: list[Observation], rows: _R
         if fold.interval.method == "cv+":
             pred = core.predict(fold, rows.features[i])
             entry["interval"] = {"low": pred.interval.low, "high": pred.interval.high}
-            entry["inside"] = pred.interval[0] <= actual <= pred.interval[1]
+            entry["inside"] = pred.interval.low <= actual <= pred.interval.high
             covered += entry["inside"]
             checked += 1
         per_model[m] = entry

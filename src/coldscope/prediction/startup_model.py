@@ -23,10 +23,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from coldscope.core.interval import Interval
 from coldscope.core.stages import BUCKETS
 from coldscope.prediction import core
 from coldscope.prediction.core import (
-    Interval,
     LoadingSetting,
     Observation,
     Prediction,
@@ -91,7 +91,7 @@ class StartupModel:
         return self._fitted().interval.level
 
     def _fitted(self) -> StartupModelFile:
-        file = getattr(self, "file_", None)
+        file: StartupModelFile | None = getattr(self, "file_", None)  # set by fit or load
         if file is None:
             raise ColdscopeError("the startup model is not fitted; fit or load one first")
         return file

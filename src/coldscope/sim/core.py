@@ -27,12 +27,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import numpy as np
 from numba import njit
 
 from coldscope.util.errors import ColdscopeError
+
+if TYPE_CHECKING:
+    from coldscope.sim.startup import ColdStart
 
 #: Replicas (ready + starting) a run may hold unless told otherwise: 100,000 replicas of 8
 #: slots take ~13 MB of heaps; a billion would take 100 GB.
@@ -41,9 +44,17 @@ REPLICA_LIMIT = 100_000
 # Positions in the engine's int64 state vector, shared with the kernel.
 _I, _J, _HEAP_N, _DEP_N, _FULL = 0, 1, 2, 3, 4
 
+_F = TypeVar("_F", bound=Callable[..., Any])
 
-@njit(cache=True, inline="always")
-def _sift_down(ht, hr, n, pos):
+
+def _jit(**options: Any) -> Callable[[_F], _F]:
+    """numba's ``njit(**options)``, typed: the compiled function keeps the Python one's
+    signature for the type checker (numba ships no type information)."""
+    return cast(Callable[[_F], _F], njit(**options))
+
+
+@_jit(cache=True, inline="always")
+def _sift_down(ht: np.ndarray, hr: np.ndarray, n: int, pos: int) -> None:
     # Order: free time, then replica id (ties go to the oldest replica, deterministically).
     t, r = ht[pos], hr[pos]
     while True:
@@ -59,8 +70,8 @@ def _sift_down(ht, hr, n, pos):
     ht[pos], hr[pos] = t, r
 
 
-@njit(cache=True, inline="always")
-def _sift_up(ht, hr, pos):
+@_jit(cache=True, inline="always")
+def _sift_up(ht: np.ndarray, hr: np.ndarray, pos: int) -> None:
     t, r = ht[pos], hr[pos]
     while pos > 0:
         p = (pos - 1) >> 1
@@ -71,8 +82,8 @@ def _sift_up(ht, hr, pos):
     ht[pos], hr[pos] = t, r
 
 
-@njit(cache=True)
-def _dep_push(dep, n, d):
+@_jit(cache=True)
+def _dep_push(dep: np.ndarray, n: int, d: float) -> None:
     pos = n
     while pos > 0:
         p = (pos - 1) >> 1
@@ -83,8 +94,8 @@ def _dep_push(dep, n, d):
     dep[pos] = d
 
 
-@njit(cache=True)
-def _dep_pop(dep, n):
+@_jit(cache=True)
+def _dep_pop(dep: np.ndarray, n: int) -> None:
     """Remove the minimum of the departure heap of size n (n > 0)."""
     n -= 1
     d = dep[n]
@@ -103,9 +114,11 @@ def _dep_pop(dep, n):
         dep[pos] = d
 
 
-@njit(cache=True)
-def _advance(t_end, arrival, service, start, cold, heap_t, heap_r, dep, ready_t, removed,
-             busy_until, st):
+@_jit(cache=True)
+def _advance(t_end: float, arrival: np.ndarray, service: np.ndarray, start: np.ndarray,
+             cold: np.ndarray, heap_t: np.ndarray, heap_r: np.ndarray, dep: np.ndarray,
+             ready_t: np.ndarray, removed: np.ndarray, busy_until: np.ndarray,
+             st: np.ndarray) -> None:
     """Start every request that can start before ``t_end``; count arrivals and departures.
 
     ``st`` holds [next unstarted request, arrivals before t_end, slot-heap size, in-flight,
@@ -154,14 +167,20 @@ def _advance(t_end, arrival, service, start, cold, heap_t, heap_r, dep, ready_t,
     st[_I], st[_J], st[_HEAP_N], st[_DEP_N] = i, j, hn, dn
 
 
-@njit(cache=True)
-def _push_slots(heap_t, heap_r, st, free_t, replica, count):
+@_jit(cache=True)
+def _push_slots(heap_t: np.ndarray, heap_r: np.ndarray, st: np.ndarray, free_t: float,
+                replica: int, count: int) -> None:
     hn = st[_HEAP_N]
     for _ in range(count):
         heap_t[hn], heap_r[hn] = free_t, replica
         _sift_up(heap_t, heap_r, hn)
         hn += 1
     st[_HEAP_N] = hn
+
+
+def _grown(a: np.ndarray, fill: float) -> np.ndarray:
+    """``a`` twice as long, the new half ``fill`` (in ``a``'s dtype)."""
+    return np.concatenate([a, np.full(a.size, fill, a.dtype)])
 
 
 class TickObservation:
@@ -187,7 +206,7 @@ class Context:
 
     concurrency: int
     tick_s: float
-    startup: Any  # a ColdStart
+    startup: ColdStart
 
 
 class Controller(Protocol):
@@ -267,7 +286,7 @@ class Simulator:
     a one-line error instead of eating the machine.
     """
 
-    def __init__(self, concurrency: int, startup: Any, rng: np.random.Generator,
+    def __init__(self, concurrency: int, startup: ColdStart, rng: np.random.Generator,
                  drain_limit_s: float = 3600.0, replica_limit: int = REPLICA_LIMIT) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -315,13 +334,12 @@ class Simulator:
             nonlocal rep_warm, heap_t, heap_r
             if n_rep == cap:
                 cap *= 2
-                grow = lambda a, fill: np.concatenate([a, np.full(a.size, fill, a.dtype)])  # noqa: E731
-                rep_start, rep_ready, rep_busy = (grow(x, 0) for x in
+                rep_start, rep_ready, rep_busy = (_grown(x, 0) for x in
                                                   (rep_start, rep_ready, rep_busy))
-                rep_removed, rep_warm = grow(rep_removed, False), grow(rep_warm, False)
-                rep_removed_t = grow(rep_removed_t, np.inf)
-                heap_t = grow(heap_t, 0)
-                heap_r = grow(heap_r, 0)
+                rep_removed, rep_warm = _grown(rep_removed, False), _grown(rep_warm, False)
+                rep_removed_t = _grown(rep_removed_t, np.inf)
+                heap_t = _grown(heap_t, 0)
+                heap_r = _grown(heap_r, 0)
             r = n_rep
             n_rep += 1
             ready_at = now if warm else now + float(self.startup.sample(self.rng))

@@ -49,7 +49,8 @@ class _Window:
     __slots__ = ("size", "values", "total")
 
     def __init__(self, size: int) -> None:
-        self.size, self.values, self.total = size, deque(), 0.0
+        self.size, self.total = size, 0.0
+        self.values: deque[float] = deque()
 
     def add(self, x: float) -> float:
         self.values.append(x)
@@ -99,13 +100,15 @@ class Reactive:
         self.tick_s = tick_s
 
     def start(self, context: Context) -> int:
-        if not self.tick_s or self.tick_s <= 0:
+        tick = self.tick_s
+        if not tick or tick <= 0:
             raise ValueError("a reactive policy needs tick_s > 0")
         target = self.target or self.target_utilization * context.concurrency
         if target <= 0:
             raise ValueError("target concurrency per replica must be > 0")
+        self.tick_ = tick
         self.target_ = target
-        stable = max(1, round(self.stable_window_s / self.tick_s))
+        stable = max(1, round(self.stable_window_s / tick))
         self.stable_ = _Window(stable)
         self.panic_ = _Window(max(1, round(stable * self.panic_window_pct / 100)))
         self.panic_until_ = -math.inf  # in panic while time < this
@@ -113,7 +116,8 @@ class Reactive:
         self.last_busy_ = -math.inf  # last tick with a request in the system
         self.idle_after_ = self.stable_window_s + self.scale_to_zero_grace_s
         self.max_ = self.max_workers if self.max_workers is not None else 1 << 30
-        self.recent_: deque = deque()  # (time, answer), answers decreasing: a running max
+        # (time, answer) of the last scale_down_delay_s, answers decreasing: a running max
+        self.recent_: deque[tuple[float, int]] = deque()
         return self.min_workers
 
     def _delay(self, now: float, want: int) -> int:
@@ -210,14 +214,14 @@ class Predictive(Reactive):
         self.in_flight_stable_ = _Window(self.stable_.size)
         self.time_in_system_ = 0.0
         self.cum_rate_ = [0.0]  # prefix sums of the per-tick rate since time 0
-        self.season_ticks_ = max(1, round(self.season_s / self.tick_s))
-        self.season_half_ = max(0, round(self.season_window_s / self.tick_s / 2))
-        self.ahead_ = max(1, round(self.horizon_ / self.tick_s))
+        self.season_ticks_ = max(1, round(self.season_s / self.tick_))
+        self.season_half_ = max(0, round(self.season_window_s / self.tick_ / 2))
+        self.ahead_ = max(1, round(self.horizon_ / self.tick_))
         return warm
 
     def desired(self, obs: TickObservation) -> int:
         want = super().desired(obs)
-        rate = obs.arrivals / self.tick_s
+        rate = obs.arrivals / self.tick_
         cum = self.cum_rate_
         cum.append(cum[-1] + rate)
         level = self.level_
@@ -272,7 +276,7 @@ def make_policy(name: str, params: dict[str, Any]) -> Any:
     cls = POLICIES.get(name)
     if cls is None:
         raise ColdscopeError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
-    fields = {k: (p.annotation, p.default) for k, p in parameters(cls).items()}
+    fields: dict[str, Any] = {k: (p.annotation, p.default) for k, p in parameters(cls).items()}
     unknown = sorted(set(params) - set(fields))
     if unknown:
         raise ColdscopeError(f"policy {name!r} has no parameter {unknown[0]!r} (it has: "

@@ -18,19 +18,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from coldscope.core.interval import Interval
 from coldscope.planning.traces import Trace
 from coldscope.sim import startup as startup_mod
-from coldscope.sim.core import REPLICA_LIMIT, RawRun, Simulator, Workload
+from coldscope.sim.core import REPLICA_LIMIT, Controller, RawRun, Simulator, Workload
 from coldscope.sim.policies import make_policy
+from coldscope.sim.startup import ColdStart
 from coldscope.util.errors import ColdscopeError
 
 #: Version of the :class:`SimResult` JSON (1: the untyped dict before records).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION: Final = 2
 #: The longest trace a simulation replays unless told otherwise: 31 days is 1.3 M ticks of 2 s.
 MAX_SPAN_S = 31 * 86400.0
 _CHUNK = 1 << 20
@@ -120,11 +122,6 @@ class WaitStats(_Strict):
     p99: float | None
     max: float | None
     p_wait: float | None = Field(description="share of served requests that waited at all")
-
-
-class Interval(_Strict):
-    low: float
-    high: float
 
 
 class StartupInfo(_Strict):
@@ -234,8 +231,8 @@ def check_size(trace: Trace, config: SimConfig) -> None:
             f"with --max-span")
 
 
-def simulate(trace: Trace, config: SimConfig | None = None, startup: Any = None,
-             policy: Any = None, *, timeline: bool = False,
+def simulate(trace: Trace, config: SimConfig | None = None, startup: ColdStart | None = None,
+             policy: Controller | None = None, *, timeline: bool = False,
              progress: Callable[[float], None] | None = None) -> SimResult:
     """Simulate ``trace`` under ``config``; ``startup`` defaults to the paper's H100 spread.
 
@@ -245,7 +242,7 @@ def simulate(trace: Trace, config: SimConfig | None = None, startup: Any = None,
     config = config or SimConfig()
     check_size(trace, config)
     default = startup is None
-    base = startup_mod.paper_default() if default else startup
+    base = startup_mod.paper_default() if startup is None else startup
     cold = startup_mod.mitigate(base, config.startup_scale, config.startup_extra_s)
     name = config.policy if policy is None else type(policy).__name__
     if policy is None:
@@ -271,12 +268,12 @@ def simulate(trace: Trace, config: SimConfig | None = None, startup: Any = None,
     )
 
 
-def startup_info(cold: Any) -> dict[str, Any]:
+def startup_info(cold: ColdStart) -> dict[str, Any]:
     """A start-up distribution's ``describe()``: the record's ``startup`` without ``default``."""
     return dict(cold.describe())
 
 
-def _params(policy: Any) -> dict[str, Any]:
+def _params(policy: Controller) -> dict[str, Any]:
     return {k: v for k, v in vars(policy).items() if not k.endswith("_")}
 
 
@@ -315,9 +312,10 @@ def summarise(raw: RawRun, trace: Trace, config: SimConfig) -> dict[str, Any]:
         met = int(np.count_nonzero(buf <= config.sla_ttft_s))
         mean, top = float(buf.mean()), float(buf.max())
         p50, p90, p99 = np.quantile(buf, [0.5, 0.9, 0.99], overwrite_input=True)
-        ttft_s = {"p50": float(p50), "p90": float(p90), "p99": float(p99), "max": top,
-                  "mean": mean}
-        wait_s = {"mean": wait_mean, "p99": wait_p99, "max": wait_max, "p_wait": p_wait}
+        ttft_s: dict[str, float | None] = {"p50": float(p50), "p90": float(p90),
+                                           "p99": float(p99), "max": top, "mean": mean}
+        wait_s: dict[str, float | None] = {"mean": wait_mean, "p99": wait_p99,
+                                           "max": wait_max, "p_wait": p_wait}
     else:
         met = 0
         ttft_s = dict.fromkeys(("p50", "p90", "p99", "max", "mean"))
@@ -328,6 +326,8 @@ def summarise(raw: RawRun, trace: Trace, config: SimConfig) -> dict[str, Any]:
     paid_until = np.maximum(np.minimum(raw.replica_removed, end), raw.replica_busy_until)
     replica_seconds = float(np.sum(np.maximum(paid_until - raw.replica_start, 0.0)))
     spec = config.replica
+    price = spec.gpu_hour_price
+    assert price is not None  # ReplicaSpec's validator sets it
     gpu_hours = replica_seconds * spec.gpus_per_replica / 3600.0
     launched = ~raw.replica_warm
     cancelled = launched & (raw.replica_removed < raw.replica_ready)
@@ -341,7 +341,7 @@ def summarise(raw: RawRun, trace: Trace, config: SimConfig) -> dict[str, Any]:
         "warm_at_start": int(raw.replica_warm.sum()),
         "replica_seconds": replica_seconds,
         "gpu_hours": gpu_hours,
-        "cost": gpu_hours * spec.gpu_hour_price,
+        "cost": gpu_hours * price,
         "currency": spec.currency,
         "wait_s": wait_s,
         "unserved": unserved,

@@ -6,13 +6,16 @@ come from (``source``) so that the simulation's output can say it too.
 
 Sources, from best to worst:
 
-* a startup model (``coldscope.prediction.startup_model.StartupModel``) predicting the engine
-start-up of a
-  given model, with its 90 % interval (:func:`from_prediction`);
-* measured runs in the store (:func:`from_store_runs`): resample their time to ready;
-* a plan from ``coldscope plan --json`` (:func:`from_plan`): its end-to-end low..high estimate,
-  i.e. with the planner's mitigations already applied;
+* a startup model's ``Prediction`` of the engine start-up of a given model, with its 90 %
+  interval (:func:`from_prediction`);
+* measured runs (``Run`` records, e.g. from the store: :func:`from_store_runs`): resample their
+  time to ready;
+* a ``PlanReport`` (what ``coldscope plan --json`` writes, :func:`from_plan`): its end-to-end
+  low..high estimate, i.e. with the planner's mitigations already applied;
 * :func:`paper_default`: the spread the paper measured on one H100 (17 models, 5 runs each).
+
+Every source is data: reading the files they come from (a startup model, a plan file, the
+store) is the caller's (``coldscope.sim.request.load_startup``).
 
 :class:`Mitigated` applies a simple mitigation on top of any of them: multiply by ``scale``
 (e.g. 0.5 for a layer that halves the start-up) and add ``extra_s`` (e.g. node provisioning and
@@ -22,12 +25,18 @@ image pull that the engine start-up does not include).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from coldscope.util.errors import ColdscopeError
+
+if TYPE_CHECKING:
+    from coldscope.core.records import Run
+    from coldscope.planning.result import PlanReport
+    from coldscope.prediction.core import Prediction
 
 #: z such that P(Z <= z) = 0.95 for a standard normal: the half-width of a 90 % interval.
 _Z90 = 1.6448536269514722
@@ -50,7 +59,10 @@ PAPER_H100_TIME_TO_READY_S: tuple[float, ...] = (
 class ColdStart(Protocol):
     """What the simulator needs from a start-up distribution (seconds)."""
 
-    source: str
+    @property
+    def source(self) -> str:
+        """Where the numbers come from, as the simulation's output says it."""
+        ...
 
     def sample(self, rng: np.random.Generator) -> float: ...
 
@@ -172,7 +184,7 @@ class Uniform:
 class Mitigated:
     """``base`` start-up x ``scale`` + ``extra_s``: a mitigation or an added platform delay."""
 
-    base: Any
+    base: ColdStart
     scale: float = 1.0
     extra_s: float = 0.0
     source: str = field(init=False)
@@ -208,50 +220,27 @@ def paper_default() -> Empirical:
                             "(17 models x 5 runs, 18.9-80.8 s); no startup model given")
 
 
-def from_prediction(prediction: Any, source: str) -> LogNormal:
+def from_prediction(prediction: Prediction, source: str) -> LogNormal:
     """A log-normal from a ``StartupModel`` prediction: median ``total_s``, 90 % ``interval``."""
     total = float(prediction.total_s)
-    low, high = (float(x) for x in prediction.interval)
-    low, high = min(low, total), max(high, total)
+    low = min(float(prediction.interval.low), total)
+    high = max(float(prediction.interval.high), total)
     if low <= 0:  # a linear model's interval can cross zero; keep the upper side's spread
         low = total * total / high if high > 0 else total
     return LogNormal(median=total, low=low, high=high, source=source,
-                     warnings=tuple(getattr(prediction, "warnings", ()) or ()))
+                     warnings=tuple(prediction.warnings))
 
 
-def from_startup_model(model_file: str, model_path: str) -> LogNormal:
-    """Predict the start-up of the model at ``model_path`` with the startup model file."""
-    try:
-        from coldscope.prediction.features import model_features
-        from coldscope.prediction.startup_model import StartupModel
-    except ImportError as exc:  # the predictor is an optional part of the package
-        raise ColdscopeError(f"the startup model cannot be used here: {exc}") from exc
-    prediction = StartupModel.load(model_file).predict(model_features(model_path))
-    return from_prediction(prediction, source=f"startup model {model_file} for {model_path}")
-
-
-def _field(run: Any, name: str, default: Any = None) -> Any:
-    """A stored run's field, whether the store gives records or (older stores) dicts."""
-    if isinstance(run, dict):
-        return run.get(name, default)
-    return getattr(run, name, default)
-
-
-def from_store_runs(runs: list[Any], source: str) -> Empirical:
-    """Resample the measured time to ready of store runs (failed or unfinished ones skipped)."""
-    values = tuple(float(_field(r, "time_to_ready_s")) for r in runs
-                   if _field(r, "status", "ok") == "ok"
-                   and _field(r, "time_to_ready_s") is not None)
+def from_store_runs(runs: Sequence[Run], source: str) -> Empirical:
+    """Resample the measured time to ready of runs (failed or unfinished ones skipped)."""
+    values = tuple(float(r.time_to_ready_s) for r in runs
+                   if r.status == "ok" and r.time_to_ready_s is not None)
     if not values:
         raise ColdscopeError(f"no successful runs with a time to ready in {source}")
     return Empirical(values, source=f"{len(values)} measured runs in {source}")
 
 
-def from_plan(plan: dict[str, Any], source: str) -> Uniform:
-    """The end-to-end cold start of a ``coldscope plan --json`` output (mitigations applied)."""
-    try:
-        total = plan["total_s"]
-        return Uniform(float(total["low"]), float(total["high"]), source=f"plan {source}")
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ColdscopeError(
-            f"{source} is not a plan: expected {{'total_s': {{'low', 'high'}}}}") from exc
+def from_plan(plan: PlanReport, source: str) -> Uniform:
+    """The end-to-end cold start of a plan (``coldscope plan``; mitigations applied), drawn
+    uniformly between its low and high estimates: the planner gives no shape in between."""
+    return Uniform(plan.total_s.low, plan.total_s.high, source=f"plan {source}")

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from coldscope.planning.traces import Trace
 from coldscope.sim.simulate import SimConfig, SimResult, TraceInfo, simulate
+from coldscope.sim.startup import ColdStart
 from coldscope.util.errors import ColdscopeError, validation_error
 
 EXECUTORS = ("local", "ray")
@@ -107,7 +108,7 @@ def sweep_cases(base: SimConfig, spec: dict[str, Any]) -> list[tuple[dict[str, A
 _shared: dict[str, Any] = {}
 
 
-def _init(trace: Trace, startup: Any) -> None:
+def _init(trace: Trace, startup: ColdStart | None) -> None:
     _shared["trace"], _shared["startup"] = trace, startup
 
 
@@ -116,8 +117,9 @@ def _one(config_json: str) -> dict[str, Any]:
     return simulate(_shared["trace"], config, _shared["startup"]).model_dump(mode="json")
 
 
-def run_sweep(trace: Trace, cases: list[tuple[dict[str, Any], SimConfig]], startup: Any = None,
-              executor: str = "local", jobs: int | None = None) -> list[SweepCase]:
+def run_sweep(trace: Trace, cases: list[tuple[dict[str, Any], SimConfig]],
+              startup: ColdStart | None = None, executor: str = "local",
+              jobs: int | None = None) -> list[SweepCase]:
     """Run every case; returns one :class:`SweepCase` per case, in case order."""
     payloads = [c.model_dump_json() for _, c in cases]
     if executor == "local":
@@ -136,7 +138,8 @@ def run_sweep(trace: Trace, cases: list[tuple[dict[str, Any], SimConfig]], start
             for (p, _), r in zip(cases, results, strict=True)]
 
 
-def _run_ray(trace: Trace, startup: Any, payloads: list[str]) -> list[dict[str, Any]]:
+def _run_ray(trace: Trace, startup: ColdStart | None, payloads: list[str]
+             ) -> list[dict[str, Any]]:
     """The one place that imports Ray (an optional extra: ``pip install 'coldscope[ray]'``)."""
     try:
         import ray
@@ -150,7 +153,7 @@ def _run_ray(trace: Trace, startup: Any, payloads: list[str]) -> list[dict[str, 
             ray.init(log_to_driver=False, include_dashboard=False)
 
     @ray.remote
-    def case(trace_ref: Trace, startup: Any, payload: str) -> dict[str, Any]:
+    def case(trace_ref: Trace, startup: ColdStart | None, payload: str) -> dict[str, Any]:
         _init(trace_ref, startup)
         return _one(payload)
 
