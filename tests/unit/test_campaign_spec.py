@@ -124,8 +124,8 @@ def test_expansion_covers_the_matrix_repetition_major(tmp_path):
         "--max-num-seqs", "4"]
     # the capture sizes reach the report's and the export's dimension (they were lost when
     # the campaign wrote an option the adapter did not read)
-    from coldscope.report.data import _capture_sizes
-    assert _capture_sizes(graphs.argv(9001)) == "3"
+    from coldscope.report.configurations import capture_sizes
+    assert capture_sizes(graphs.argv(9001)) == "3"
 
 
 def test_ids_are_stable_when_the_matrix_grows(tmp_path):

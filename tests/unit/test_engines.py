@@ -354,9 +354,9 @@ class TunableToy(ToyEngine):
 def test_the_toy_engine_passes_tune_campaign_and_bundle(tmp_path, monkeypatch):
     from coldscope.campaign.matrix import expand
     from coldscope.campaign.spec import parse_spec
-    from coldscope.cli.tune import _new_session
     from coldscope.tuning import bundle as tb
     from coldscope.tuning import session as ts
+    from coldscope.tuning.tune import new_session
     toy = TunableToy()
     monkeypatch.setattr(engines, "ENGINES", (toy, *engines.ENGINES))
     model = tmp_path / "toy-model"
@@ -367,9 +367,11 @@ def test_the_toy_engine_passes_tune_campaign_and_bundle(tmp_path, monkeypatch):
                "--scale", "0.01", "--toy"]
     store = Store(tmp_path / "s.db")
     # tune: the catalogue is the toy adapter's own, and the search runs on it
-    spec, d = _new_session(command, {}, 6, None, 60, None, None, tmp_path / "s.db")
+    session = new_session(command, store_path=tmp_path / "s.db", budget=6, timeout=60)
+    spec, d = session.spec, session.directory
     assert [k.name for k in spec.knobs] == ["toy_caches", "toy_eager"]
-    outcome = ts.run_search(spec, d, ts.EngineExecutor(spec, d, store))
+    active = ts.ActiveSession(spec, d)
+    outcome = ts.run_search(active, ts.EngineExecutor(active, store))
     assert outcome.used == 6
     runs = store.runs()
     assert len(runs) == 6 and {r.engine.name for r in runs} == {"toy"}
@@ -378,11 +380,11 @@ def test_the_toy_engine_passes_tune_campaign_and_bundle(tmp_path, monkeypatch):
     out = tmp_path / "toy.tar.gz"
     manifest = tb.pack_session(d, out)
     assert manifest["engine"]["name"] == "toy" and manifest["engine"]["version"] == "1.0"
-    again, d2 = _new_session(command, {}, 2, None, 60, str(out), None, tmp_path / "s2.db")
+    again = new_session(command, store_path=tmp_path / "s2.db", budget=2, timeout=60,
+                           bundle=out).spec
     assert again.bundle_key == manifest["config"]["cache_key"]
     # ... and a vLLM command refuses it before anything is unpacked
-    vllm_spec = spec.model_copy(update={"command": ["python", "-m",
-                                                    "vllm.entrypoints.openai.api_server"]})
+    vllm_spec = spec.evolve(command=["python", "-m", "vllm.entrypoints.openai.api_server"])
     with pytest.raises(ColdscopeError, match="made for toy, this command starts vllm"):
         tb.unpack_for_session(out, tmp_path / "s3", vllm_spec)
     assert not (tmp_path / "s3" / "caches").exists()
@@ -393,3 +395,28 @@ def test_the_toy_engine_passes_tune_campaign_and_bundle(tmp_path, monkeypatch):
                        "flags": [{"name": "eager", "enforce_eager": True}]}, "c.yaml")
     [cell] = expand(camp, tmp_path)
     assert cell.argv(9000)[-2:] == ["--toy", "--enforce-eager"]
+
+
+def test_demo_command_is_vllms_server_on_the_tiny_model_sized_for_a_small_machine():
+    # the command `coldscope demo` ran when it spelled vLLM's server out itself
+    assert engines.demo_command("models/tiny", 8765) == [
+        "python", "-m", "vllm.entrypoints.openai.api_server", "--model", "models/tiny",
+        "--host", "127.0.0.1", "--port", "8765", "--max-model-len", "256",
+        "--max-num-seqs", "4", "--dtype", "bfloat16"]
+
+
+def test_role_order_puts_each_engines_own_processes_between_the_launched_one_and_helpers(
+        monkeypatch):
+    from coldscope.capture.probe import ProcessRole
+
+    assert engines.role_order() == ("api_server", "engine_core", "worker", "engine", "helper")
+
+    class Rolled(ToyEngine):
+        @property
+        def process_roles(self):
+            return (ProcessRole("scheduler", marks=("mark:scheduler",)),
+                    ProcessRole("worker", marks=("mark:worker_main",)))
+
+    monkeypatch.setattr(engines, "ENGINES", (Rolled(), *engines.ENGINES))
+    assert engines.role_order() == ("api_server", "scheduler", "worker", "engine_core",
+                                    "engine", "helper")

@@ -7,9 +7,9 @@ import pytest
 
 from coldscope.cli.main import main
 from coldscope.cli.tune import parse_fraction
+from coldscope.render.tune import tune_tables
 from coldscope.tuning import session as ts
-from coldscope.tuning.report import tune_tables
-from coldscope.tuning.search import Outcome
+from coldscope.tuning.report import tune_result
 from coldscope.util.errors import ColdscopeError
 from tests.fake_tunable_engine import FakeTunable
 from tests.unit.test_tune_search import cpu_knobs
@@ -56,9 +56,9 @@ def test_tables_show_trials_skipped_and_winner(tmp_path):
     spec = ts.SessionSpec(id="tune-x", created_at="2026-01-01T00:00:00Z",
                           command=["python", "-m", "vllm.entrypoints.openai.api_server"],
                           budget=20, knobs=cpu_knobs())
-    outcome = ts.run_search(spec, tmp_path / "s", FakeTunable())
-    from coldscope.tuning.report import tune_json
-    doc = tune_json(spec, outcome)
+    outcome = ts.run_search(ts.ActiveSession(spec, tmp_path / "s"), FakeTunable())
+    result = tune_result(ts.load(tmp_path / "s"), outcome)
+    doc = result.to_json()
     assert doc["best"]["env"]["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
     assert "--enforce-eager" in doc["best"]["argv"]
     assert [w["step"] for w in doc["waterfall"]][0] == "baseline"
@@ -66,8 +66,7 @@ def test_tables_show_trials_skipped_and_winner(tmp_path):
     from rich.console import Console
 
     con = Console(record=True, width=200)
-    for item in tune_tables(spec, Outcome.model_validate(outcome.model_dump()), doc):
-        con.print(item)
+    con.print(tune_tables(result))
     text = con.export_text()
     # the two answers lead, each with its interval: running the default again, a new node
     warm_at, cold_at = text.index("vs running the default again"), text.index("vs a new node")
@@ -77,3 +76,21 @@ def test_tables_show_trials_skipped_and_winner(tmp_path):
     assert "warm_caches" in text and "not tried" in text and "snapshot_restore" in text
     assert "VLLM_ENABLE_V1_MULTIPROCESSING=0" in text
     assert "coldscope bundle --tune tune-x" in text
+
+
+def test_tables_say_so_when_the_winner_is_the_warm_default(tmp_path):
+    """A budget of 3 leaves the warm default the winner: there is no warm start-up apart from
+    its own to compare it with, which the first line says (it used to fail on an empty mean)."""
+    spec = ts.SessionSpec(id="tune-w", created_at="2026-01-01T00:00:00Z",
+                          command=["python", "-m", "vllm.entrypoints.openai.api_server"],
+                          budget=3, knobs=cpu_knobs())
+    outcome = ts.run_search(ts.ActiveSession(spec, tmp_path / "s"), FakeTunable())
+    assert outcome.best_knobs == ["warm_caches"]
+    from rich.console import Console
+
+    con = Console(record=True, width=200)
+    con.print(tune_tables(tune_result(ts.load(tmp_path / "s"), outcome)))
+    first, second = con.export_text().splitlines()[:2]
+    assert first == "vs running the default again: the winner is the default with warm caches"
+    # the fake: 122 s cold, 78 s warm (fake_tunable_engine's stage costs)
+    assert f"{122 / 78:.2f}x" in second and "122.0 s -> 78.0 s" in second

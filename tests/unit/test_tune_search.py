@@ -83,7 +83,7 @@ def test_a_lucky_selecting_trial_does_not_make_the_headline():
         def __call__(self, req):
             m = super().__call__(req)
             if req.role == "trial" and req.change == "multiprocessing_off":
-                m.time_to_ready_s -= 20.0
+                return m.evolve(time_to_ready_s=m.time_to_ready_s - 20.0)
             return m
 
     out = Search(cpu_knobs(), Lucky(), budget=14).run()
@@ -136,8 +136,8 @@ def test_every_knob_is_held_to_the_limit_cache_knobs_too():
         def __call__(self, req):
             m = super().__call__(req)
             if req.change == "aot_compile_off" and req.role == "trial":
-                m.rounds = [r * 0.6 for r in m.rounds]
-                m.throughput = m.throughput * 0.6
+                return m.evolve(rounds=[r * 0.6 for r in m.rounds],
+                                throughput=m.throughput * 0.6)
             return m
 
     out = Search(cpu_knobs(), Contended(), budget=16, max_throughput_loss=0.10).run()
@@ -209,7 +209,7 @@ def _spec(tmp_path, budget=20, loss=None):
 
 
 def test_resume_after_interrupt_redoes_only_the_startup_in_flight(tmp_path):
-    reference = ts.run_search(_spec(tmp_path), tmp_path / "ref", FakeTunable())
+    reference = ts.run_search(ts.ActiveSession(_spec(tmp_path), tmp_path / "ref"), FakeTunable())
 
     calls = []
     fake = FakeTunable()
@@ -223,10 +223,10 @@ def test_resume_after_interrupt_redoes_only_the_startup_in_flight(tmp_path):
     d = tmp_path / "s"
     spec = _spec(tmp_path)
     with pytest.raises(KeyboardInterrupt):
-        ts.run_search(spec, d, interrupted)
+        ts.run_search(ts.ActiveSession(spec, d), interrupted)
     stored = ts.load(d)
     assert len(stored.done) == 5
-    assert stored.inflight["request"]["index"] == 5
+    assert stored.inflight.request.index == 5
 
     again = []
 
@@ -234,21 +234,69 @@ def test_resume_after_interrupt_redoes_only_the_startup_in_flight(tmp_path):
         again.append(req.index)
         return fake(req)
 
-    outcome = ts.run_search(ts.load(d), d, rest)
+    outcome = ts.run_search(ts.ActiveSession(ts.load(d), d), rest)
     assert again[0] == 5  # nothing finished before the interrupt ran twice
     assert outcome.best_knobs == reference.best_knobs
     assert outcome.used == reference.used
-    assert ts.load(d).outcome["best_knobs"] == reference.best_knobs
+    assert ts.load(d).outcome.best_knobs == reference.best_knobs
+
+
+def test_session_file_keeps_its_format(tmp_path):
+    """``session.json`` as it always was: the start-up in flight as ``{"request"}`` alone until
+    its engine launches (then with its ``run_id``), finished ones as ``{"request",
+    "measurement"}`` in plain JSON; and a file read back is written back unchanged."""
+    import json
+
+    def interrupted(req):
+        if req.index == 2:
+            raise KeyboardInterrupt
+        return FakeTunable()(req)
+
+    d = tmp_path / "s"
+    with pytest.raises(KeyboardInterrupt):
+        ts.run_search(ts.ActiveSession(_spec(tmp_path), d), interrupted)
+    raw = json.loads((d / "session.json").read_text())
+    assert raw["inflight"] == {"request": {"index": 2, "role": "baseline", "knobs": [],
+                                           "change": None, "seeded": False,
+                                           "cache_key": "default"}}
+    assert [set(t) for t in raw["done"]] == [{"request", "measurement"}] * 2
+    assert raw["done"][0]["measurement"]["findings"][0] == {"id": "compile_cache_cold",
+                                                            "seconds_at_stake": 45.0}
+    assert raw["outcome"] is None
+    launched = ts.load(d).evolve(inflight={"request": raw["inflight"]["request"],
+                                           "run_id": "r-2"})
+    ts.save(launched, tmp_path / "copy")
+    assert json.loads((tmp_path / "copy" / "session.json").read_text())["inflight"]["run_id"] \
+        == "r-2"
+    ts.save(ts.load(d), tmp_path / "again")
+    assert (tmp_path / "again" / "session.json").read_text() == \
+        (d / "session.json").read_text()
+
+
+def test_a_session_file_with_an_older_outcome_still_resumes(tmp_path):
+    """An outcome this version cannot read (an older tune's) is dropped on reading, not the
+    session: its measurements replay and the outcome is derived again."""
+    import json
+
+    d = tmp_path / "s"
+    first = ts.run_search(ts.ActiveSession(_spec(tmp_path, budget=4), d), FakeTunable())
+    raw = json.loads((d / "session.json").read_text())
+    raw["outcome"] = {"best_knobs": raw["outcome"]["best_knobs"], "speedup": 1.5}
+    (d / "session.json").write_text(json.dumps(raw))
+    stored = ts.load(d)
+    assert stored.outcome is None and len(stored.done) == 4
+    again = ts.run_search(ts.ActiveSession(stored, d), lambda req: pytest.fail("ran again"))
+    assert again == first
 
 
 def test_resume_refuses_a_different_search(tmp_path):
     d = tmp_path / "s"
     spec = _spec(tmp_path, budget=4)
-    ts.run_search(spec, d, FakeTunable())
-    changed = ts.load(d)
-    changed.knobs = [k for k in changed.knobs if k.name != "warm_caches"]
+    ts.run_search(ts.ActiveSession(spec, d), FakeTunable())
+    stored = ts.load(d)
+    changed = stored.evolve(knobs=[k for k in stored.knobs if k.name != "warm_caches"])
     with pytest.raises(ColdscopeError, match="cannot resume"):
-        ts.run_search(changed, d, FakeTunable())
+        ts.run_search(ts.ActiveSession(changed, d), FakeTunable())
 
 
 def test_knob_apply_replaces_values_and_removes_flags():
@@ -282,7 +330,7 @@ class EagerChangesOutput(FakeTunable):
     def __call__(self, req):
         m = super().__call__(req)
         if "enforce_eager" in req.knobs:
-            m.greedy = "the same wordz"
+            return m.evolve(greedy="the same wordz")
         return m
 
 
@@ -313,8 +361,8 @@ def test_stage_gain_keeps_a_free_knob_when_the_total_is_noisy():
         def __call__(self, req):
             m = super().__call__(req)
             if "aot_compile_off" in req.knobs and req.seeded:
-                m.stages["bootstrap"] += 11.0
-                m.time_to_ready_s += 11.0
+                return m.evolve(stages={**m.stages, "bootstrap": m.stages["bootstrap"] + 11.0},
+                                time_to_ready_s=m.time_to_ready_s + 11.0)
             return m
 
     out = Search(cpu_knobs(), NoisyImports(), budget=20).run()

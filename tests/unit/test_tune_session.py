@@ -15,7 +15,7 @@ from coldscope.cli.schema import schema_of
 from coldscope.store.db import Store
 from coldscope.tuning import bundle as tb
 from coldscope.tuning import session as ts
-from coldscope.tuning.report import tune_json
+from coldscope.tuning.report import tune_result
 from coldscope.tuning.search import cache_key
 from coldscope.tuning.tuned import tuned_startup
 from coldscope.util.errors import ColdscopeError
@@ -55,7 +55,8 @@ def test_session_on_fake_engine_stores_linked_runs_and_seeds_caches(tmp_path, mo
     store = Store(tmp_path / "store.db")
     spec = _spec(model_dir, budget=6)
     d = tmp_path / "tune" / spec.id
-    outcome = ts.run_search(spec, d, ts.EngineExecutor(spec, d, store))
+    active = ts.ActiveSession(spec, d)
+    outcome = ts.run_search(active, ts.EngineExecutor(active, store))
     assert outcome.used == 6
     runs = store.runs()
     assert len(runs) == 6
@@ -73,7 +74,7 @@ def test_session_on_fake_engine_stores_linked_runs_and_seeds_caches(tmp_path, mo
                    if cache_key(q.knobs, by) == cache_key(r.knobs, by)]
         assert earlier, r
     assert (d / "caches" / "default" / "vllm" / "torch_compile_cache" / "graph").exists()
-    doc = tune_json(spec, outcome, store)
+    doc = tune_result(active.spec, outcome, store).to_json()
     assert doc["schema_version"] == 2
     assert set(doc) >= {"baselines", "baseline", "best", "speedup", "trials"}
     assert set(doc["best"]) >= {"argv", "env", "time_to_ready_s", "throughput_ratio",
@@ -150,9 +151,10 @@ def test_executor_reports_each_launch_and_live_stage(tmp_path, model_dir):
     spec = _spec(model_dir, budget=2)
     d = tmp_path / "tune" / spec.id
     launched, stages = [], []
-    executor = ts.EngineExecutor(spec, d, store, on_start=launched.append,
+    active = ts.ActiveSession(spec, d)
+    executor = ts.EngineExecutor(active, store, on_start=launched.append,
                                  on_stage=lambda stage, s: stages.append((stage, s)))
-    ts.run_search(spec, d, executor)
+    ts.run_search(active, executor)
     assert [r.status for r in launched] == ["running", "running"]
     assert {r.id for r in launched} == {r.id for r in store.runs()}
     assert [st for st, _ in stages] == ["model_loading", "model_loading"]

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from coldscope.util.errors import ColdscopeError
 from coldscope.util.safeio import clean_text, dumps_json
+
+if TYPE_CHECKING:
+    from coldscope.util.terminal import SafeConsole
 
 store_option = click.option(
     "--store", "store_path", type=click.Path(dir_okay=False), default=None,
@@ -16,19 +20,27 @@ store_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for tools.")
 
 
-def print_json(obj) -> None:
+def print_json(obj: Any) -> None:
     """Always valid JSON: a non-finite number (a prediction that overflowed) prints as null."""
     sys.stdout.write(dumps_json(obj) + "\n")
 
 
-def console(stderr: bool = False):
+def console(stderr: bool = False) -> SafeConsole:
     """The rich console of every command (``coldscope.util.terminal.SafeConsole``: no markup,
-    control
-    sequences or links from data); when output is not a terminal, 120 columns rather than 80."""
+    control sequences or links from data); when output is not a terminal, 120 columns rather
+    than 80."""
     from coldscope.util.terminal import SafeConsole
     stream = sys.stderr if stderr else sys.stdout
     return SafeConsole(stderr=stderr) if stream.isatty() else SafeConsole(stderr=stderr,
                                                                           width=120)
+
+
+def show(record: object) -> None:
+    """Print ``record`` as ``coldscope.render.render`` draws it, on the command's console.
+    Not cropped at the console's width: what a renderer keeps whole (``render.verbatim``, lines
+    of figures) stays whole on a narrow terminal or a pipe; tables fit the width anyway."""
+    from coldscope.render import render
+    console().print(render(record), crop=False)
 
 
 def echo(message: object = "", err: bool = False) -> None:

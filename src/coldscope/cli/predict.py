@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from coldscope.cli.common import echo, json_option, print_json, store_option
+from coldscope.cli.common import echo, json_option, print_json, show, store_option
 from coldscope.util.errors import ColdscopeError
 from coldscope.util.safeio import check_output_target
 
@@ -61,152 +61,43 @@ def fit_cmd(paper_dir: str | None, timings: str | None, store_path: str | None,
             cache: str | None, formulas: str, kinds: str, level: float,
             capture_sizes: int | None, out_path: str, as_json: bool) -> None:
     """Fit the white-box startup model (one linear formula per stage) and write it as JSON."""
-    from coldscope.prediction.startup_model import StartupModel
+    from coldscope.api import fit
+    from coldscope.prediction.modelfile import fit_summary
+    from coldscope.prediction.training import training_set
     kind_list = tuple(k.strip() for k in kinds.split(",") if k.strip())
-    bad = [k for k in kind_list if k not in ("dense", "moe", "hybrid")]
-    if bad or not kind_list:
-        raise ColdscopeError(f"--kinds takes dense, moe, hybrid; got {kinds!r}")
     check_output_target(out_path)  # before the work: never a device node, FIFO or directory
     from coldscope.cli.progress import bar, wanted
     # on a terminal only: a bar while the runs are read (most of the time on a large store:
     # benches/bench_fit_store.py), then while the model is fitted
     with bar("reading the training runs", wanted(as_json)) as update:
-        observations, environment, settings, source, notes = _training_runs(
-            paper_dir, timings, store_path, cache, capture_sizes, update)
-        update(description=f"fitting the startup model on {len(observations)} observations",
-               pulse=True)
-        model = StartupModel(formulas=formulas, kinds=kind_list, level=level)
-        model.fit(observations, environment, settings, source=source)
+        training = training_set(paper_dir=paper_dir, timings=timings, store_path=store_path,
+                                cache=cache, capture_sizes=capture_sizes,
+                                progress=_progress(update))
+        update(description=f"fitting the startup model on {len(training.observations)} "
+                           "observations", pulse=True)
+        model = fit(training, formulas=formulas, kinds=kind_list, level=level)
     model.save(out_path)
-    summary = fit_summary(model.to_dict(), out_path, notes)
+    summary = fit_summary(model.file_, out_path, training.notes)
     if as_json:
-        print_json(summary)
+        print_json(summary.to_json())
     else:
-        echo(render_fit(summary))
+        show(summary)
 
 
-def _training_runs(paper_dir: str | None, timings: str | None, store_path: str | None,
-                   cache: str | None, capture_sizes: int | None,
-                   update: Callable[..., None] = lambda *a, **k: None,
-                   ) -> tuple[list[Any], dict[str, Any], dict[str, Any], str, list[str]]:
-    """Observations, environment, settings, source and notes from --paper or --store;
-    ``update`` is a progress bar's (``cli.progress.bar``)."""
-    notes: list[str] = []
-    if paper_dir is not None:
-        from coldscope.prediction.paper import (
-            PAPER_CAPTURE_SIZES,
-            observations_from_paper,
-            paper_environment,
-        )
-
-        observations = observations_from_paper(paper_dir, timings)
-        environment = paper_environment(paper_dir, timings)
-        settings = {"capture_sizes": capture_sizes or PAPER_CAPTURE_SIZES}
-        source = str(timings or paper_dir)
-    else:
-        if timings is not None:
-            raise ColdscopeError("--timings needs --paper")
-        from coldscope.prediction.training import observations_from_runs
-        from coldscope.store.db import Store
-        def read(done: int, total: int) -> None:
-            update(done / total if total else 1.0, f"reading {done}/{total} stored runs")
-
-        with Store(store_path, create=False) as store:
-            runs = store.runs(status=None, progress=read)
-            source = str(store.path)
-        update(description=f"reading the models of {len(runs)} runs", pulse=True)
-        observations, environment, notes = observations_from_runs(runs, cache=cache)
-        settings = {"capture_sizes": capture_sizes} if capture_sizes else {}
-    return observations, environment, settings, source, notes
-
-
-def fit_summary(state: dict[str, Any], out_path: str, notes: list[str]) -> dict[str, Any]:
-    """What ``fit --json`` prints: the model file minus its interval matrices."""
-    return {
-        "out": out_path,
-        "trained_on": state["trained_on"],
-        "environment": state["environment"],
-        "storage": state.get("storage"),
-        "interval": state["interval"],
-        "buckets": {b: {k: v[k] for k in ("formula", "terms", "coef", "residual_sd",
-                                           "lomo_rmse", "candidates", "pcc")}
-                    for b, v in state["buckets"].items()},
-        "lomo": state.get("lomo"),
-        "extrapolation": state.get("extrapolation"),
-        "loading_rate": state.get("loading_rate"),
-        "notes": notes,
-    }
-
-
-def render_fit(s: dict[str, Any]) -> str:
-    t = s["trained_on"]
-    lines = [f"trained on {t['n_models']} {'/'.join(t['kinds'])} models from {t['source']}"]
-    if t["excluded"]:
-        lines.append(f"excluded (other kinds): {', '.join(t['excluded'])}")
-    lines += ["", f"{'stage':<20} {'resid sd':>8} {'LOMO rmse':>9}  formula (seconds)"]
-    for b, v in s["buckets"].items():
-        lines.append(f"{b:<20} {v['residual_sd']:>8.3f} {v['lomo_rmse']:>9.3f}  {v['formula']}")
-    lines += ["", "candidates (LOMO rmse / extrapolation-fold rmse, s; * comparable to the "
-                  "choice: the range rule may serve it where the choice extrapolates):"]
-    for b, v in s["buckets"].items():
-        if len(v["candidates"]) > 1:
-            cands = ", ".join(
-                f"{'+'.join(c['terms'])}{'*' if c.get('comparable') else ''}: "
-                f"{c['lomo_rmse']:.3f}"
-                + (f" / {c['extrap_rmse']:.3f}" if c.get("extrap_rmse") is not None else "")
-                for c in v["candidates"])
-            lines.append(f"  {b:<20} {cands}")
-    feats = [f for f in next(iter(s["buckets"].values()))["pcc"]]
-    lines += ["", "Pearson correlation of each stage with each feature:",
-              f"  {'stage':<20} " + " ".join(f"{f[:11]:>11}" for f in feats)]
-    for b, v in s["buckets"].items():
-        cells = " ".join(f"{'-' if v['pcc'][f] is None else format(v['pcc'][f], '.2f'):>11}"
-                         for f in feats)
-        lines.append(f"  {b:<20} {cells}")
-    lomo = s.get("lomo")
-    if lomo:
-        tot = lomo["total"]
-        cover = f", {tot['coverage']} inside their {s['interval']['level']:.0%} interval" \
-            if "coverage" in tot else ""
-        lines += ["", f"leave-one-model-out total: MSE {tot['mse']:.3f} s^2, RMSE "
-                      f"{tot['rmse']:.3f} s, max |error| {tot['max_abs']:.3f} s{cover}"]
-        lines += [_held_out_line(f"{m:<32}", v) for m, v in lomo["per_model"].items()]
-    folds = s.get("extrapolation")
-    if folds:
-        tot = folds["total"]
-        cover = f", {tot['coverage']} inside their interval" if "coverage" in tot else ""
-        lines += ["", f"extrapolation folds (deepest, largest, smallest held out, fit redone): "
-                      f"MSE {tot['mse']:.3f} s^2, max |error| {tot['max_abs']:.3f} s{cover}"]
-        lines += [_held_out_line(f"{'/'.join(v['extremes']):<17} {m:<28}", v)
-                  for m, v in folds["per_model"].items()]
-    rate = s.get("loading_rate")
-    if rate:
-        verdict = ("constant: beyond the weight range, loading follows it and its interval "
-                   "widens by the rate's uncertainty" if rate["constant"] else
-                   "not constant: beyond the weight range, loading's interval widens by its "
-                   "whole contribution there")
-        lines += ["", f"loading rate: {rate['lower_rate']:.4g} s/GB (smaller half, "
-                      f"se {rate['lower_se']:.2g}) vs {rate['upper_rate']:.4g} s/GB (larger "
-                      f"half, se {rate['upper_se']:.2g}): {verdict}"]
-    lines += ["", f"intervals: {s['interval']['description']}"]
-    lines += [f"note: {n}" for n in s["notes"]]
-    lines.append(f"wrote {s['out']}")
-    return "\n".join(lines)
+def _progress(update: Callable[..., None]) -> Callable[[str, float | None], None]:
+    """A training source's progress (description, fraction or None) on a bar's ``update``."""
+    def progress(description: str, fraction: float | None) -> None:
+        if fraction is None:
+            update(description=description, pulse=True)
+        else:
+            update(fraction, description)
+    return progress
 
 
 _BANDWIDTH = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgt]i?b)?(?:/s)?\s*$",
                         re.IGNORECASE)
 _UNITS = {"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-
-
-def _held_out_line(label: str, v: dict[str, Any]) -> str:
-    """One held-out model of a validation (leave-one-model-out or an extrapolation fold):
-    actual, predicted, error and the 90 % interval when there is one."""
-    interval = v.get("interval")
-    span = f"  [{interval['low']:.2f}, {interval['high']:.2f}]" if interval else ""
-    return (f"  {label} actual {v['actual_s']:7.2f}  predicted {v['predicted_s']:7.2f}  "
-            f"error {v['error_s']:+6.2f}{span}")
 
 
 def parse_bandwidth(text: str) -> float:
@@ -250,28 +141,14 @@ def predict_cmd(path: str, startup_model: str, capture_sizes: int | None,
                 compile_cache: str | None, storage_bandwidth: str | None,
                 page_cache: str | None, as_json: bool) -> None:
     """Predict the start-up of a model per stage, with intervals and domain warnings."""
-    from coldscope.prediction.startup_model import predict_json
+    from coldscope.api import predict
     bandwidth = parse_bandwidth(storage_bandwidth) if storage_bandwidth else None
-    p = predict_json(startup_model, path, capture_sizes=capture_sizes,
-                     compile_cache=compile_cache, storage_bandwidth=bandwidth,
-                     page_cache=page_cache)  # type: ignore[arg-type]
+    p = predict(startup_model, path, capture_sizes=capture_sizes, compile_cache=compile_cache,
+                storage_bandwidth=bandwidth, page_cache=page_cache)  # type: ignore[arg-type]
     if as_json:
-        print_json(p)
+        print_json(p.to_dict())
         return
-    pct = f"{p['level']:.0%}"
-    echo(f"{'stage':<20} {'seconds':>8}  {pct} interval")
-    for b, sp in p["stages"].items():
-        echo(f"{b:<20} {sp['s']:>8.2f}  [{sp['interval']['low']:.2f}, "
-             f"{sp['interval']['high']:.2f}]")
-    echo(f"{'total':<20} {p['total_s']:>8.2f}  [{p['interval']['low']:.2f}, "
-         f"{p['interval']['high']:.2f}]")
-    if p["calibrated_on"]:
-        echo(f"calibrated on: {', '.join(p['calibrated_on'])}")
-    for f in (p.get("formulas") or {}).values():
-        if f["switched"]:
-            echo(f"served: {f['formula']}")
-    for w in p["warnings"]:
-        echo(f"warning: {w}")
+    show(p)
 
 
 @click.command("calibrate")
@@ -299,9 +176,10 @@ def calibrate_cmd(base_model: str, out_path: str | None, paper_dir: str | None,
                   models: str | None, suggest: bool, candidates: tuple[str, ...],
                   as_json: bool) -> None:
     """Move a startup model to a new machine from start-ups of two models measured there."""
-    from coldscope.prediction.calibrate import calibrate
+    from coldscope.api import calibrate
     from coldscope.prediction.calibrate import suggest as suggest_pairs
     from coldscope.prediction.startup_model import StartupModel
+    from coldscope.prediction.training import training_set
     base = StartupModel.load(base_model)
     if suggest and not candidates and paper_dir is None and store_path is None:
         from coldscope.prediction.calibrate import size_guidance
@@ -324,7 +202,8 @@ def calibrate_cmd(base_model: str, out_path: str | None, paper_dir: str | None,
             from coldscope.prediction.startup_model import features_of
             feats = [features_of(c) for c in candidates]
         else:
-            runs, *_ = _training_runs(paper_dir, timings, store_path, cache, None)
+            runs = list(training_set(paper_dir=paper_dir, timings=timings,
+                                     store_path=store_path, cache=cache).observations)
             seen: dict[str, Any] = {}
             for o in runs:
                 seen.setdefault(o.model, o.features)
@@ -350,13 +229,13 @@ def calibrate_cmd(base_model: str, out_path: str | None, paper_dir: str | None,
     if candidates:
         raise ColdscopeError("--candidates needs --suggest")
     check_output_target(out_path)  # before the work: never a device node, FIFO or directory
-    observations, environment, _settings, source, notes = _training_runs(
-        paper_dir, timings, store_path, cache, None)
+    training = training_set(paper_dir=paper_dir, timings=timings, store_path=store_path,
+                            cache=cache)
+    notes = list(training.notes)
     chosen = [m.strip() for m in models.split(",") if m.strip()] if models else None
-    new = calibrate(base.file_, observations, environment=environment, source=source,
-                    base_source=str(base_model), models=chosen)
-    out = StartupModel.from_file(new)
+    out = calibrate(base_model, training, models=chosen)
     out.save(out_path)
+    new = out.file_
     cal = new.calibration
     assert cal is not None
     summary = {"out": out_path, "base": str(base_model), "calibrated_on": cal.models,

@@ -5,11 +5,24 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from coldscope.cli.common import console, echo, json_option, parse_env, print_json, store_option
+from coldscope.cli.common import (
+    console,
+    echo,
+    json_option,
+    parse_env,
+    print_json,
+    show,
+    store_option,
+)
+from coldscope.tuning.session import DEFAULT_BUDGET, DEFAULT_TIMEOUT_S
 from coldscope.util.errors import ColdscopeError
+
+if TYPE_CHECKING:
+    from coldscope.tuning.search import Measurement, TrialRequest
 
 
 def parse_fraction(text: str | None) -> float | None:
@@ -28,7 +41,7 @@ def parse_fraction(text: str | None) -> float | None:
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
-@click.option("--budget", default=16, show_default=True, type=click.IntRange(2),
+@click.option("--budget", default=DEFAULT_BUDGET, show_default=True, type=click.IntRange(2),
               help="Engine start-ups to spend in all: the cold and warm baselines, primes, "
                    "trials, repeats and the confirmation start-ups.")
 @click.option("--max-throughput-loss", "max_loss", default=None, metavar="SHARE",
@@ -37,7 +50,8 @@ def parse_fraction(text: str | None) -> float | None:
 @click.option("--allow-output-change", is_flag=True,
               help="Accept changes whose greedy output differs from the default's (rejected "
                    "otherwise); the result says so.")
-@click.option("--timeout", default=900.0, show_default=True, type=click.FloatRange(min=1),
+@click.option("--timeout", default=DEFAULT_TIMEOUT_S, show_default=True,
+              type=click.FloatRange(min=1),
               help="Seconds from launch to ready before a start-up is failed.")
 @click.option("--env", "env_pairs", multiple=True, metavar="KEY=VALUE",
               help="Extra environment for the engine (repeatable).")
@@ -47,107 +61,64 @@ def parse_fraction(text: str | None) -> float | None:
               "--session).")
 @click.option("--session", default=None, help="Session id to resume.")
 @click.option("--engine-python", default=None,
-              help="Interpreter whose vLLM to read the catalogue from (default: the command's "
+              help="Interpreter whose engine to read the catalogue from (default: the command's "
                    "`python`, i.e. this one).")
 @click.option("--quiet", is_flag=True, help="Do not echo the engine's output.")
 @store_option
 @json_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def tune(budget, max_loss, allow_output_change, timeout, env_pairs, bundle_file, resume,
-         session, engine_python, quiet, store_path, as_json, command):
+def tune(budget: int, max_loss: str | None, allow_output_change: bool, timeout: float,
+         env_pairs: tuple[str, ...], bundle_file: str | None, resume: bool, session: str | None,
+         engine_python: str | None, quiet: bool, store_path: str | None, as_json: bool,
+         command: tuple[str, ...]) -> None:
     """Find the fastest start-up of an engine COMMAND (after `--`) on this machine, and prove it:
 
     coldscope tune --budget 16 -- python -m vllm.entrypoints.openai.api_server --model DIR
     """
+    from coldscope.cli.progress import StartupProgress, wanted
+    from coldscope.render.tune import session_banner, startup_line
     from coldscope.store.db import Store, default_store_path
-    from coldscope.tuning import session as ts
+    from coldscope.tuning.tune import new_session, resume_session, run_session
     store_file = Path(store_path) if store_path else default_store_path()
     if resume:
-        directory = ts.find_session(store_file, session)
-        spec = ts.load(directory)
         if command:
             raise ColdscopeError("--resume takes no COMMAND: the session has its own")
-        reaped = ts.reap_inflight(spec)
-        if reaped and not as_json:
-            echo(f"stopped the engine of the interrupted start-up {reaped}", err=True)
+        opened = resume_session(store_file, session)
+        if opened.reaped_run and not as_json:
+            echo(f"stopped the engine of the interrupted start-up {opened.reaped_run}", err=True)
     else:
         if not command:
             raise ColdscopeError("give the engine command after `--` (or --resume)")
-        spec, directory = _new_session(list(command), parse_env(env_pairs), budget,
-                                       parse_fraction(max_loss), timeout, bundle_file,
-                                       engine_python, store_file, allow_output_change)
-    out = console()
+        opened = new_session(
+            command, store_path=store_file, env=parse_env(env_pairs), budget=budget,
+            max_throughput_loss=parse_fraction(max_loss), allow_output_change=allow_output_change,
+            timeout=timeout, bundle=Path(bundle_file) if bundle_file else None,
+            engine_python=engine_python)
+    spec = opened.spec
     if not as_json:
-        from rich.text import Text
-
-        out.print(Text.assemble(("coldscope tune", "bold"),
-                                f" session {spec.id}: budget {spec.budget} start-ups; "
-                                f"{sum(k.available for k in spec.knobs)} of {len(spec.knobs)} "
-                                "knobs available here"))
-    from coldscope.cli.progress import StartupProgress, wanted
-    store = Store(store_file)
+        console().print(session_banner(spec))
     show_line = None if (quiet or as_json) else (lambda line: echo(f"  │ {line}", err=True))
     # On a terminal: the running start-up's elapsed time and the stage it is in now.
     live = StartupProgress(wanted(as_json), runs=spec.budget)
-    executor = ts.EngineExecutor(spec, directory, store, on_line=show_line, on_start=live.launched,
-                                 on_stage=live.stage)
 
-    def progress(req, m, replayed):
+    def progress(req: TrialRequest, m: Measurement, replayed: bool) -> None:
         live.done()
-        if as_json:
-            return
-        what = "replayed" if replayed else ("ok" if m.ok else f"failed: {m.reason}")
-        t = f"{m.time_to_ready_s:.1f} s" if m.time_to_ready_s is not None else "-"
-        echo(f"  start-up {req.index + 1}/{spec.budget}: {req.role} "
-             f"{'+'.join(req.knobs) or 'default'}"
-             f"{' (seeded caches)' if req.seeded else ''}: {t} [{what}]", err=True)
+        if not as_json:
+            echo(startup_line(req, m, replayed, spec.budget), err=True)
 
-    from coldscope.launch.runner import _signals_interrupt
     try:
-        with _signals_interrupt(), live:  # SIGTERM/SIGHUP stop the tune like Ctrl-C
-            outcome = ts.run_search(spec, directory, executor, progress)
+        with live:
+            result = run_session(opened, Store(store_file), on_line=show_line,
+                                 on_start=live.launched, on_stage=live.stage,
+                                    on_measured=progress)
     except KeyboardInterrupt:
         echo(f"interrupted; finish with `coldscope tune --resume --session {spec.id}`",
              err=True)
         raise
-    from coldscope.tuning.report import tune_json, tune_tables
-    doc = tune_json(spec, outcome, store)
     if as_json:
-        print_json(doc)
-        return
-    for item in tune_tables(spec, outcome, doc):
-        out.print(item)
-
-
-def _new_session(command, env, budget, max_loss, timeout, bundle_file, engine_python,
-                 store_file, allow_output_change=False):
-    import datetime as dt
-    import shutil
-
-    from coldscope.engines import resolve
-    from coldscope.tuning import session as ts
-    py = engine_python
-    if py is None and command and "python" in Path(command[0]).name:
-        import sys
-
-        py = shutil.which(command[0]) if command[0] != "python" else sys.executable
-    engine = resolve(command)
-    caps, knobs = engine.tune_catalogue(py)
-    if not knobs:
-        raise ColdscopeError(f"tune knows no start-up knobs of {engine.name}: no engine "
-                             "adapter with a tune catalogue (vLLM's) reads this command")
-    sid = ts.new_session_id()
-    directory = ts.sessions_dir(store_file) / sid
-    spec = ts.SessionSpec(
-        id=sid, created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        command=command, env=env, budget=budget, max_throughput_loss=max_loss,
-        allow_output_change=allow_output_change, timeout=timeout, knobs=knobs, capabilities=caps,
-    )
-    if bundle_file:
-        from coldscope.tuning.bundle import unpack_for_session
-        spec.bundle_key = unpack_for_session(Path(bundle_file), directory, spec)
-    ts.save(spec, directory)
-    return spec, directory
+        print_json(result.to_json())
+    else:
+        show(result)
 
 
 @click.command()
@@ -160,7 +131,8 @@ def _new_session(command, env, budget, max_loss, timeout, bundle_file, engine_py
                    "like aot_compile_off+multiprocessing_off, or `default`).")
 @store_option
 @json_option
-def bundle(output, tune_session, cache_key, store_path, as_json):
+def bundle(output: str, tune_session: str | None, cache_key: str | None,
+           store_path: str | None, as_json: bool) -> None:
     """Pack the caches a tuned configuration relies on, with a manifest (engine, torch and
     Python versions, model hash, machine), for `profile --bundle` / `tune --bundle`."""
     from coldscope.store.db import default_store_path

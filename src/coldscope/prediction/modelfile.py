@@ -9,10 +9,12 @@ fields) still load.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from coldscope.core.interval import Interval
 from coldscope.util.errors import ColdscopeError, validation_error
 
 SCHEMA_VERSION: Literal[2] = 2
@@ -21,13 +23,6 @@ FILE_KIND: Literal["coldscope-startup-model"] = "coldscope-startup-model"
 
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-
-class Interval(_Record):
-    """A prediction interval in seconds."""
-
-    low: float
-    high: float
 
 
 class StorageSetting(_Record):
@@ -56,6 +51,11 @@ class TrainedOn(_Record):
 
 
 class IntervalSpec(_Record):
+    """How the file's prediction intervals are made (not an interval: each prediction's is an
+    ``Interval``): their coverage ``level``, Student's ``t`` quantile at ``dof`` degrees of
+    freedom, and the ``method``, ``ols`` (classical prediction intervals) or ``cv+``
+    (jackknife+ over the leave-one-model-out folds)."""
+
     level: float = Field(gt=0, lt=1)
     t: float = Field(gt=0)
     dof: int = Field(ge=1)
@@ -328,3 +328,51 @@ def parse_model_file(data: Any, where: str) -> StartupModelFile:
         return StartupModelFile.model_validate(data)
     except ValidationError as exc:
         raise validation_error(exc, f"malformed startup model {where}") from None
+
+
+class FitSummaryBucket(_Record):
+    """One bucket of a ``FitSummary``: its chosen formula, the candidates and how each
+    validated, and its Pearson correlation with each feature (None where undefined)."""
+
+    formula: str
+    terms: list[str]
+    coef: list[float]
+    residual_sd: float
+    lomo_rmse: float
+    candidates: list[Candidate]
+    pcc: dict[str, float | None]
+
+
+class FitSummary(_Record):
+    """What ``coldscope fit`` reports (``--json`` prints it): the model file it wrote, less
+    the interval matrices, and the notes on the training runs (which were skipped, why)."""
+
+    out: str = Field(description="the startup model file written")
+    trained_on: TrainedOn
+    environment: dict[str, Any]
+    storage: StorageSetting | None
+    interval: IntervalSpec
+    buckets: dict[str, FitSummaryBucket]
+    lomo: Lomo | None
+    extrapolation: Extrapolation | None
+    loading_rate: LoadingRate | None
+    notes: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON data: a part the fit did not make (``storage``, ``lomo``, ...) is null;
+        below the top, empty fields are left out, as in the model file."""
+        data = self.model_dump(mode="json", exclude_none=True)
+        return {name: data.get(name) for name in type(self).model_fields}
+
+
+def fit_summary(file: StartupModelFile, out: str, notes: Sequence[str] = ()) -> FitSummary:
+    """The ``FitSummary`` of the fitted model ``file``, written to ``out``."""
+    return FitSummary(
+        out=out, trained_on=file.trained_on, environment=file.environment,
+        storage=file.storage, interval=file.interval,
+        buckets={b: FitSummaryBucket(formula=f.formula, terms=f.terms, coef=f.coef,
+                                     residual_sd=f.residual_sd, lomo_rmse=f.lomo_rmse,
+                                     candidates=f.candidates, pcc=f.pcc)
+                 for b, f in file.buckets.items()},
+        lomo=file.lomo, extrapolation=file.extrapolation, loading_rate=file.loading_rate,
+        notes=list(notes))

@@ -1,4 +1,6 @@
-"""Human renderings of stored runs (rich tables). Functions of ``coldscope.core.records.Run`` only.
+"""Human renderings of stored runs (rich tables): one run, runs in a list or side by side,
+``compare``'s ``Comparison`` and ``releases``' ``ReleasesResult``. ``render`` draws a ``Run``
+(``render_run``), a ``Comparison`` and a ``ReleasesResult``; the rest take options too.
 
 Text from a run (ids, model names, sub-step names, sources, reasons, notes, the log's tail) is
 data from a log or a store: it enters a table as ``terminal.plain`` (a ``Text``, never read as
@@ -11,7 +13,7 @@ import shlex
 from collections.abc import Sequence
 
 from rich import box
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -20,6 +22,8 @@ from coldscope.analysis.comparison import Row as CompareRow
 from coldscope.core.records import Run
 from coldscope.core.stages import BUCKETS, STAGES
 from coldscope.launch.releases import Change, ReleasesResult
+from coldscope.render import render
+from coldscope.render.findings import findings_table
 from coldscope.util.safeio import clean_text
 from coldscope.util.terminal import plain
 
@@ -93,13 +97,12 @@ def timeline_table(run: Run, *, substeps: bool = True, findings: bool = True) ->
     if ttr is not None:
         table.add_row(Text("time to ready", style="bold"), Text(f"{ttr:8.2f}", style="bold"),
                       "100.0 %", "")
-    parts: list = [plain(title, style="bold"), table]
+    parts: list[RenderableType] = [plain(title, style="bold"), table]
     if any(o for *_, o in ordered):
         parts.append(Text("Sub-steps flagged 'overlaps' ran at the same time as another "
                           "(in another process, or nested): their seconds do not add up.",
                           style="dim"))
     if findings and (run.findings or run.status == "ok"):
-        from coldscope.analysis.findings import findings_table
         parts.append(findings_table(run.findings))
     return Group(*parts)
 
@@ -162,7 +165,7 @@ def environment_table(run: Run) -> Group:
     if m is not None:
         row(m.kind, " · ".join(str(x) for x in (m.name, m.cell, m.role) if x))
     row("tool", " ".join(x for x in (run.tool.name, run.tool.version) if x))
-    parts: list = [t]
+    parts: list[RenderableType] = [t]
     if run.notes:
         parts.append(Text("notes:", style="bold"))
         parts.extend(plain(f"  • {n}") for n in run.notes)
@@ -285,14 +288,23 @@ def runs_table(runs: Sequence[Run], width: int | None = None) -> Table:
 
 
 def failed_detail(run: Run) -> Group:
+    """Why a run failed, and the last lines of its log."""
     tail = (run.log_tail or "").splitlines()[-15:]
     return Group(plain(f"run {run.id} failed: {run.reason}", style="bold red"),
                  plain("\n".join(tail), style="dim"))
 
 
+@render.register
+def render_run(run: Run) -> Group:
+    """A run as ``profile``, ``show`` and ``parse`` print it: its timeline and findings, or why
+    it failed."""
+    return timeline_table(run) if run.status == "ok" else failed_detail(run)
+
+
 _VERDICT_STYLE = {"faster": "bold green", "slower": "bold red", "unresolved": "dim"}
 
 
+@render.register
 def comparison_table(result: Comparison) -> Group:
     """``coldscope compare``: a headline (time to ready, b against a, with its interval and
     verdict), then one row per stage with the means, b - a, its interval and the verdict;
@@ -308,7 +320,7 @@ def comparison_table(result: Comparison) -> Group:
             head.append(f" ({pct} % interval {_signed(ttr.low)} to {_signed(ttr.high)} s)")
         head.append(": ")
     head.append(_verdict_text(ttr.verdict), style=_VERDICT_STYLE[ttr.verdict])
-    parts: list = [head]
+    parts: list[RenderableType] = [head]
     for side in ("a", "b"):
         s = getattr(result, side)
         what = s.command or s.label or ""
@@ -369,7 +381,7 @@ def _verdict_text(verdict: str) -> str:
             "unresolved": "unresolved"}[verdict]
 
 
-def _row_cells(r: CompareRow, bold: bool = False) -> list:
+def _row_cells(r: CompareRow, bold: bool = False) -> list[Text]:
     def num(v: float | None) -> str:
         return "" if v is None else f"{v:.2f}"
 
@@ -381,12 +393,13 @@ def _row_cells(r: CompareRow, bold: bool = False) -> list:
             Text(r.verdict, style=_VERDICT_STYLE[r.verdict])]
 
 
+@render.register
 def releases_tables(result: ReleasesResult) -> Group:
     """``coldscope releases``: one column per release (time to ready and each stage, means
     over its runs), each release's top bootstrap imports, then per consecutive pair the change of
     time to ready and of every stage with its interval and verdict, the resolved sub-steps,
     and the imports that changed most (``--json`` has everything)."""
-    parts: list = []
+    parts: list[RenderableType] = []
     table = Table(box=box.SIMPLE_HEAVY, title=f"start-up per release ({result.cache}, mean of "
                   f"{result.repeat} run(s) each, seconds)", title_justify="left")
     shown = [b for b in BUCKETS if any(r.stages.get(b) for r in result.releases)]
@@ -394,10 +407,10 @@ def releases_tables(result: ReleasesResult) -> Group:
     versions = [r.engine_version for r in result.releases]
     by_version = None not in versions and len(set(versions)) == len(versions)
     for rel in result.releases:
-        head = (rel.engine_version if by_version else None) or rel.spec
+        name = (rel.engine_version if by_version else None) or rel.spec
         if rel.failed:
-            head += f" ({len(rel.failed)} failed)"
-        table.add_column(plain(head), justify="right")
+            name += f" ({len(rel.failed)} failed)"
+        table.add_column(plain(name), justify="right")
     table.add_row("runs", *[str(len(r.runs)) for r in result.releases])
     table.add_row(Text("time to ready", style="bold"), *[
         Text("" if r.time_to_ready_s is None else f"{r.time_to_ready_s:.2f}", style="bold")
@@ -449,7 +462,7 @@ def releases_tables(result: ReleasesResult) -> Group:
     return Group(*parts)
 
 
-def _change_cells(c: Change) -> list:
+def _change_cells(c: Change) -> list[str | Text]:
     interval = f"{_signed(c.low)} to {_signed(c.high)}" if c.low is not None else \
         "(too few runs)"
     verdict = c.verdict if c.verdict in _VERDICT_STYLE else "unresolved"

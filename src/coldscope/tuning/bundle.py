@@ -41,6 +41,7 @@ from coldscope.util.safeio import atomic_path, loads_json, open_regular
 
 if TYPE_CHECKING:
     from coldscope.engines import Engine
+    from coldscope.tuning.session import SessionSpec
 FORMAT = "coldscope-bundle/1"
 MANIFEST = "manifest.json"
 _MODEL_FILES = (".json", ".safetensors", ".bin", ".pt", ".model", ".txt", ".tiktoken")
@@ -588,7 +589,8 @@ def _configurations(caches: Path) -> list[str]:
         return []
 
 
-def pack_session(directory: Path, output: Path, *, cache_key: str | None = None) -> dict:
+def pack_session(directory: Path, output: Path, *,
+                 cache_key: str | None = None) -> dict[str, Any]:
     """Pack the caches of a tune session's winner (or of ``cache_key``)."""
     from coldscope.tuning import session as ts
     from coldscope.tuning.report import best_command
@@ -600,7 +602,7 @@ def pack_session(directory: Path, output: Path, *, cache_key: str | None = None)
         if spec.outcome is None:
             raise ColdscopeError(f"tune session {spec.id} has not finished (use --resume, or "
                                  "name a configuration with --config)")
-        knobs = list(spec.outcome["best_knobs"])
+        knobs = list(spec.outcome.best_knobs)
         cache_key = key_of(knobs, by)
     else:
         plain_key(cache_key, "--config")
@@ -627,7 +629,7 @@ def pack_session(directory: Path, output: Path, *, cache_key: str | None = None)
     return pack(src, output, manifest)
 
 
-def unpack_for_session(bundle: Path, directory: Path, spec) -> str:
+def unpack_for_session(bundle: Path, directory: Path, spec: SessionSpec) -> str:
     """Seed a new tune session from a bundle: its caches become the archive of the bundle's
     configuration, so the search starts that configuration seeded without priming it.
     Returns the configuration's cache key."""

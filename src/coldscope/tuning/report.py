@@ -1,29 +1,39 @@
-"""What ``tune`` prints: the trial table, the skipped knobs, the winner as a ready command line
-and environment, and the ``--json`` document (the shape the report's tune waterfall and
-``plan --tuned`` read)."""
+"""The result of a tune session (``TuneResult``): the winner as a ready command line and
+environment, its speed-ups against both baselines with their intervals, every trial, the
+skipped knobs and the waterfall; what ``tune --json`` prints, what the report's tune waterfall
+and ``plan --tuned`` read, and what ``coldscope.render.tune`` draws for the terminal."""
 
 from __future__ import annotations
 
-import shlex
-import statistics
-from typing import Any, Final, Literal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from coldscope.analysis.comparison import Comparison, Ratio, compare
 from coldscope.engines.knob import apply_all
-from coldscope.tuning.search import Baseline, Outcome, Skipped, ThroughputLimit, TrialRow
-from coldscope.tuning.verify import ROUNDS
+from coldscope.tuning.search import (
+    Baseline,
+    Outcome,
+    Skipped,
+    ThroughputLimit,
+    TrialRow,
+    TuneRecord,
+)
 from coldscope.util.errors import ColdscopeError
 
+if TYPE_CHECKING:
+    from coldscope.store.db import Store
+    from coldscope.tuning.session import SessionSpec
 
-def best_command(spec, knobs: list[str]) -> tuple[list[str], dict[str, str]]:
+
+def best_command(spec: SessionSpec, knobs: Sequence[str]) -> tuple[list[str], dict[str, str]]:
     """The winner's command line and the environment it adds to the user's."""
     by = {k.name: k for k in spec.knobs}
     return apply_all([by[n] for n in knobs], list(spec.command), dict(spec.env))
 
 
-def _run_json(store, run_id: str | None) -> dict | None:
+def _run_json(store: Store | None, run_id: str | None) -> dict[str, Any] | None:
     if store is None or run_id is None:
         return None
     try:
@@ -38,16 +48,29 @@ def _run_json(store, run_id: str | None) -> dict | None:
 TUNE_SCHEMA_VERSION: Final = 2
 
 
-def waterfall(spec, outcome: Outcome) -> list[dict]:
+class WaterfallStep(TuneRecord):
+    """One step of the tune waterfall: ``baseline`` (the cold default), ``warm``, each kept
+    change (named by the knob it added), ``best``; the knobs on by then, the step's time to
+    ready (seconds, the mean its search measured) and the stages (seconds) of the start-up
+    ``run_id`` that measured it."""
+
+    step: str
+    knobs: list[str]
+    time_to_ready_s: float | None
+    stages: dict[str, float | None]
+    run_id: str | None
+
+
+def waterfall(spec: SessionSpec, outcome: Outcome) -> list[WaterfallStep]:
     """Cold default, warm default, each kept change, best: time to ready and stages (each
     row's start-up that measured it), for the report."""
-    rows = []
-    by_run = {d["measurement"].get("run_id"): d["measurement"] for d in spec.done}
+    rows: list[WaterfallStep] = []
+    stages = {t.measurement.run_id: t.measurement.stages for t in spec.done}
 
-    def row(step: str, knobs: list[str], run_id: str | None, seconds: float | None) -> dict:
-        m = by_run.get(run_id) or {}
-        return {"step": step, "knobs": knobs, "time_to_ready_s": seconds,
-                "stages": m.get("stages") or {}, "run_id": run_id}
+    def row(step: str, knobs: list[str], run_id: str | None,
+            seconds: float | None) -> WaterfallStep:
+        return WaterfallStep(step=step, knobs=knobs, time_to_ready_s=seconds,
+                             stages=stages.get(run_id) or {}, run_id=run_id)
 
     cold = next((r for r in outcome.rows if r.role == "baseline" and r.ok), None)
     if cold is not None:
@@ -61,17 +84,13 @@ def waterfall(spec, outcome: Outcome) -> list[dict]:
     last = outcome.best_runs[-1] if outcome.best_runs else (
         outcome.best_selected_by[-1] if outcome.best_selected_by else None)
     best = row("best", outcome.best_knobs, last, outcome.best_s)
-    if not best["stages"] and rows:
-        best["stages"] = rows[-1]["stages"]
+    if not best.stages and rows:  # no start-up of the best was measured: its last step's
+        best = best.evolve(stages=rows[-1].stages)
     rows.append(best)
     return rows
 
 
-class _Doc(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class VsBaseline(_Doc):
+class VsBaseline(TuneRecord):
     """A ratio of means with its 95 % Fieller interval (``compare.ratio_interval``) and the
     values it rests on: a speed-up is ``mean(baseline) / mean(best)`` over times to ready, a
     throughput ratio ``mean(best) / mean(baseline)`` over tokens per second."""
@@ -85,7 +104,7 @@ class VsBaseline(_Doc):
     note: str | None = None
 
 
-class Best(_Doc):
+class Best(TuneRecord):
     """The winner: its ready command line and environment, its figures from the confirmation
     start-ups (``runs``; ``selected_by`` the trials that chose it) and the checks it passed."""
 
@@ -104,18 +123,22 @@ class Best(_Doc):
     output_change_allowed: bool
 
 
-class Speedup(_Doc):
+class Speedup(TuneRecord):
+    """The winner's speed-up against the two start-ups a user has without coldscope."""
+
     vs_cold: VsBaseline = Field(description="vs a new node: every cold start-up of the default")
     vs_warm: VsBaseline | None = Field(description="vs running the default again: the warm "
                                                    "start-ups interleaved with the winner's")
 
 
-class Baselines(_Doc):
+class Baselines(TuneRecord):
+    """The default command's start-ups, cold (a new node) and warm (run it again)."""
+
     cold: Baseline
     warm: Baseline
 
 
-class TuneResult(_Doc):
+class TuneResult(TuneRecord):
     """What ``coldscope tune --json`` prints (``coldscope schema tune``)."""
 
     schema_version: Literal[2] = TUNE_SCHEMA_VERSION
@@ -134,18 +157,20 @@ class TuneResult(_Doc):
     notes: list[str]
     trials: list[TrialRow]
     skipped: list[Skipped]
-    waterfall: list[dict[str, Any]]
+    waterfall: list[WaterfallStep]
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``tune --json`` prints (``coldscope schema tune``)."""
+        return self.model_dump(mode="json")
 
 
-def _vs(r: Ratio | None, *, best_is_num: bool) -> VsBaseline | None:
-    if r is None:
-        return None
+def _vs(r: Ratio, *, best_is_num: bool) -> VsBaseline:
     best, baseline = (r.num, r.den) if best_is_num else (r.den, r.num)
     return VsBaseline(value=r.value, low=r.low, high=r.high, baseline=baseline, best=best,
                       method=r.method, note=r.note)
 
 
-def per_stage(outcome: Outcome, store) -> Comparison | None:
+def per_stage(outcome: Outcome, store: Store | None) -> Comparison | None:
     """Where the winner's seconds come from: ``compare`` of the warm default's confirmation
     start-ups (a) with the winner's (b), read from the store (whole runs, so a stage the
     winner does not run, eager's torch_compile, counts as 0 s). None without a store, or
@@ -163,7 +188,7 @@ def per_stage(outcome: Outcome, store) -> Comparison | None:
                    b_info={"label": "+".join(outcome.best_knobs)})
 
 
-def tune_result(spec, outcome: Outcome, store=None) -> TuneResult:
+def tune_result(spec: SessionSpec, outcome: Outcome, store: Store | None = None) -> TuneResult:
     """The typed ``tune --json`` document (``schema_version`` 2); docs/tune.md describes it."""
     argv, env = best_command(spec, outcome.best_knobs)
     first_cold = outcome.cold.runs[0] if outcome.cold.runs else None
@@ -176,123 +201,15 @@ def tune_result(spec, outcome: Outcome, store=None) -> TuneResult:
             time_to_ready_s=outcome.best_s, runs=outcome.best_runs,
             confirmed=outcome.best_confirmed, selected_by=outcome.best_selected_by,
             cold_time_to_ready_s=outcome.best_cold_s,
-            throughput_ratio=_vs(outcome.throughput_ratio, best_is_num=True),
+            throughput_ratio=_vs(outcome.throughput_ratio, best_is_num=True)
+            if outcome.throughput_ratio is not None else None,
             throughput_limit=outcome.throughput_limit, greedy_match=outcome.greedy_match,
             output_change_allowed=outcome.output_change_allowed),
         speedup=Speedup(vs_cold=_vs(outcome.vs_cold, best_is_num=False),
-                        vs_warm=_vs(outcome.vs_warm, best_is_num=False)),
+                        vs_warm=_vs(outcome.vs_warm, best_is_num=False)
+                        if outcome.vs_warm is not None else None),
         comparison=per_stage(outcome, store),
         spread=outcome.spread, budget=outcome.budget, used=outcome.used,
         stopped=outcome.stopped, notes=outcome.notes, trials=outcome.rows,
         skipped=outcome.skipped, waterfall=waterfall(spec, outcome),
     )
-
-
-def tune_json(spec, outcome: Outcome, store=None) -> dict[str, Any]:
-    """``tune_result`` as JSON-able data (what ``--json`` prints)."""
-    return tune_result(spec, outcome, store).model_dump(mode="json")
-
-
-def _times(r: Ratio | None) -> str:
-    if r is None or r.value is None:
-        return "not measured"
-    iv = f" [{r.low:.2f}x, {r.high:.2f}x]" if r.low is not None and r.high is not None else \
-        " (no interval: fewer than 2 start-ups a side)"
-    return f"{r.value:.2f}x{iv}"
-
-
-def headline(outcome: Outcome) -> list[str]:
-    """The two answers first: against running the default again, and against a new node."""
-    best = f"{outcome.best_s:.1f} s"
-    lines = []
-    if outcome.vs_warm is not None:
-        lines.append(f"vs running the default again (warm caches, {len(outcome.vs_warm.num)} "
-                     f"start-ups): {_times(outcome.vs_warm)} faster, "
-                     f"{statistics.fmean(outcome.vs_warm.num):.1f} s -> {best}")
-    new_node = "with its caches shipped (coldscope bundle)" if outcome.best_seeded else ""
-    lines.append(f"vs a new node (default, cold caches, {len(outcome.vs_cold.num)} start-ups): "
-                 f"{_times(outcome.vs_cold)} faster, {outcome.cold.time_to_ready_s:.1f} s -> "
-                 f"{best} {new_node}".rstrip())
-    if outcome.best_seeded and outcome.best_cold_s is not None:
-        lines.append(f"  (the winner without its caches started in {outcome.best_cold_s:.1f} s, "
-                     "one start-up)")
-    how = (f"interleaved confirmation start-ups ({len(outcome.best_runs)} of the winner), "
-           "not the trials that chose it" if outcome.best_confirmed
-           else "the trials that chose the winner: no budget was left to confirm it")
-    lines.append(f"95 % intervals (Fieller); the winner's figures come from {how}")
-    return lines
-
-
-def _pct(ratio: float | None) -> str:
-    return "" if ratio is None else f"{100 * (ratio - 1):+.0f} %"
-
-
-def tune_tables(spec, outcome: Outcome, doc: dict) -> list:
-    """Rich renderables, in printing order."""
-    from rich import box
-    from rich.table import Table
-    from rich.text import Text
-
-    t = Table(title=f"tune {spec.id}: {outcome.used} of {outcome.budget} start-ups "
-                    f"({outcome.stopped}); noise ±{100 * outcome.spread:.0f} %",
-              title_justify="left", box=box.SIMPLE_HEAVY)
-    for c in ("#", "role", "change", "caches", "ready s", "stage Δ s", "throughput Δ",
-              "greedy", "kept", "why"):
-        t.add_column(c, overflow="fold")
-    for r in outcome.rows:
-        deltas = sorted(r.stage_delta.items(), key=lambda kv: abs(kv[1]), reverse=True)[:3]
-        t.add_row(
-            str(r.trial + 1), r.role, r.change or "+".join(r.knobs) or "default", r.cache,
-            f"{r.time_to_ready_s:.1f}" if r.time_to_ready_s is not None else "failed",
-            ", ".join(f"{k} {v:+.1f}" for k, v in deltas),
-            _pct(r.throughput_ratio),
-            "" if r.greedy_match is None else ("same" if r.greedy_match
-                                               else f"differs: {r.greedy_diff}"),
-            {True: "yes", False: "no", None: ""}[r.kept],
-            r.reason or "",
-        )
-    lines0 = headline(outcome)
-    cmp = doc.get("comparison")
-    if cmp:
-        said = [f"{name} {row['delta']:+.1f} s [{row['low']:+.1f}, {row['high']:+.1f}]"
-                for name, row in sorted(cmp["stages"].items(), key=lambda kv: kv[1]["delta"]
-                                        if kv[1]["delta"] is not None else 0.0)
-                if row["verdict"] != "unresolved"]
-        lines0.append("where it comes from, vs the warm default (resolved stages): "
-                      + ("; ".join(said) if said else "no stage resolved"))
-    out: list = [Text("\n".join(lines0), style="bold"), t]
-    if outcome.skipped:
-        s = Table(title="not tried", title_justify="left", box=box.SIMPLE)
-        s.add_column("knob")
-        s.add_column("why")
-        for k in outcome.skipped:
-            s.add_row(k.knob, k.reason)
-        out.append(s)
-    best = doc["best"]
-    lines = [f"best: {'+'.join(outcome.best_knobs) or 'the default'}"]
-    tp = outcome.throughput_ratio
-    if tp is not None and tp.value is not None:
-        iv = f" [{100 * (tp.low - 1):+.0f} %, {100 * (tp.high - 1):+.0f} %]" \
-            if tp.low is not None and tp.high is not None else " (no interval)"
-        lines.append(f"serving throughput {_pct(tp.value)}{iv} vs the warm default "
-                     f"({len(tp.num)} vs {len(tp.den)} start-ups, median of {ROUNDS} rounds each)")
-    lim = outcome.throughput_limit
-    if lim is not None:
-        verdict = {True: "holds", False: "NOT shown to hold", None: "cannot be judged"}[lim.holds]
-        lines.append(f"--max-throughput-loss {100 * lim.max_loss:.0f} %: {verdict} (judged on "
-                     "the interval's low end)")
-    if outcome.greedy_match is not None:
-        lines.append("greedy output: " + ("the baseline's" if outcome.greedy_match else
-                                          "DIFFERS from the baseline's" +
-                                          (" (allowed by --allow-output-change)"
-                                           if outcome.output_change_allowed else "")))
-    lines.append("command: " + shlex.join(best["argv"]))
-    env = {k: v for k, v in best["env"].items()}
-    if env:
-        lines.append("environment: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()))
-    if outcome.best_seeded:
-        lines.append(f"needs its caches pre-seeded: coldscope bundle --tune {spec.id} -o "
-                     "caches.tar.gz, then profile/tune --bundle caches.tar.gz")
-    lines.extend(f"note: {n}" for n in outcome.notes)
-    out.append(Text("\n".join(lines), style="bold"))
-    return out

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from typing import Final, Literal
+from typing import Any, Final, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -80,12 +80,31 @@ def reserve_for(budget: int) -> int:
     return 0
 
 
-class TrialRequest(BaseModel):
+def check_budget(budget: int) -> None:
+    """Refuse a budget that cannot measure both baselines (the default cold and warm)."""
+    if budget < 2:
+        raise ColdscopeError("--budget must be at least 2 start-ups (the default cold and "
+                             "warm)")
+
+
+class TuneRecord(BaseModel):
+    """A record of the tuner (a request, a measurement, a trial row, the outcome, the stored
+    session, the result): unknown keys refused, and frozen, so the search, the session file
+    and the printed result never see a record change behind their back. A changed record is a
+    new one: ``evolve``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def evolve(self, **changes: Any) -> Self:
+        """A new record: this one with ``changes``, validated as any record is (pydantic's
+        ``model_copy(update=...)`` would skip that)."""
+        return self.model_validate({**self.model_dump(), **changes})
+
+
+class TrialRequest(TuneRecord):
     """One start-up the search asks for. ``knobs`` are applied in order to the user's command;
     ``seeded`` means start from the caches the last start-up of the same configuration
     (``cache_key``) left; ``change`` is the knob under test."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     index: int
     role: Role
@@ -95,30 +114,35 @@ class TrialRequest(BaseModel):
     cache_key: str
 
 
-class Measurement(BaseModel):
+class FindingCost(TuneRecord):
+    """A finding of a start-up as the search weighs it: its id (``docs/findings.md``) and the
+    seconds it puts at stake (None: the evidence shows the fault but cannot time it)."""
+
+    id: str
+    seconds_at_stake: float | None = None
+
+
+class Measurement(TuneRecord):
     """What one start-up gave. ``rounds`` are the serving check's rounds in output tokens per
     second; ``throughput`` their median; ``greedy`` the text of the fixed greedy prompt;
-    ``findings`` the run's ``[{"id", "seconds_at_stake", ...}]``."""
-
-    model_config = ConfigDict(extra="forbid")
+    ``findings`` the run's findings with the seconds at stake (what points the search at a
+    knob)."""
 
     ok: bool
     run_id: str | None = None
     reason: str | None = None
     time_to_ready_s: float | None = None
     stages: dict[str, float | None] = Field(default_factory=dict)
-    findings: list[dict] = Field(default_factory=list)
+    findings: list[FindingCost] = Field(default_factory=list)
     throughput: float | None = None
     rounds: list[float] = Field(default_factory=list)
     greedy: str | None = None
 
 
-class TrialRow(BaseModel):
+class TrialRow(TuneRecord):
     """One line of the tune table (and of ``--json``'s ``trials``). ``throughput_ratio`` is
     this start-up's serving rounds against the default configuration's so far, ``throughput_low``
     and ``throughput_high`` its 95 % interval."""
-
-    model_config = ConfigDict(extra="forbid")
 
     trial: int
     role: Role
@@ -139,40 +163,34 @@ class TrialRow(BaseModel):
     reason: str | None = None
 
 
-class Skipped(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Skipped(TuneRecord):
+    """A knob the search did not try, and why (not available here, not applicable, no budget)."""
 
     knob: str
     reason: str
 
 
-class Baseline(BaseModel):
+class Baseline(TuneRecord):
     """The default command's start-ups in one cache state: their mean, ids and times."""
-
-    model_config = ConfigDict(extra="forbid")
 
     time_to_ready_s: float | None
     runs: list[str] = Field(default_factory=list)
     times: list[float] = Field(default_factory=list)
 
 
-class ThroughputLimit(BaseModel):
+class ThroughputLimit(TuneRecord):
     """``--max-throughput-loss`` judged for the winner: ``holds`` when the low end of its
     throughput ratio's interval is at or above ``1 - max_loss`` (None: no interval to judge)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     max_loss: float
     judged_on: Literal["low end of the 95 % interval"] = "low end of the 95 % interval"
     holds: bool | None
 
 
-class Outcome(BaseModel):
+class Outcome(TuneRecord):
     """The search's result. ``best_s`` and the ratios rest on the confirmation start-ups
     (``best_runs``), not on the trials that selected the winner (``best_selected_by``), unless
     ``best_confirmed`` is false (no budget was left), which ``notes`` then says."""
-
-    model_config = ConfigDict(extra="forbid")
 
     cold: Baseline
     warm: Baseline
@@ -248,9 +266,7 @@ class Search:
     def __init__(self, knobs: Sequence[Knob], measure: Callable[[TrialRequest], Measurement], *,
                  budget: int, max_throughput_loss: float | None = None,
                  allow_output_change: bool = False, prior_spread: float = PRIOR_SPREAD) -> None:
-        if budget < 2:
-            raise ColdscopeError("--budget must be at least 2 start-ups (the default cold and "
-                                 "warm)")
+        check_budget(budget)
         self.catalogue = {k.name: k for k in knobs}
         self.measure = measure
         self.budget = budget
@@ -373,8 +389,8 @@ class Search:
         stages = inc.last.stages if inc.last else {}
         score = float(stages.get(k.stage) or 0.0)
         for f in inc.last.findings if inc.last else ():
-            if f.get("id") in k.addresses:
-                score += float(f.get("seconds_at_stake") or 0.0)
+            if f.id in k.addresses:
+                score += f.seconds_at_stake or 0.0
         if k.serving_tradeoff:
             score *= TRADEOFF_DISCOUNT
         return score
@@ -388,7 +404,7 @@ class Search:
         if not m.ok:
             raise ColdscopeError(f"the baseline start-up failed: {m.reason}")
         self.base_greedy = m.greedy
-        self.rows[-1].greedy_match = True if m.greedy is not None else None
+        self._amend(self.rows[-1], greedy_match=True if m.greedy is not None else None)
         inc = cold
         try:
             if warm is not None:
@@ -450,7 +466,8 @@ class Search:
             if self.left < 1:
                 return self._drop(row, inc, f"saves {gain:.1f} s, within 2 x noise {noise:.1f} "
                                             "s, and no budget is left to measure it again")
-            row.reason = f"saves {gain:.1f} s, within 2 x noise {noise:.1f} s: measured again"
+            self._amend(row, reason=f"saves {gain:.1f} s, within 2 x noise {noise:.1f} s: "
+                                    "measured again")
             m2 = self._measure_config(cfg, "repeat", k.name, inc)
             self._note_pair(cfg)
             row = self.rows[-1]
@@ -479,18 +496,21 @@ class Search:
             return self._keep(row, cfg, f"saves {gain:.1f} s > 2 x noise {noise:.1f} s")
         return self._drop(row, inc, f"no gain ({-gain:+.1f} s)" if gain <= 0 else None)
 
+    def _amend(self, row: TrialRow, **changes: Any) -> None:
+        """Replace ``row`` (one of ``rows``, the newest first) by a copy with ``changes``:
+        a trial's verdict is written once the start-ups after it have been measured."""
+        i = next(i for i in range(len(self.rows) - 1, -1, -1) if self.rows[i] is row)
+        self.rows[i] = row.evolve(**changes)
+
     def _keep(self, row: TrialRow, cfg: _Config, why: str) -> _Config:
-        row.kept = True
-        row.reason = why
         if row.greedy_match is False:
-            row.reason += "; its greedy output differs (allowed by --allow-output-change)"
+            why += "; its greedy output differs (allowed by --allow-output-change)"
+        self._amend(row, kept=True, reason=why)
         return cfg
 
-    @staticmethod
-    def _drop(row: TrialRow, inc: _Config, why: str | None) -> _Config:
+    def _drop(self, row: TrialRow, inc: _Config, why: str | None) -> _Config:
         """The change is not kept, for ``why``; the incumbent stays."""
-        row.kept = False
-        row.reason = why
+        self._amend(row, kept=False, reason=why)
         return inc
 
     def _refuse(self, row: TrialRow) -> str | None:
@@ -540,7 +560,8 @@ class Search:
 
     def _check_confirm(self, row: TrialRow) -> None:
         if row.ok and row.greedy_match is False:
-            row.reason = f"greedy output differs from the baseline's ({row.greedy_diff})"
+            self._amend(row, reason=f"greedy output differs from the baseline's "
+                                    f"({row.greedy_diff})")
 
     def _outcome(self, cold: _Config, warm: _Config | None, best: _Config) -> Outcome:
         cw, cb = self.confirm_warm, self.confirm_best

@@ -1,14 +1,19 @@
 """A tune session: the search driven by real start-ups, stored and resumable.
 
-The session lives in ``<store dir>/tune/<id>/``: ``session.json`` (the command, the options,
-the catalogue read from the engine, and every finished start-up's measurement, written after
-each one) and ``caches/<cache key>/`` (the caches the last start-up of each configuration left,
-what a seeded trial starts from and what ``coldscope bundle`` packs). Every start-up is also a
-stored run, linked to the session (``origin="tune"``, membership kind ``tune``).
+The session lives in ``<store dir>/tune/<id>/``: ``session.json`` (``SessionSpec``: the
+command, the options, the catalogue read from the engine, and every finished start-up's
+measurement, written after each one) and ``caches/<cache key>/`` (the caches the last start-up
+of each configuration left, what a seeded trial starts from and what ``coldscope bundle``
+packs). Every start-up is also a stored run, linked to the session (``origin="tune"``,
+membership kind ``tune``).
+
+``SessionSpec`` is the record of ``session.json``, frozen; while the search runs,
+``ActiveSession`` holds the newest one (each change a validated copy) and writes it after every
+change. ``coldscope.tuning.tune`` opens sessions and runs them (the library's entry points).
 
 Ctrl-C stops the engine, stores the interrupted run as failed and leaves ``session.json`` with
 every finished start-up; kill -9 leaves the same file (the in-flight engine is found by its run
-marker and stopped on resume). ``--resume`` replays the stored measurements through the
+marker and stopped on resume). Resuming replays the stored measurements through the
 deterministic search and runs only what is missing.
 """
 
@@ -20,23 +25,72 @@ import json
 import os
 import secrets
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+)
 
 from coldscope.engines.knob import ALL_CACHES, Knob, apply_all
-from coldscope.tuning.search import Measurement, Outcome, Search, TrialRequest
+from coldscope.tuning.search import (
+    FindingCost,
+    Measurement,
+    Outcome,
+    Search,
+    TrialRequest,
+    TuneRecord,
+)
 from coldscope.util.errors import ColdscopeError
 
-SESSION_FILE = "session.json"
+if TYPE_CHECKING:
+    from coldscope.core.records import Run
+    from coldscope.launch.runner import RunConfig
+    from coldscope.store.db import Store
+
+SESSION_FILE: Final = "session.json"
+#: Engine start-ups a session spends unless told otherwise (``tune --budget``).
+DEFAULT_BUDGET: Final = 16
+#: Seconds from launch to ready before a start-up is failed, unless told otherwise.
+DEFAULT_TIMEOUT_S: Final = 900.0
+
+#: ``on_measured(request, measurement, replayed)``: a start-up finished (``replayed``: read
+#: back from the session file on resume, not run again).
+OnMeasured = Callable[[TrialRequest, Measurement, bool], None]
 
 
-class SessionSpec(BaseModel):
-    """What a session was asked to do; ``--resume`` reads it back."""
+class Trial(TuneRecord):
+    """A finished start-up of the session: what the search asked for and what it measured."""
 
-    model_config = ConfigDict(extra="forbid")
+    request: TrialRequest
+    measurement: Measurement
+
+
+class Inflight(TuneRecord):
+    """The start-up running now: its request and, once the engine is about to launch, the run
+    id whose marker finds the engine again after a kill -9."""
+
+    request: TrialRequest
+    run_id: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unknown_run(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # the session file has no "run_id" before the engine launches, as it always had
+        data: dict[str, Any] = handler(self)
+        if data.get("run_id") is None:
+            data.pop("run_id", None)
+        return data
+
+
+class SessionSpec(TuneRecord):
+    """What a session was asked to do and what it has measured so far: the ``session.json``
+    record, read back on resume. ``capabilities`` is what the engine's adapter reported with
+    its catalogue (``Engine.tune_catalogue``: version, torch, python, ...)."""
 
     id: str
     created_at: str
@@ -45,13 +99,26 @@ class SessionSpec(BaseModel):
     budget: int
     max_throughput_loss: float | None = None
     allow_output_change: bool = False
-    timeout: float = 900.0
+    timeout: float = DEFAULT_TIMEOUT_S
     knobs: list[Knob]
     capabilities: dict[str, Any] = Field(default_factory=dict)
     bundle_key: str | None = Field(None, description="cache key a --bundle seeded")
-    done: list[dict] = Field(default_factory=list, description="[{request, measurement}]")
-    inflight: dict | None = Field(None, description="the start-up running now: request, run id")
-    outcome: dict | None = None
+    done: list[Trial] = Field(default_factory=list, description="every finished start-up")
+    inflight: Inflight | None = Field(None, description="the start-up running now")
+    outcome: Outcome | None = None
+
+    @field_validator("outcome", mode="before")
+    @classmethod
+    def _outcome_of_an_older_tune(cls, value: Any) -> Any:
+        """An outcome this version cannot read (a session file of an older tune) is as good as
+        none: resuming derives it again from the measurements, and the report reads the kept
+        changes from the runs."""
+        if value is None or isinstance(value, Outcome):
+            return value
+        try:
+            return Outcome.model_validate(value)
+        except ValidationError:
+            return None
 
 
 def new_session_id() -> str:
@@ -100,54 +167,74 @@ def find_session(store_path: Path, session: str | None) -> Path:
     return found[-1]
 
 
-class Replay:
-    """``measure`` for the search: stored measurements first (checked against the request the
-    search makes now), then ``execute`` for the rest, saving after each start-up."""
+# -- running the search ------------------------------------------------------------------------
 
-    def __init__(self, spec: SessionSpec, directory: Path,
-                 execute: Callable[[TrialRequest], Measurement],
-                 on_measured: Callable[[TrialRequest, Measurement, bool], None] | None = None):
+
+class ActiveSession:
+    """A session while its search runs: ``spec`` is the newest record (frozen; each change
+    makes a validated copy) and is written to ``directory`` after every change, so an
+    interruption at any point leaves a file that resumes."""
+
+    def __init__(self, spec: SessionSpec, directory: Path) -> None:
         self.spec = spec
         self.directory = directory
+
+    def _write(self, **changes: Any) -> None:
+        self.spec = self.spec.evolve(**changes)
+        save(self.spec, self.directory)
+
+    def starting(self, req: TrialRequest, run_id: str | None = None) -> None:
+        """Start-up ``req`` is about to run (as run ``run_id``, once the engine launches)."""
+        self._write(inflight=Inflight(request=req, run_id=run_id))
+
+    def measured(self, req: TrialRequest, m: Measurement) -> None:
+        """Start-up ``req`` finished with ``m``."""
+        self._write(done=[*self.spec.done, Trial(request=req, measurement=m)], inflight=None)
+
+    def finished(self, outcome: Outcome) -> None:
+        self._write(outcome=outcome)
+
+
+class Replay:
+    """``measure`` for the search: stored measurements first (checked against the request the
+    search makes now), then ``execute`` for the rest, recorded after each start-up."""
+
+    def __init__(self, active: ActiveSession, execute: Callable[[TrialRequest], Measurement],
+                 on_measured: OnMeasured | None = None) -> None:
+        self.active = active
         self.execute = execute
         self.on_measured = on_measured
 
     def __call__(self, req: TrialRequest) -> Measurement:
-        if req.index < len(self.spec.done):
-            stored = self.spec.done[req.index]
-            if stored["request"] != req.model_dump(mode="json"):
+        spec = self.active.spec
+        if req.index < len(spec.done):
+            stored = spec.done[req.index]
+            if stored.request != req:
                 raise ColdscopeError(
-                    f"tune session {self.spec.id} cannot resume: start-up {req.index} differs "
+                    f"tune session {spec.id} cannot resume: start-up {req.index} differs "
                     "from the stored one (the catalogue or the code changed); start a new session")
-            m = Measurement.model_validate(stored["measurement"])
             if self.on_measured:
-                self.on_measured(req, m, True)
-            return m
-        self.spec.inflight = {"request": req.model_dump(mode="json")}
-        save(self.spec, self.directory)
+                self.on_measured(req, stored.measurement, True)
+            return stored.measurement
+        self.active.starting(req)
         m = self.execute(req)
-        self.spec.done.append({"request": req.model_dump(mode="json"),
-                               "measurement": m.model_dump(mode="json")})
-        self.spec.inflight = None
-        save(self.spec, self.directory)
+        self.active.measured(req, m)
         if self.on_measured:
             self.on_measured(req, m, False)
         return m
 
 
-def run_search(spec: SessionSpec, directory: Path,
-               execute: Callable[[TrialRequest], Measurement],
-               on_measured: Callable[[TrialRequest, Measurement, bool], None] | None = None,
-               ) -> Outcome:
-    """Drive (or resume) the search of ``spec``; the outcome is saved with the session."""
-    search = Search(spec.knobs, Replay(spec, directory, execute, on_measured),
+def run_search(active: ActiveSession, execute: Callable[[TrialRequest], Measurement],
+               on_measured: OnMeasured | None = None) -> Outcome:
+    """Drive (or resume) the search of ``active``'s session; the outcome is saved with it."""
+    spec = active.spec
+    search = Search(spec.knobs, Replay(active, execute, on_measured),
                     budget=spec.budget, max_throughput_loss=spec.max_throughput_loss,
                     allow_output_change=spec.allow_output_change)
     if spec.bundle_key:
         search.primed.add(spec.bundle_key)
     outcome = search.run()
-    spec.outcome = outcome.model_dump(mode="json")
-    save(spec, directory)
+    active.finished(outcome)
     return outcome
 
 
@@ -158,7 +245,7 @@ def archive_dir(directory: Path, key: str) -> Path:
     return directory / "caches" / key
 
 
-def seed_paths(knobs: list[Knob]) -> list[str]:
+def seed_paths(knobs: Sequence[Knob]) -> list[str]:
     """The cache sub-directories a configuration's seed knobs need (``*`` = all)."""
     paths: list[str] = []
     for k in knobs:
@@ -201,35 +288,37 @@ def keep_caches(root: Path, directory: Path, key: str) -> None:
 
 # -- the real executor ---------------------------------------------------------------------------
 
+#: ``verify(base url, served model, cpu seconds so far) -> verification``: the checks run while
+#: a trial's engine is up (``coldscope.tuning.verify.verify``).
+Verify = Callable[[str, str, Callable[[], float]], dict[str, Any]]
+
 
 class EngineExecutor:
     """Starts the engine for a trial through the runner, verifies it while it is up, stores the
     run linked to the session, and keeps the caches it left."""
 
-    def __init__(self, spec: SessionSpec, directory: Path, store, *, quiet: bool = True,
-                 on_line: Callable[[str], None] | None = None,
-                 verify: Callable[[str, str, Callable[[], float]], dict] | None = None,
-                 on_start: Callable[[Any], None] | None = None,
+    def __init__(self, active: ActiveSession, store: Store, *,
+                 on_line: Callable[[str], None] | None = None, verify: Verify | None = None,
+                 on_start: Callable[[Run], None] | None = None,
                  on_stage: Callable[[str, float], None] | None = None) -> None:
         from coldscope.tuning.verify import verify as default_verify
-        self.spec = spec
-        self.directory = directory
+        self.active = active
         self.store = store
         self.on_line = on_line
         self.on_start = on_start  # live progress: the run (status running) about to start
         self.on_stage = on_stage  # live progress: (stage, seconds since launch)
-        self.verify = verify or default_verify
-        self.by_name = {k.name: k for k in spec.knobs}
+        self.verify: Verify = verify or default_verify
+        self.by_name = {k.name: k for k in active.spec.knobs}
 
-    def config_for(self, req: TrialRequest):
+    def config_for(self, req: TrialRequest) -> RunConfig:
         from coldscope.launch.runner import RunConfig
-        knobs = [self.by_name[n] for n in req.knobs]
-        argv, env = apply_all(knobs, list(self.spec.command), dict(self.spec.env))
-        extra = {"origin": "tune"} if "origin" in RunConfig.model_fields else {}
+        spec = self.active.spec
+        argv, env = apply_all([self.by_name[n] for n in req.knobs], list(spec.command),
+                              dict(spec.env))
         return RunConfig(command=argv, env=env, cache="warm" if req.seeded else "cold",
-                         timeout=self.spec.timeout, keep_cold_caches=True,
-                         cache_root=self.directory / "run-caches",
-                         label=f"tune:{self.spec.id}", **extra)
+                         timeout=spec.timeout, keep_cold_caches=True,
+                         cache_root=self.active.directory / "run-caches",
+                         label=f"tune:{spec.id}", origin="tune")
 
     def __call__(self, req: TrialRequest) -> Measurement:
         from coldscope.analysis.findings import findings_for_run
@@ -238,12 +327,12 @@ class EngineExecutor:
         config = self.config_for(req)
         run_id = runner.new_run_id()
         dirs = runner.cache_dirs(config, run_id)
+        directory = self.active.directory
         if req.seeded:
             knobs = [self.by_name[n] for n in req.knobs]
-            copy_seed(archive_dir(self.directory, req.cache_key), dirs.root, seed_paths(knobs))
+            copy_seed(archive_dir(directory, req.cache_key), dirs.root, seed_paths(knobs))
             (dirs.root / ".filled").touch()
-        self.spec.inflight = {"request": req.model_dump(mode="json"), "run_id": run_id}
-        save(self.spec, self.directory)
+        self.active.starting(req, run_id)
         interrupted = None
         try:
             run, evidence = runner.run_once(config, run_id=run_id, on_line=self.on_line,
@@ -251,29 +340,32 @@ class EngineExecutor:
                                             on_stage=self.on_stage)
         except runner.RunInterrupted as stop:
             run, evidence, interrupted = stop.record, stop.evidence, stop
-        membership = Membership(kind="tune", name=self.spec.id, role=req.role, trial=req.index,
-                                change=req.change, flags="+".join(req.knobs) or "default",
+        membership = Membership(kind="tune", name=self.active.spec.id, role=req.role,
+                                trial=req.index, change=req.change,
+                                flags="+".join(req.knobs) or "default",
                                 cache="seeded" if req.seeded else "cold")
         run = run.evolve(origin="tune", campaign=membership)
         findings = findings_for_run(run, evidence.get("log") or [])
         run = run.evolve(findings=findings)
         self.store.add_run(run, evidence)
-        keep_caches(dirs.root, self.directory, req.cache_key)
+        keep_caches(dirs.root, directory, req.cache_key)
         if interrupted is not None:
             raise interrupted
         ver = run.verification or {}
         return Measurement(
             ok=run.status == "ok", run_id=run.id, reason=run.reason,
             time_to_ready_s=run.time_to_ready_s, stages=dict(run.stages),
-            findings=[{"id": f.id, "seconds_at_stake": f.seconds_at_stake} for f in findings],
+            findings=[FindingCost(id=f.id, seconds_at_stake=f.seconds_at_stake)
+                      for f in findings],
             throughput=ver.get("throughput"), greedy=ver.get("greedy"),
             rounds=[float(x) for x in ver.get("rounds_tokens_per_s") or [] if x],
         )
 
 
 def reap_inflight(spec: SessionSpec) -> str | None:
-    """Stop the engine of a start-up a killed tune left running (found by its run marker)."""
-    run_id = (spec.inflight or {}).get("run_id")
+    """Stop the engine of a start-up a killed tune left running (found by its run marker);
+    its run id, or None when none was running."""
+    run_id = spec.inflight.run_id if spec.inflight is not None else None
     if run_id:
         from coldscope.launch.runner import kill_run
         kill_run(None, run_id, 2.0)

@@ -4,7 +4,7 @@ session's JSON (what ``coldscope tune --json`` prints), instead of the lesson's 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from coldscope.tuning.report import TUNE_SCHEMA_VERSION
 from coldscope.util.errors import ColdscopeError
@@ -76,7 +76,7 @@ def _number(value: Any) -> float | None:
 MAX_SECONDS = 86_400.0
 
 
-def _seconds(value: Any) -> bool:
+def _seconds(value: Any) -> TypeGuard[float]:
     """True for a number of seconds in [0, MAX_SECONDS] (JSON numbers are already finite)."""
     return isinstance(value, int | float) and not isinstance(value, bool) \
         and 0 <= value <= MAX_SECONDS

@@ -15,6 +15,7 @@ import statistics
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from coldscope.engines.openai_api import complete
 
@@ -29,7 +30,7 @@ LOAD_PROMPTS = tuple(f"Request {i}: describe the start-up of a server in detail.
                      for i in range(8))
 
 
-def _post(base: str, body: dict, timeout: float) -> dict:
+def _post(base: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
     return complete(base, body, timeout=timeout, what="verification request")
 
 
@@ -43,7 +44,7 @@ def greedy(base: str, model: str, *, timeout: float = 120.0) -> str:
 
 def serving_load(base: str, model: str, *, requests: int = REQUESTS,
                  concurrency: int = CONCURRENCY, max_tokens: int = MAX_TOKENS,
-                 timeout: float = 300.0) -> dict:
+                 timeout: float = 300.0) -> dict[str, Any]:
     """Run the fixed load; tokens per second of output over its wall time."""
     def one(i: int) -> int:
         out = _post(base, {"model": model, "prompt": LOAD_PROMPTS[i % len(LOAD_PROMPTS)],
@@ -62,7 +63,7 @@ def serving_load(base: str, model: str, *, requests: int = REQUESTS,
 
 
 def verify(base: str, model: str, cpu_seconds: Callable[[], float] | None = None, *,
-           rounds: int = ROUNDS) -> dict:
+           rounds: int = ROUNDS) -> dict[str, Any]:
     """Both checks; the runner stores this dict on the run as ``verification``.
 
     The load runs once unmeasured (first requests after start-up pay one-off costs), then

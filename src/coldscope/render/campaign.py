@@ -1,6 +1,8 @@
-"""The campaign summary as a rich table (a function of ``summary.summarize`` rows)."""
+"""The campaign summary as a rich table (a function of ``campaign.summary.summarize`` rows)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from rich import box
 from rich.table import Table
@@ -12,7 +14,7 @@ def _s(v: float | None) -> str:
     return "" if v is None else f"{v:.2f}"
 
 
-def summary_table(rows: list[dict]) -> Table:
+def summary_table(rows: list[dict[str, Any]]) -> Table:
     """Medians in seconds per condition; stages no run reported are left out."""
     stages = [s for s in STAGES if any(r["stages"].get(s) is not None for r in rows)]
     table = Table(title="campaign: medians over successful runs (seconds)", box=box.SIMPLE_HEAVY,
