@@ -20,7 +20,7 @@ from benchlib import could_not_run, figure
 
 from coldscope.core.records import Run
 from coldscope.core.stages import BUCKETS
-from coldscope.report.data import build_report_data
+from coldscope.report.build import build_report
 from coldscope.report.html import render_report
 from coldscope.store.db import Store
 
@@ -89,15 +89,16 @@ def main() -> int:
         print(f"stored the {len(records)} runs in {args.save_store}")
 
     t0 = time.perf_counter()
-    data = build_report_data(records, title="bench: 1,000 runs", source="synthetic")
-    page = render_report(data)
+    report = build_report(records, title="bench: 1,000 runs", source="synthetic")
+    page = render_report(report)
     build_s = time.perf_counter() - t0
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page, encoding="utf-8")
     size = out.stat().st_size
-    print(f"runs: {data['runs']}  configurations: {data['configurations']}  "
-          f"timelines: {len(data['timelines'])}  comparisons: {len(data['comparisons'])}")
+    print(f"runs: {report.runs}  configurations: {report.configurations}  "
+          f"timelines: {len(report.timelines.items)}  "
+          f"comparisons: {len(report.comparisons.items)}")
     print(f"python build + render: {build_s:.2f} s")
     print(f"size: {size / 1e6:.2f} MB (target < {MAX_BYTES / 1e6:.0f} MB)")
     figure("report of 1,000 runs: page size", f"{size / 1e6:.2f} MB",

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from coldscope.report import data as d
+from coldscope.report.build import build_report
 from coldscope.report.html import render_report
+from coldscope.report.paper import paper_records
 from tests.browser import CHROMIUM
 from tests.conftest import needs
 from tests.unit.test_report_data import _session, record
@@ -40,9 +41,9 @@ def browser():
 
 
 def write(tmp_path: Path, records, name: str, **kw) -> Path:
-    data = d.build_report_data(records, **kw)
+    report = build_report(records, **kw)
     path = tmp_path / name
-    path.write_text(render_report(data, generated_at=datetime(2026, 1, 1, tzinfo=UTC)))
+    path.write_text(render_report(report, generated_at=datetime(2026, 1, 1, tzinfo=UTC)))
     return path
 
 
@@ -115,7 +116,7 @@ def test_harness_sees_errors_and_requests(browser, tmp_path):
 @pytest.mark.skipif(not PAPER.is_dir(), reason="../shared/data/paper not present")
 def test_paper_report_renders(browser, tmp_path):
     from coldscope.prediction.paper import paper_features
-    recs = d.paper_records(PAPER)
+    recs = paper_records(PAPER)
     path = write(tmp_path, recs, "paper.html", features=paper_features(PAPER),
                  title="The paper's data")
     probe = browser.open(path)
@@ -180,7 +181,7 @@ def test_no_two_labels_of_a_chart_overlap(browser, tmp_path):
              write(tmp_path, _session(), "tune-labels.html")]
     if PAPER.is_dir():
         from coldscope.prediction.paper import paper_features
-        pages.append(write(tmp_path, d.paper_records(PAPER), "paper-labels.html",
+        pages.append(write(tmp_path, paper_records(PAPER), "paper-labels.html",
                            features=paper_features(PAPER)))
     for path in pages:
         browser.open(path)

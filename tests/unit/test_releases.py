@@ -181,10 +181,9 @@ def test_measure_stores_every_start_up_carrying_its_membership(tmp_path, monkeyp
     assert all(m.slot == specs.index(m.engine) for m in seen_running)
     store.close()
     cli = summarise(started, [A, B], name="n", cache="warm", repeat=2, args=["--model", "m"])
-    _, data = make_report(store_path=tmp_path / "s.db")
-    [block] = data["releases"]
-    assert [r["time_to_ready_s"] for r in block["releases"]] == \
+    _, report = make_report(store_path=tmp_path / "s.db")
+    [block] = report.releases.blocks
+    assert [r.time_to_ready_s for r in block.releases] == \
         [r.time_to_ready_s for r in cli.releases] == [pytest.approx(21.3), pytest.approx(26.2)]
-    assert block["deltas"][0]["stages"]["bootstrap"] == \
-        cli.deltas[0].stages["bootstrap"].model_dump()
-    assert block["args"][:2] == ["--model", "m"]
+    assert block.deltas[0].stages["bootstrap"] == cli.deltas[0].stages["bootstrap"]
+    assert block.args[:2] == ("--model", "m")

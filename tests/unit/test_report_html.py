@@ -11,8 +11,11 @@ from datetime import UTC, datetime
 import pytest
 
 from coldscope.cli.main import main
-from coldscope.report import data as d
-from coldscope.report.html import nice_ticks, render_report
+from coldscope.report.build import build_report
+from coldscope.report.html import render_report
+from coldscope.report.paper import paper_records
+from coldscope.report.sections.tune import tune_knobs
+from coldscope.report.svg import nice_ticks
 from coldscope.store.db import Store
 from tests.unit.test_report_data import PAPER, _session, record
 
@@ -20,8 +23,8 @@ SVG_NS = "{http://www.w3.org/2000/svg}"
 
 
 def page(records, **kw) -> str:
-    data = d.build_report_data(records, **kw)
-    return render_report(data, generated_at=datetime(2026, 1, 1, tzinfo=UTC))
+    report = build_report(records, **kw)
+    return render_report(report, generated_at=datetime(2026, 1, 1, tzinfo=UTC))
 
 
 @pytest.fixture
@@ -125,7 +128,7 @@ def test_report_progress_phases_and_when_it_shows(tmp_path, two_runs):
 def test_every_axis_caption_and_numeric_header_has_a_unit(two_runs):
     """Axis captions say their unit; numeric table headers end in one (s, %, ×) or count."""
     from coldscope.prediction.paper import paper_features
-    pages = [page(two_runs), page(d.paper_records(PAPER), features=paper_features(PAPER)),
+    pages = [page(two_runs), page(paper_records(PAPER), features=paper_features(PAPER)),
              page(_session())]
     units = ("(s)", "(%)", "(GB)", "(MiB)", "(log scale)", "seconds")
     for html in pages:
@@ -148,7 +151,7 @@ def _write_session(store_path, last_kept: bool):
     from coldscope.tuning.session import SessionSpec, save, sessions_dir
     runs = _session()[:-1]
     rows = [TrialRow(trial=r.campaign.trial, role=r.campaign.role, change=r.campaign.change,
-                     knobs=d.tune_knobs(r), cache="seeded" if r.campaign.trial > 1 else "cold",
+                     knobs=tune_knobs(r), cache="seeded" if r.campaign.trial > 1 else "cold",
                      run_id=r.id, ok=True, time_to_ready_s=r.time_to_ready_s,
                      kept={"r5": True, "t6": last_kept}.get(r.id))
             for r in runs]
@@ -182,18 +185,18 @@ def test_report_reads_a_tune_sessions_kept_changes_from_its_file(tmp_path, capsy
             s.add_run(r)
     out = tmp_path / "r.html"
     assert main(["report", "--store", str(store), "-o", str(out), "--json"]) == 0
-    html, data = make_report(store_path=store)
-    [w] = data["tune"]
-    assert w["steps"][-1]["knobs"] == (["warm", "eager", "mp"] if last_kept else
-                                       ["warm", "eager"])
-    assert not w["inferred"] and w["steps"][1]["description"] == "what warm does"
+    html, report = make_report(store_path=store)
+    [w] = report.tune.waterfalls
+    assert w.steps[-1].knobs == (("warm", "eager", "mp") if last_kept else
+                                 ("warm", "eager"))
+    assert not w.inferred and w.steps[1].description == "what warm does"
     assert 'id="s-tune"' in html and 'data-chart="tune-1"' in html
     assert '"tune_sessions": 1' in capsys.readouterr().out
     (tmp_path / "tune" / "tune-1" / "session.json").unlink()
-    _, data = make_report(store_path=store)
-    assert data["tune"][0]["inferred"]
-    assert [s["knobs"] for s in data["tune"][0]["steps"]][-1] == ["warm", "eager"]
-    assert any("no session file" in n for n in data["notes"])
+    _, report = make_report(store_path=store)
+    assert report.tune.waterfalls[0].inferred
+    assert [s.knobs for s in report.tune.waterfalls[0].steps][-1] == ("warm", "eager")
+    assert any("no session file" in n for n in report.notes)
 
 
 def test_tune_waterfall_chart_spans_baseline_to_best(two_runs):

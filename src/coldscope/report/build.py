@@ -1,28 +1,86 @@
 """From a store (or the paper's data) to the page: choose the runs, read their models'
-features, build the chart data, render. The only part of the report that reads files."""
+features and their tune sessions' files, build each section in turn, render. The only part of
+the report that reads files."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from coldscope.core.records import Run
-from coldscope.report.data import build_report_data, dimensions, paper_records
+from coldscope.report.configurations import dimensions, group_runs, varying_dimensions
+from coldscope.report.contents import Report
 from coldscope.report.html import render_report
+from coldscope.report.paper import paper_records
+from coldscope.report.sections import (
+    breakdown,
+    compare,
+    cpu,
+    findings,
+    prediction,
+    releases,
+    run_table,
+    scaling,
+    timeline,
+    tune,
+)
 from coldscope.store.selection import describe, select_runs
 from coldscope.util.errors import ColdscopeError
+
+if TYPE_CHECKING:
+    from coldscope.prediction.features import ModelFeatures
+    from coldscope.prediction.startup_model import StartupModel
 
 #: ``progress(what, fraction)``: what the report is doing now and how far along it is (0-1).
 Progress = Callable[[str, float], None]
 
 
+def build_report(records: Sequence[Run], *,
+                 features: Mapping[str, ModelFeatures] | None = None,
+                 startup_model: StartupModel | None = None,
+                 title: str = "coldscope start-up report", source: str = "",
+                 notes: Sequence[str] = (),
+                 tune_sessions: Mapping[str, tune.KeptSteps] | None = None) -> Report:
+    """Every section of the page, built from the successful runs among ``records``.
+    ``features``: model name -> its features (for scaling and predictions); ``startup_model``:
+    a fitted one, to draw its predictions against the runs; ``tune_sessions``: what each tune
+    session's file says it kept (``tune_decisions``)."""
+    records = [r for r in records if r.status == "ok"]
+    if not records:
+        raise ColdscopeError("no successful runs to report on (see `coldscope runs`)")
+    features = features or {}
+    groups = group_runs(records)
+    rows, cmps = breakdown.build(groups), compare.build(groups)
+    pred = prediction.build(groups, features, startup_model) if startup_model else None
+    tuned = tune.build(records, tune_sessions)
+    measured = releases.build(records)
+    varying = varying_dimensions([g.dims for g in groups])
+    return Report(
+        title=title, source=source,
+        notes=(*notes, *compare.mixed_setting_notes(groups), *(pred.notes if pred else ()),
+               *tuned.notes, *measured.notes),
+        runs=len(records), configurations=len(groups),
+        datasets=tuple(sorted({str(g.dataset) for g in groups if g.dataset})),
+        findings=findings.build(rows, cmps, records),
+        breakdown=rows,
+        timelines=timeline.build(groups),
+        scaling=scaling.build(groups, features),
+        comparisons=cmps,
+        releases=measured,
+        tune=tuned,
+        cpu=cpu.build(groups),
+        predictions=pred,
+        run_table=run_table.build(records, varying),
+    )
+
+
 def store_features(runs: Sequence[Run], progress: Progress | None = None,
-                   ) -> tuple[dict[str, Any], list[str]]:
+                   ) -> tuple[dict[str, ModelFeatures], list[str]]:
     """Model name -> ``ModelFeatures`` of every run's model directory that can still be read,
     and a note for each that cannot."""
     from coldscope.prediction.features import model_features
-    features: dict[str, Any] = {}
+    features: dict[str, ModelFeatures] = {}
     notes: list[str] = []
     paths: dict[str, str] = {}
     for r in runs:
@@ -40,20 +98,18 @@ def store_features(runs: Sequence[Run], progress: Progress | None = None,
     return features, notes
 
 
-def tune_decisions(store_path: Path, runs: Sequence[Run]) -> dict[str, dict[str, Any]]:
+def tune_decisions(store_path: Path, runs: Sequence[Run]) -> dict[str, tune.KeptSteps]:
     """What each tune session among ``runs`` kept, from its session file
     (``<store dir>/tune/<id>/session.json``), through tune's own ``waterfall``: session id ->
-    ``{"steps": [knobs of the baseline, of each kept change...], "descriptions", "speedup"}``
-    (``speedup``: the outcome's ``vs_cold`` and ``vs_warm`` with their intervals). A session
-    whose file is missing, unreadable or unfinished is left out (the report then reads its
-    kept changes from the runs and says so)."""
-    from coldscope.report.data import tune_runs
+    the kept configurations (the rows before ``best``), what each knob does, and the outcome's
+    speed-ups with their intervals. A session whose file is missing, unreadable or unfinished
+    is left out (the report then reads its kept changes from the runs and says so)."""
     from coldscope.tuning.report import waterfall
     from coldscope.tuning.search import Outcome
     from coldscope.tuning.session import load, sessions_dir
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, tune.KeptSteps] = {}
     root = sessions_dir(store_path)
-    for sid in tune_runs(runs):
+    for sid in tune.tune_runs(runs):
         try:
             spec = load(root / sid)
         except ColdscopeError:
@@ -65,24 +121,23 @@ def tune_decisions(store_path: Path, runs: Sequence[Run]) -> dict[str, dict[str,
         except ValueError:  # a session file of an older tune: its runs still tell the steps
             continue
         rows = waterfall(spec, outcome)
-        out[sid] = {"steps": [r["knobs"] for r in rows if r["step"] != "best"],
-                    "descriptions": {k.name: k.description for k in spec.knobs},
-                    "speedup": {
-                        "vs_cold": outcome.vs_cold.model_dump(mode="json"),
-                        "vs_warm": outcome.vs_warm.model_dump(mode="json")
-                        if outcome.vs_warm else None}}
+        out[sid] = tune.KeptSteps(
+            steps=tuple(tuple(r.knobs) for r in rows if r.step != "best"),
+            descriptions={k.name: k.description for k in spec.knobs},
+            vs_cold=outcome.vs_cold, vs_warm=outcome.vs_warm)
     return out
 
 
 def make_report(*, store_path: str | Path | None = None, runs: Sequence[str] = (),
                 model: str | None = None, paper: str | Path | None = None,
                 startup_model: str | Path | None = None, title: str | None = None,
-                progress: Progress | None = None) -> tuple[str, dict[str, Any]]:
-    """The page (HTML text) and the data it draws. ``progress`` hears of each phase (reading
+                progress: Progress | None = None) -> tuple[str, Report]:
+    """The page (HTML text) and the report it draws. ``progress`` hears of each phase (reading
     runs, model features, charts, rendering); the CLI shows it on a terminal for big stores."""
     step = progress or (lambda what, fraction: None)
     notes: list[str] = []
-    tune: dict[str, dict[str, Any]] = {}
+    sessions: dict[str, tune.KeptSteps] = {}
+    features: Mapping[str, ModelFeatures]
     if paper is not None:
         from coldscope.prediction.paper import paper_features
         step("reading the paper's data", 0.0)
@@ -103,7 +158,7 @@ def make_report(*, store_path: str | Path | None = None, runs: Sequence[str] = (
             where = str(store.path)
         chosen = select_runs(records, runs, model)
         features, notes = store_features(chosen, progress)
-        tune = tune_decisions(Path(where), chosen)
+        sessions = tune_decisions(Path(where), chosen)
         source = f"runs in {where}"
     if not chosen:
         raise ColdscopeError(f"no successful runs match {describe(runs, model)}")
@@ -112,10 +167,10 @@ def make_report(*, store_path: str | Path | None = None, runs: Sequence[str] = (
         from coldscope.prediction.startup_model import StartupModel
         sm = StartupModel.load(startup_model)
     step(f"building charts of {len(chosen)} runs", 0.5)
-    data = build_report_data(chosen, features=features, startup_model=sm,
-                             title=title or "Start-up report", source=source, notes=notes,
-                             tune=tune)
+    report = build_report(chosen, features=features, startup_model=sm,
+                          title=title or "Start-up report", source=source, notes=notes,
+                          tune_sessions=sessions)
     step("rendering the page", 0.8)
-    page = render_report(data)
+    page = render_report(report)
     step("done", 1.0)
-    return page, data
+    return page, report
