@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import click
 
-from coldscope.cli.common import console, echo, json_option, print_json, store_option
+from coldscope.cli.common import echo, json_option, print_json, show, store_option
 from coldscope.util.errors import ColdscopeError
 
 if TYPE_CHECKING:
-    from coldscope.analysis.comparison import Comparison
+    from coldscope.analysis.comparison import Comparison, Side
+    from coldscope.core.records import Run
 @click.command()
 @click.option("--a", "cmd_a", default=None, metavar="'CMD'",
               help="Configuration a: one shell command line; leading VAR=value words are its "
@@ -42,8 +43,10 @@ if TYPE_CHECKING:
 @click.option("--show-output", is_flag=True, help="Echo the engines' output.")
 @store_option
 @json_option
-def compare_cmd(cmd_a, cmd_b, runs_a, runs_b, repeat, cache, fail_if_slower, timeout, name,
-                cache_root, keep_caches, show_output, store_path, as_json):
+def compare_cmd(cmd_a: str | None, cmd_b: str | None, runs_a: str | None, runs_b: str | None,
+                repeat: int, cache: Literal["cold", "warm"], fail_if_slower: str | None,
+                timeout: float, name: str | None, cache_root: str, keep_caches: bool,
+                show_output: bool, store_path: str | None, as_json: bool) -> None:
     """Compare two configurations' start-ups: per stage, per sub-step and time to ready, the
     means, b - a with a 95 % interval, and a verdict (faster, slower, unresolved). E.g.
 
@@ -57,23 +60,20 @@ def compare_cmd(cmd_a, cmd_b, runs_a, runs_b, repeat, cache, fail_if_slower, tim
     """
     from coldscope.analysis.comparison import parse_threshold, regression
     threshold = parse_threshold(fail_if_slower) if fail_if_slower is not None else None
-    live = cmd_a is not None or cmd_b is not None
-    stored = runs_a is not None or runs_b is not None
-    if live == stored or (live and None in (cmd_a, cmd_b)) or \
-            (stored and None in (runs_a, runs_b)):
-        raise ColdscopeError("give either --a and --b (commands to start) or --runs-a and "
-                             "--runs-b (stored runs)")
-    if live:
+    no_runs = runs_a is None and runs_b is None
+    if cmd_a is not None and cmd_b is not None and no_runs:
         result = _measure(cmd_a, cmd_b, repeat=repeat, cache=cache, timeout=timeout, name=name,
                           cache_root=Path(cache_root), keep_caches=keep_caches,
                           show_output=show_output, store_path=store_path, as_json=as_json)
-    else:
+    elif runs_a is not None and runs_b is not None and cmd_a is None and cmd_b is None:
         result = _stored(runs_a, runs_b, store_path)
+    else:
+        raise ColdscopeError("give either --a and --b (commands to start) or --runs-a and "
+                             "--runs-b (stored runs)")
     if as_json:
         print_json(result.to_json())
     else:
-        from coldscope.render.tables import comparison_table
-        console().print(comparison_table(result))
+        show(result)
     for side in ("a", "b"):
         if getattr(result, side).n == 0:
             raise ColdscopeError(f"{side} has no usable run; see `coldscope runs`")
@@ -84,8 +84,9 @@ def compare_cmd(cmd_a, cmd_b, runs_a, runs_b, repeat, cache, fail_if_slower, tim
             raise SystemExit(1)  # 1, not the 2 of a usage error: a regression gate tripped
 
 
-def _measure(cmd_a, cmd_b, *, repeat, cache, timeout, name, cache_root, keep_caches,
-             show_output, store_path, as_json) -> Comparison:
+def _measure(cmd_a: str, cmd_b: str, *, repeat: int, cache: Literal["cold", "warm"],
+             timeout: float, name: str | None, cache_root: Path, keep_caches: bool,
+             show_output: bool, store_path: str | None, as_json: bool) -> Comparison:
     from coldscope.cli.progress import StartupProgress, wanted
     from coldscope.launch.interleave import arms, run_ab
     from coldscope.launch.runner import new_run_id
@@ -104,7 +105,7 @@ def _measure(cmd_a, cmd_b, *, repeat, cache, timeout, name, cache_root, keep_cac
              + (", after one prime each" if cache == "warm" else "") + f" ({total} in all)",
              err=True)
 
-    def on_run(side, prime, run) -> None:
+    def on_run(side: Side, prime: bool, run: Run) -> None:
         live.done()
         if not as_json:
             what = f"{side} (prime)" if prime else side
@@ -119,8 +120,8 @@ def _measure(cmd_a, cmd_b, *, repeat, cache, timeout, name, cache_root, keep_cac
     return done.comparison()
 
 
-def _stored(runs_a: str, runs_b: str, store_path) -> Comparison:
-    from coldscope.analysis.comparison import compare
+def _stored(runs_a: str, runs_b: str, store_path: str | None) -> Comparison:
+    from coldscope.api import compare
     from coldscope.store.db import Store
     from coldscope.store.selection import parse_selectors, select_runs
     with Store(store_path, create=False) as store:

@@ -1,5 +1,5 @@
-"""``coldscope plan``: parse the options, build a ``PlanRequest``, call ``coldscope.planning.plan``,
-render the ``PlanReport``."""
+"""``coldscope plan``: parse the options, build a ``PlanRequest``, call ``coldscope.plan``
+(``coldscope.planning.planner.plan``), render the ``PlanReport``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from coldscope.cli.common import json_option, print_json, store_option
+from coldscope.cli.common import json_option, print_json, show, store_option
 from coldscope.util.errors import ColdscopeError
 from coldscope.util.safeio import check_output_target, write_atomic
 
@@ -57,15 +57,18 @@ def _layer_help() -> str:
 @click.option("-o", "--output", "out_path", type=click.Path(dir_okay=False), default=None,
               help="Also write the JSON report here.")
 @json_option
-def plan_cmd(model_path, params, dtype, gpu, profile_path, startup_model, tuned, store_path,
-             no_store,
-             cache, mitigate, min_workers, products, sla, traffic_path, trace_path, cheapest,
-             tiers_path, out_path, as_json) -> None:
+def plan_cmd(model_path: str | None, params: str | None, dtype: str, gpu: str | None,
+             profile_path: str | None, startup_model: str | None, tuned: str | None,
+             store_path: str | None, no_store: bool, cache: str | None,
+             mitigate: tuple[str, ...], min_workers: int, products: int, sla: str | None,
+             traffic_path: str | None, trace_path: str | None, cheapest: bool,
+             tiers_path: str | None, out_path: str | None, as_json: bool) -> None:
     """Plan a cold start from zero: where the time goes, what each mitigation removes and
     costs, and the cheapest stack that meets a P99 TTFT SLA."""
     from pydantic import ValidationError
 
-    from coldscope.planning.planner import PlanRequest, plan
+    from coldscope.api import plan
+    from coldscope.planning.planner import PlanRequest
     from coldscope.util.errors import validation_error
     tuned_figures = None
     if tuned:
@@ -94,6 +97,4 @@ def plan_cmd(model_path, params, dtype, gpu, profile_path, startup_model, tuned,
     if as_json:
         print_json(report.to_json())
         return
-    from coldscope.cli.common import console
-    from coldscope.planning.render import render_plan
-    console().print(render_plan(report))
+    show(report)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
@@ -14,7 +15,12 @@ from coldscope.util.errors import ColdscopeError
 from coldscope.util.safeio import dumps_json
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
+    from coldscope.cli.progress import StartupProgress
     from coldscope.core.records import Run
+    from coldscope.ingest.logfiles import ParsedLog
+    from coldscope.launch.runner import RunConfig
 @click.command(context_settings={"ignore_unknown_options": True})
 @click.option("--repeat", default=1, show_default=True, type=click.IntRange(1),
               help="Start-ups to measure.")
@@ -51,15 +57,18 @@ if TYPE_CHECKING:
 @store_option
 @json_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def profile(repeat, cache, timeout, health_url, ready_pattern, no_request, no_probe, no_spans,
-            imports, drop_page_cache, label, env_pairs, cache_root, cache_dir, otlp_export,
-            quiet, bundle, store_path, as_json, command):
+def profile(repeat: int, cache: Literal["cold", "warm"], timeout: float, health_url: str | None,
+            ready_pattern: str | None, no_request: bool, no_probe: bool, no_spans: bool,
+            imports: bool, drop_page_cache: bool, label: str | None, env_pairs: tuple[str, ...],
+            cache_root: str, cache_dir: str | None, otlp_export: str | None, quiet: bool,
+            bundle: str | None, store_path: str | None, as_json: bool,
+            command: tuple[str, ...]) -> None:
     """Profile the start-up of an engine COMMAND (after `--`), e.g.
 
     coldscope profile --repeat 3 -- python -m vllm.entrypoints.openai.api_server --model DIR
     """
+    from coldscope.api import profile as run_profile
     from coldscope.launch.runner import RunConfig
-    from coldscope.launch.runner import profile as run_profile
     from coldscope.store.db import Store
     if imports and no_probe:
         raise click.UsageError("--imports needs the probe (drop --no-probe)")
@@ -72,6 +81,8 @@ def profile(repeat, cache, timeout, health_url, ready_pattern, no_request, no_pr
             raise click.UsageError("--bundle seeds coldscope's own warm cache; give either "
                                    "--bundle or --cache-dir")
         cache = "warm"
+    if bundle:
+        cache = "warm"  # a bundle fills the warm cache (``coldscope.api.profile``)
     config = RunConfig(
         command=list(command), cache=cache, repeat=repeat, timeout=timeout,
         health_url=health_url, ready_pattern=ready_pattern, first_request=not no_request,
@@ -80,16 +91,6 @@ def profile(repeat, cache, timeout, health_url, ready_pattern, no_request, no_pr
         env=parse_env(env_pairs), cache_root=Path(cache_root),
         cache_dir=Path(cache_dir) if cache_dir is not None else None,
     )
-    if bundle:
-        import os
-        import sys
-
-        from coldscope.launch.runner import cache_dirs
-        from coldscope.tuning.bundle import seed_cache_root
-        config.cache = "warm"
-        path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
-        seed_cache_root(Path(bundle), cache_dirs(config, "x").root, argv=config.command,
-                        engine_python=shutil.which(config.command[0], path=path))
     from coldscope.engines import resolve
     engine = resolve(config.command)
     if engine.host(config.command) is None and \
@@ -99,7 +100,7 @@ def profile(repeat, cache, timeout, health_url, ready_pattern, no_request, no_pr
     store = Store(store_path)
     out = console()
     show_line = None if (quiet or as_json) else (lambda line: echo(f"  │ {line}", err=True))
-    live = _startup_progress(config, as_json)
+    live = _startup_progress(config, as_json, seeded=bool(bundle))
 
     def on_run(record: Run) -> None:
         live.done()
@@ -112,7 +113,7 @@ def profile(repeat, cache, timeout, health_url, ready_pattern, no_request, no_pr
             _print_run(out, record)
 
     with live:
-        records = run_profile(config, store, on_run=on_run, on_line=show_line,
+        records = run_profile(config, store, bundle=bundle, on_run=on_run, on_line=show_line,
                               on_stage=live.stage, on_launch=live.launched)
     if as_json:
         print_json({"runs": [r.to_json() for r in records]})
@@ -120,21 +121,21 @@ def profile(repeat, cache, timeout, health_url, ready_pattern, no_request, no_pr
         raise ColdscopeError(f"all {len(records)} run(s) failed; see `coldscope runs`")
 
 
-def _startup_progress(config, as_json: bool):
+def _startup_progress(config: RunConfig, as_json: bool, seeded: bool = False
+                      ) -> StartupProgress:
     """Elapsed time and the engine's current stage while it starts, on a terminal only (also
     with --quiet, which only silences the engine's output)."""
     from coldscope.cli.progress import StartupProgress, wanted
     from coldscope.launch.runner import needs_priming
-    # the runner primes an empty warm cache first
-    return StartupProgress(wanted(as_json), config.repeat + (1 if needs_priming(config) else 0))
+    # the runner primes an empty warm cache first, unless a bundle (``seeded``) fills it
+    primes = 0 if seeded or not needs_priming(config) else 1
+    return StartupProgress(wanted(as_json), config.repeat + primes)
 
 
-def _print_run(out, record: Run) -> None:
-    from coldscope.render.tables import failed_detail, timeline_table
-    if record.status == "ok":
-        out.print(timeline_table(record))
-    else:
-        out.print(failed_detail(record))
+def _print_run(out: Console, record: Run) -> None:
+    """Its timeline and findings, or why it failed (``render.tables.render_run``)."""
+    from coldscope.render import render
+    out.print(render(record))
 
 
 @click.command()
@@ -144,7 +145,8 @@ def _print_run(out, record: Run) -> None:
 @click.option("--label", default=None)
 @store_option
 @json_option
-def runs(status, cache, label, store_path, as_json):
+def runs(status: str, cache: str | None, label: str | None, store_path: str | None,
+         as_json: bool) -> None:
     """The stored runs, one line each."""
     from coldscope.render.tables import runs_table
     from coldscope.store.db import Store
@@ -163,7 +165,7 @@ def runs(status, cache, label, store_path, as_json):
               help="Also the environment and the run's notes (versions, CPU, GPUs, command).")
 @store_option
 @json_option
-def show(run_id, with_env, store_path, as_json):
+def show(run_id: str, with_env: bool, store_path: str | None, as_json: bool) -> None:
     """The timeline of one run: six stages, sub-steps, sources."""
     from coldscope.store.db import Store
     record = Store(store_path, create=False).run(run_id)
@@ -191,15 +193,18 @@ def show(run_id, with_env, store_path, as_json):
               help="Largest log read, in bytes, also once decompressed (default 512 MiB).")
 @store_option
 @json_option
-def parse(logs, save, vs_paper, max_bytes, store_path, as_json):
+def parse(logs: tuple[str, ...], save: bool, vs_paper: bool, max_bytes: int | None,
+          store_path: str | None, as_json: bool) -> None:
     """The timeline of saved engine logs (vLLM, SGLang): files, directories (recursively),
     `-` for standard input, gzipped or rotated logs. Stages a log cannot show are unknown;
     bootstrap is timed on the log's own clock when the log shows the engine's start.
 
-    One log: its timeline (exit 2 when it failed or was refused). Several: one line per log
-    and a fleet summary per engine, version and model (exit 2 only when a file could not be
-    read); --json gives {"runs": [...], "refused": [...], "fleet": [...]}."""
-    from coldscope.ingest.logfiles import MAX_LOG_BYTES, STDIN, parse_logs
+    One log: its timeline (exit 2 when it failed or was refused). Several, or a log that
+    holds several start-ups (a restart): one line per start-up (LOG#1, LOG#2, ...) and a fleet
+    summary per engine, version and model (exit 2 only when a file could not be read); --json
+    gives {"runs": [...], "refused": [...], "fleet": [...]}."""
+    from coldscope.ingest.logfiles import STDIN, parse_logs
+    from coldscope.util.safeio import MAX_LOG_BYTES
     single = len(logs) == 1 and (logs[0] == STDIN or not Path(logs[0]).is_dir())
     parsed = list(parse_logs(logs, limit=max_bytes or MAX_LOG_BYTES, single=single))
     if not parsed:
@@ -213,7 +218,7 @@ def parse(logs, save, vs_paper, max_bytes, store_path, as_json):
             # one stored run per distinct log content, named after the file
             p.run = p.run.evolve(id=f"{p.run.id}-{(p.digest or '')[:8]}")
             store.add_run(p.run, {"saved_log": p.lines})
-    if single:
+    if single and len(parsed) == 1:  # one log of one start-up (else a line per start-up)
         _print_one(parsed[0], logs[0], vs_paper=vs_paper, saved=store is not None,
                    as_json=as_json)
         return
@@ -224,7 +229,7 @@ def parse(logs, save, vs_paper, max_bytes, store_path, as_json):
                              f"(first: {unreadable[0].reason})")
 
 
-def _run_doc(run: Run, vs_paper: bool) -> dict:
+def _run_doc(run: Run, vs_paper: bool) -> dict[str, Any]:
     doc = run.to_json()
     if not vs_paper:  # the comparison with the paper's parser is asked for, not default
         doc["paper_metrics"] = doc["missed_by_paper_parser"] = None
@@ -241,7 +246,8 @@ def _engine_line(run: Run) -> str:
             f"device {run.engine.device or 'unknown'}")
 
 
-def _print_one(p, given: str, *, vs_paper: bool, saved: bool, as_json: bool) -> None:
+def _print_one(p: ParsedLog, given: str, *, vs_paper: bool, saved: bool,
+               as_json: bool) -> None:
     """``parse LOG``: the run as JSON or its timeline; a log that is not ok exits 2."""
     if p.run is None:
         raise ColdscopeError(p.reason or f"{given}: not parsed")
@@ -272,7 +278,8 @@ def _print_one(p, given: str, *, vs_paper: bool, saved: bool, as_json: bool) -> 
         raise ColdscopeError(f"{given}: {run.reason}")
 
 
-def _print_many(parsed, *, vs_paper: bool, saved: bool, as_json: bool) -> None:
+def _print_many(parsed: Sequence[ParsedLog], *, vs_paper: bool, saved: bool,
+                as_json: bool) -> None:
     """``parse LOG LOG ...`` / ``parse DIR``: one line per log, then the fleet summary."""
     from coldscope.ingest.logfiles import fleet_summary
     runs = [p.run for p in parsed if p.run is not None]
@@ -294,7 +301,10 @@ def _print_many(parsed, *, vs_paper: bool, saved: bool, as_json: bool) -> None:
     if common and common in files:  # one of them is the common path itself: keep names whole
         common = ""
     shown = {n: os.path.relpath(n, common) if common and n != "-" else n for n in names}
-    title = f"{len(parsed)} logs" + (f" in {common}" if common else "")
+    n_logs = len(dict.fromkeys(names))
+    title = (f"{len(parsed)} logs" if n_logs == len(parsed) else
+             f"{len(parsed)} start-ups in {n_logs} log{'s' if n_logs > 1 else ''}") + \
+        (f" in {common}" if common else "")
     table = Table(title=Text(title), title_justify="left", box=box.SIMPLE_HEAVY)
     widest = max(len(x) for x in shown.values())
     cols = ["log", "status", "ready (s)", "engine", "model"] + (["stored as"] if saved else [])
@@ -308,7 +318,7 @@ def _print_many(parsed, *, vs_paper: bool, saved: bool, as_json: bool) -> None:
         model = (run.model.name or run.model.path or "") if run is not None else ""
         ready = f"{run.time_to_ready_s:.2f}" if run is not None and \
             run.time_to_ready_s is not None and run.status == "ok" else ""
-        cells = [shown[p.source.name], p.status, ready, engine, model]
+        cells = [shown[p.source.name] + p.part, p.status, ready, engine, model]
         if saved:
             cells.append(run.id if run is not None else "")
         # cells as plain text: a file name or a quoted log line may hold [brackets]
@@ -316,7 +326,7 @@ def _print_many(parsed, *, vs_paper: bool, saved: bool, as_json: bool) -> None:
     out.print(table)
     for p in parsed:  # why, under the table: a reason is a sentence, not a cell
         if p.reason:
-            out.print(Text(f"{shown[p.source.name]}: {p.status}: {p.reason}"))
+            out.print(Text(f"{shown[p.source.name]}{p.part}: {p.status}: {p.reason}"))
     for g in fleet:
         t = Table(title=Text(f"fleet: {g.engine} {g.version or 'unknown version'} · "
                              f"{g.model or 'unknown model'} · {g.count} ok run(s)"),
@@ -337,7 +347,8 @@ def _print_many(parsed, *, vs_paper: bool, saved: bool, as_json: bool) -> None:
 @click.option("--otlp-export", default=None, metavar="URL", help="Also send to a collector.")
 @store_option
 @json_option
-def trace(run_id, output, otlp_export, store_path, as_json):
+def trace(run_id: str, output: str, otlp_export: str | None, store_path: str | None,
+          as_json: bool) -> None:
     """Write a run as a Chrome trace / Perfetto file: the reconciled stages, then one process
     per engine process (real pids) with its sub-steps nested in their stages and, for a run
     profiled with --imports, its imports of 10 ms or more nested in those."""
@@ -371,7 +382,7 @@ def trace(run_id, output, otlp_export, store_path, as_json):
         slices = f", {n_imports} import slices" if n_imports is not None else ""
         echo(f"wrote {output} ({len(data['traceEvents'])} events{slices}); open it in "
              "ui.perfetto.dev")
-        if sent:
+        if sent and otlp_export:
             echo(sent.message(otlp_export))
 
 
@@ -386,7 +397,8 @@ def trace(run_id, output, otlp_export, store_path, as_json):
               show_default=True)
 @store_option
 @json_option
-def export(output, fmt, selectors, model, status, store_path, as_json):
+def export(output: str, fmt: str | None, selectors: str | None, model: str | None, status: str,
+           store_path: str | None, as_json: bool) -> None:
     """Export stored runs, one row per run, for sharing: the same columns and types in CSV and
     Parquet whatever the runs hold (docs/export.md); the same filters as `report`."""
     from coldscope.export.table import export_runs
@@ -404,32 +416,24 @@ def export(output, fmt, selectors, model, status, store_path, as_json):
         echo(f"wrote {n} runs to {output}")
 
 
-DEMO_COMMAND = [
-    "python", "-m", "vllm.entrypoints.openai.api_server", "--model", "models/tiny",
-    "--host", "127.0.0.1", "--port", "8765", "--max-model-len", "256", "--max-num-seqs", "4",
-    "--dtype", "bfloat16",
-]
-
-
 @click.command()
 @click.option("--model", "model_dir", default="models/tiny", show_default=True,
               type=click.Path(file_okay=False))
 @click.option("--port", default=8765, show_default=True)
 @store_option
 @json_option
-def demo(model_dir, port, store_path, as_json):
+def demo(model_dir: str, port: int, store_path: str | None, as_json: bool) -> None:
     """Profile the tiny local model cold, then warm, and print the timelines side by side."""
     from rich.text import Text
 
+    from coldscope.api import profile as run_profile
+    from coldscope.engines import demo_command
     from coldscope.launch.runner import RunConfig
-    from coldscope.launch.runner import profile as run_profile
     from coldscope.render.tables import compare_table
     from coldscope.store.db import Store
     if not (Path(model_dir) / "config.json").exists():
         raise ColdscopeError(f"no model in {model_dir}; make one with `coldscope make-model`")
-    command = list(DEMO_COMMAND)
-    command[command.index("models/tiny")] = model_dir
-    command[command.index("8765")] = str(port)
+    command = demo_command(model_dir, port)
     cache_root = Path(".coldscope") / "demo-caches"
     shutil.rmtree(cache_root, ignore_errors=True)  # cold must really be cold
     config = RunConfig(command=command, cache="warm", repeat=1, label="demo",

@@ -5,7 +5,10 @@ Sources: a file, a directory (every file under it, recursively, in name order; h
 skipped), ``-`` for standard input. A file is read only if it is a regular file (a FIFO, socket
 or device found in a directory is skipped with a line, never opened for reading, so it cannot
 hang the command); gzip data (``x.log.gz``, by its magic bytes) is decompressed under the same
-bound; a rotated file (``x.log.1``) is one more log. Each source gives one ``ParsedLog``:
+bound; a rotated file (``x.log.1``) is one more log. A log that holds several start-ups (an
+engine restarted into the same file, logs appended to one another: ``startups``) gives one
+``ParsedLog`` per start-up, its run named ``NAME#1``, ``NAME#2``, ...; otherwise each source gives
+one ``ParsedLog``:
 
 - ``ok`` / ``failed``: a ``Run`` (``assemble.run_from_log``: whichever engine adapter knows the
   log), failed with the reason the adapter quoted;
@@ -52,8 +55,9 @@ class LogSource:
 
 @dataclass
 class ParsedLog:
-    """What one source gave: its status, the run (``ok``/``failed``), the reason (every other
-    status, and ``failed``), and the lines read (for ``--save``)."""
+    """What one source (or one start-up of it) gave: its status, the run (``ok``/``failed``),
+    the reason (every other status, and ``failed``), the lines read (for ``--save``), and
+    ``part`` (``#2``: which start-up of a log that holds several; empty otherwise)."""
 
     source: LogSource
     status: Status
@@ -61,6 +65,7 @@ class ParsedLog:
     reason: str | None = None
     lines: list[str] = field(default_factory=list)
     digest: str | None = None
+    part: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """A log that gave no run, as ``parse --json`` lists it under ``"refused"``."""
@@ -146,7 +151,6 @@ def parse_logs(inputs: Sequence[str], *, limit: int = MAX_LOG_BYTES,
     """Each log ``inputs`` name, read and parsed (``ParsedLog``), in order. Runs are named
     after the file (``single``: its base name, as ``parse LOG`` always did; else the path as
     shown) and carry the model the engine's log names."""
-    from coldscope.ingest.assemble import run_from_log
     for source in log_sources(inputs):
         if source.skip is not None:
             yield ParsedLog(source, "skipped", reason=source.skip)
@@ -160,15 +164,101 @@ def parse_logs(inputs: Sequence[str], *, limit: int = MAX_LOG_BYTES,
         lines = split_lines(data.decode("utf-8", "replace"))
         name = "stdin" if source.path is None else (
             source.path.name if single else source.name)
-        try:
-            run = run_from_log(lines, name=name)
-        except ColdscopeError as exc:
-            yield ParsedLog(source, "refused", reason=str(exc), lines=lines)
+        parts = list(_read_startups(lines, name))
+        for k, (part, run, refusal) in enumerate(parts, 1):
+            tag = f"#{k}" if len(parts) > 1 else ""
+            if run is None:
+                yield ParsedLog(source, "refused", reason=refusal, lines=part, part=tag)
+                continue
+            run = _with_log_facts(run, part, source)
+            yield ParsedLog(source, "ok" if run.status == "ok" else "failed", run=run,
+                            reason=run.reason, lines=part,
+                            digest=hashlib.sha256(data).hexdigest(), part=tag)
+
+
+@dataclass(frozen=True)
+class StartupLines:
+    """One start-up's run of a log's lines (``startups``): from its first line to the line
+    before the next start-up's start line. The last ``tail`` of them come after its end (its
+    ready or failure line): requests, shutdown, a wrapper's lines, or the next start-up's
+    first lines, printed before its start line."""
+
+    lines: list[str]
+    tail: int = 0
+
+
+def startups(lines: Sequence[str]) -> list[StartupLines]:
+    """The start-ups one log holds, in order; every line is in exactly one.
+
+    A new start-up begins at a line an engine says opens one (``engines.startup_boundary``:
+    vLLM's version banner or engine line, SGLang's server arguments) once the start-up before
+    it has ended: shown the engine ready, or said it failed. A start line before the previous
+    start-up ended does not cut: one start-up prints several (the API server's banner, then
+    each data-parallel engine core's line), and a harness may repeat them in a summary above
+    the full log, so a restart that left no ready or failure line stays one start-up, read as
+    before. A log with no start line is one start-up."""
+    from coldscope.engines import FAILED, READY, START_PREFIX, startup_boundary
+    cuts, ends = [0], []
+    begun = ended = False
+    for i, line in enumerate(lines):
+        kind = startup_boundary(line)
+        if kind is None:
             continue
-        run = _with_log_facts(run, lines, source)
-        yield ParsedLog(source, "ok" if run.status == "ok" else "failed", run=run,
-                        reason=run.reason, lines=lines,
-                        digest=hashlib.sha256(data).hexdigest())
+        if kind.startswith(START_PREFIX):
+            if ended:
+                cuts.append(i)
+                ended = False
+            begun = True
+        elif kind == READY or (kind == FAILED and begun):
+            # (a failure-like line before any start line is not a start-up's)
+            if not ended:
+                ends.append(i)
+            ended = True
+    bounds = zip(cuts, [*cuts[1:], len(lines)], strict=True)
+    return [StartupLines(list(lines[a:b]), b - 1 - ends[k] if k < len(ends) else 0)
+            for k, (a, b) in enumerate(bounds)]
+
+
+def _read_startups(lines: Sequence[str], name: str,
+                   ) -> Iterator[tuple[list[str], Run | None, str | None]]:
+    """(lines, run, None) or (lines, None, why refused) per start-up of ``lines``, runs named
+    ``name`` (``name#k`` when there are several).
+
+    Lines between two start-ups (``StartupLines.tail``) are read with the earlier one when
+    they leave its reading as it is without them (a restarted server's requests and
+    shutdown: its serving life, after its ready line). Lines after a start-up's end cannot
+    change that start-up, so when they do (its clock goes back, another engine's lines make
+    it another engine's log, its stages change) they are the next start-up's first lines,
+    printed before its start line, as when two logs are appended to one another, and open
+    it instead. A restart whose first lines neither change the earlier reading nor carry an
+    earlier clock stays split at its start line: its bootstrap is then timed from that line."""
+    parts = startups(lines)
+    carried: list[str] = []
+    for k, part in enumerate(parts, 1):
+        tag = f"#{k}" if len(parts) > 1 else ""
+        body, carried = carried + part.lines, []
+        run, refusal = _read(body, name + tag)
+        if part.tail and k < len(parts):
+            head = body[:-part.tail]
+            alone, _ = _read(head, name + tag)
+            if alone is not None and (run is None or _reading(run) != _reading(alone)):
+                body, run, carried = head, alone, body[-part.tail:]
+        yield body, run, None if run is not None else refusal
+
+
+def _reading(run: Run) -> tuple[Any, ...]:
+    """What a start-up's log says of it: the outcome, the engine and the timeline."""
+    return (run.status, run.reason, run.engine.name, run.engine.version, run.time_to_ready_s,
+            run.stages)
+
+
+def _read(lines: list[str], name: str) -> tuple[Run | None, str | None]:
+    """``assemble.run_from_log`` of ``lines``, or why it refused them."""
+    from coldscope.ingest.assemble import run_from_log
+    try:
+        return run_from_log(lines, name=name), None
+    except ColdscopeError as exc:
+        return None, str(exc)
 
 
 def _with_log_facts(run: Run, lines: list[str], source: LogSource) -> Run:

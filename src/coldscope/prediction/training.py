@@ -6,21 +6,27 @@ so runs must share the engine (vLLM, SGLang), the cache state (``cold``/``warm``
 flags that change start-up (enforce-eager, compile, load format) and the storage the weights
 came from (page cache hot or cold, storage kind, where runs record them); a mix is refused with
 a one-line error naming the option that selects one.
+
+``TrainingSet`` is what a fit or a calibration reads, from whichever source: stored runs
+(``training_from_runs``, ``training_from_store``) or the paper's artifacts
+(``training_from_paper``); ``training_set`` picks the source from what ``coldscope fit`` and
+``coldscope calibrate`` are given.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from coldscope.core.records import Run
 from coldscope.core.stages import BUCKETS
 from coldscope.engines import engine_name
+from coldscope.prediction.core import Observation
 from coldscope.prediction.features import ModelFeatures, model_features
-from coldscope.prediction.fit import Observation
 from coldscope.util.errors import ColdscopeError
 
 #: Engine settings that change start-up; runs with different values are not pooled.
@@ -31,6 +37,91 @@ ENVIRONMENT_KEYS = ("cpu_model", "cpu_cores", "memory_bytes", "gpus", "weights_f
 PACKAGE_KEYS = ("python", "torch")
 #: Storage facts that change model loading; runs that know different values are not pooled.
 STORAGE_KEYS = ("page_cache", "kind")
+
+
+@dataclass(frozen=True)
+class TrainingSet:
+    """Measured start-ups ready to fit (or calibrate) a startup model on.
+
+    ``observations``: one per start-up, its bucket seconds and its model's features;
+    ``environment``: the machine, packages, engine flags and storage the runs share (kept in
+    the fitted model, so a prediction can say where it holds); ``settings``: the engine settings
+    the start-ups were measured with that a prediction defaults to (``capture_sizes``);
+    ``source``: where they came from (a store file, the paper's directory), as the model
+    records it; ``notes``: which runs were skipped and why.
+    """
+
+    observations: tuple[Observation, ...]
+    environment: Mapping[str, Any] = field(default_factory=dict)
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    source: str = ""
+    notes: tuple[str, ...] = ()
+
+
+def training_from_runs(runs: Iterable[Run], *, cache: str | None = None,
+                       capture_sizes: int | None = None, source: str = "runs",
+                       features_of: Callable[[str], ModelFeatures] = model_features,
+                       ) -> TrainingSet:
+    """The training set of ``runs`` (``observations_from_runs``: one setting only, each run's
+    model features read from its model directory). ``capture_sizes``: the CUDA-graph capture
+    sizes the runs were measured with, when known (predictions default to it)."""
+    observations, environment, notes = observations_from_runs(runs, cache=cache,
+                                                              features_of=features_of)
+    return TrainingSet(tuple(observations), environment,
+                       {"capture_sizes": capture_sizes} if capture_sizes else {}, source,
+                       tuple(notes))
+
+
+def training_from_store(store_path: str | Path | None = None, *, cache: str | None = None,
+                        capture_sizes: int | None = None,
+                        progress: Callable[[str, float | None], None] | None = None,
+                        ) -> TrainingSet:
+    """The training set of every run in the store at ``store_path`` (default: the usual
+    store). ``progress(description, fraction)`` is told how the reading goes (reading a
+    large store takes most of a fit's time: ``benches/bench_fit_store.py``); the fraction is
+    None while the models are read."""
+    from coldscope.store.db import Store
+
+    def read(done: int, total: int) -> None:
+        if progress is not None:
+            progress(f"reading {done}/{total} stored runs", done / total if total else 1.0)
+
+    with Store(store_path, create=False) as store:
+        runs = store.runs(status=None, progress=read)
+        source = str(store.path)
+    if progress is not None:
+        progress(f"reading the models of {len(runs)} runs", None)
+    return training_from_runs(runs, cache=cache, capture_sizes=capture_sizes, source=source)
+
+
+def training_from_paper(paper_dir: str | Path, timings: str | Path | None = None, *,
+                        capture_sizes: int | None = None) -> TrainingSet:
+    """The training set of the paper's artifact directory ("Breaking the Ice", MLSys 2026):
+    ``timings`` is the ``comparison_results.json`` to read (default: its figure-rest averages);
+    ``capture_sizes`` defaults to the paper's 67."""
+    from coldscope.prediction.paper import (
+        PAPER_CAPTURE_SIZES,
+        observations_from_paper,
+        paper_environment,
+    )
+    return TrainingSet(tuple(observations_from_paper(paper_dir, timings)),
+                       paper_environment(paper_dir, timings),
+                       {"capture_sizes": capture_sizes or PAPER_CAPTURE_SIZES},
+                       str(timings or paper_dir))
+
+
+def training_set(*, paper_dir: str | Path | None = None, timings: str | Path | None = None,
+                 store_path: str | Path | None = None, cache: str | None = None,
+                 capture_sizes: int | None = None,
+                 progress: Callable[[str, float | None], None] | None = None) -> TrainingSet:
+    """The training set ``coldscope fit`` and ``calibrate`` are given: the paper's artifacts
+    when ``paper_dir`` is given, else the store's runs (of one ``cache`` state if given)."""
+    if paper_dir is not None:
+        return training_from_paper(paper_dir, timings, capture_sizes=capture_sizes)
+    if timings is not None:
+        raise ColdscopeError("--timings needs --paper")
+    return training_from_store(store_path, cache=cache, capture_sizes=capture_sizes,
+                               progress=progress)
 
 
 def observations_from_runs(

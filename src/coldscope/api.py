@@ -1,0 +1,285 @@
+"""coldscope's front door: one plain function per thing coldscope does, over typed records.
+
+``import coldscope`` re-exports these (lazily: see ``coldscope/__init__.py``), and the CLI calls
+exactly these, so what a command can do a program can do, with the same checks and the same
+one-line ``ColdscopeError`` for bad input. Each function takes typed records (``Run``,
+``RunConfig``, ``PlanRequest``, ``SimRequest``, ``StartupModel``, ``TrainingSet``, an engine
+command line) and takes a path only where the thing is a file (a log, a startup model file, a
+model directory, a bundle).
+
+Two of them are the library's own functions, re-exported as they are: ``compare``
+(``coldscope.analysis.comparison.compare``) and ``plan`` (``coldscope.planning.planner.plan``)
+already have the front door's shape. The rest are thin wrappers that gather what the CLI used
+to do around the library call (reading a log per start-up, seeding caches from a bundle,
+loading a startup model file, picking a training source, opening or resuming a tune session).
+
+Heavy modules are imported inside the functions, so importing this module loads no engine
+(torch, vLLM), web server, pyarrow or Ray; ``docs/api.md`` has a worked example of each
+function.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, get_args
+
+from coldscope.analysis.comparison import compare
+from coldscope.planning.planner import plan
+from coldscope.tuning.session import DEFAULT_BUDGET, DEFAULT_TIMEOUT_S
+from coldscope.util.errors import ColdscopeError
+
+if TYPE_CHECKING:
+    from coldscope.core.records import Run
+    from coldscope.launch.runner import RunConfig
+    from coldscope.prediction.core import Prediction
+    from coldscope.prediction.features import ModelFeatures
+    from coldscope.prediction.startup_model import StartupModel
+    from coldscope.prediction.training import TrainingSet
+    from coldscope.sim.request import SimInputs, SimRequest
+    from coldscope.sim.simulate import SimResult
+    from coldscope.sim.sweep import SweepResult
+    from coldscope.store.db import Store
+    from coldscope.tuning.report import TuneResult
+    from coldscope.tuning.search import Measurement, TrialRequest
+
+__all__ = ["calibrate", "compare", "fit", "parse_log", "plan", "predict", "profile",
+           "simulate", "tune"]
+
+#: A file or directory argument: a ``str`` or a ``pathlib.Path``.
+PathArg = str | os.PathLike[str]
+
+
+# -- measuring ----------------------------------------------------------------------------------
+
+
+def parse_log(path: PathArg, *, max_bytes: int | None = None) -> list[Run]:
+    """The start-ups a saved engine log shows (vLLM or SGLang, plain or gzipped), one ``Run``
+    each, in the order they appear.
+
+    A log usually holds one start-up; an engine restarted into the same file, or logs appended
+    to one another, hold several, and each becomes its own run (named ``FILE#1``, ``FILE#2``,
+    ...), so that one start-up's numbers never mix with the next one's. A start-up that never
+    shows the engine ready is a run with ``status="failed"`` and the reason quoted from the
+    log. Stages the log cannot show are unknown (None), and so is the cache state.
+
+    This is what ``coldscope parse LOG`` prints (``coldscope.ingest.logfiles``). ``max_bytes``
+    bounds what is read, also once decompressed (default 512 MiB). Raises ``ColdscopeError``
+    (one line) when the file cannot be read or is not a log of a known engine.
+    """
+    from coldscope.ingest.logfiles import STDIN, parse_logs
+    from coldscope.util.safeio import MAX_LOG_BYTES
+    given = os.fspath(path)
+    if Path(given).is_dir():
+        raise ColdscopeError(f"{given} is a directory; parse_log reads one log file")
+    # "-" is standard input to ``coldscope parse``; here it is a file of that name
+    name = os.path.join(".", given) if given == STDIN else given
+    runs = []
+    for parsed in parse_logs([name], limit=max_bytes or MAX_LOG_BYTES, single=True):
+        if parsed.run is None:
+            raise ColdscopeError(parsed.reason or f"{given}: not parsed")
+        runs.append(parsed.run)
+    return runs
+
+
+def profile(config: RunConfig, store: Store | None = None, *, bundle: PathArg | None = None,
+            on_run: Callable[[Run], None] | None = None,
+            on_line: Callable[[str], None] | None = None,
+            on_stage: Callable[[str, float], None] | None = None,
+            on_launch: Callable[[Run], None] | None = None) -> list[Run]:
+    """Start the engine command of ``config`` ``config.repeat`` times and measure each
+    start-up (``coldscope.launch.runner.profile``): one ``Run`` per start-up, in order, each
+    also stored in ``store`` as soon as it ends when a store is given.
+
+    ``bundle``: a ``coldscope bundle`` file whose caches the start-ups begin from (checked
+    against this command's engine, its version and the model before anything starts; implies
+    ``cache="warm"``). The callbacks feed live displays: ``on_launch(run)`` just before each
+    engine starts, ``on_line(text)`` per output line, ``on_stage(stage, seconds)`` when the
+    engine enters a stage, ``on_run(run)`` when a start-up ends. Ctrl-C stops the engine,
+    stores the interrupted run as failed and re-raises ``KeyboardInterrupt``.
+    """
+    from coldscope.launch.runner import profile as run_profile
+    if bundle is not None:
+        config = _seeded(config, Path(bundle))
+    return run_profile(config, store, on_run=on_run, on_line=on_line, on_stage=on_stage,
+                       on_launch=on_launch)
+
+
+def _seeded(config: RunConfig, bundle: Path) -> RunConfig:
+    """``config`` made warm, its warm cache root filled from ``bundle`` (refused when the
+    bundle was made for another engine, engine version or model)."""
+    import shutil
+    import sys
+
+    from coldscope.launch.runner import cache_dirs
+    from coldscope.tuning.bundle import seed_cache_root
+    if config.cache_dir is not None:
+        raise ColdscopeError("a bundle seeds coldscope's own warm cache; give either a bundle "
+                             "(--bundle) or a shared cache directory (--cache-dir)")
+    config = config.model_copy(update={"cache": "warm"})
+    # the engine's interpreter: the command's own, found beside this one first
+    path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    seed_cache_root(bundle, cache_dirs(config, "x").root, argv=config.command,
+                    engine_python=shutil.which(config.command[0], path=path))
+    return config
+
+
+def tune(command: Sequence[str] = (), store: Store | None = None, *,
+         resume: bool | str = False, env: Mapping[str, str] | None = None,
+         budget: int = DEFAULT_BUDGET, max_throughput_loss: float | None = None,
+         allow_output_change: bool = False, timeout: float = DEFAULT_TIMEOUT_S,
+         bundle: PathArg | None = None, engine_python: str | None = None,
+         on_line: Callable[[str], None] | None = None,
+         on_start: Callable[[Run], None] | None = None,
+         on_stage: Callable[[str, float], None] | None = None,
+         on_measured: Callable[[TrialRequest, Measurement, bool], None] | None = None,
+         ) -> TuneResult:
+    """The fastest start-up of the engine ``command`` on this machine, found and proved on
+    real start-ups (``coldscope.tuning.tune``): the default started cold and warm, the
+    engine's start-up knobs tried within ``budget`` start-ups in all, and the winner
+    confirmed against the default with intervals. Returns the ``TuneResult`` that
+    ``coldscope tune --json`` prints.
+
+    Every start-up is stored in ``store`` (default: the usual store), and the session in
+    ``tune/`` beside the store file, rewritten after each start-up, so an interrupted tune
+    resumes: ``resume=True`` finishes the newest session, ``resume="tune-..."`` that one
+    (then ``command`` and the session's options are not given again).
+    ``max_throughput_loss``: the share of serving throughput (0.1 for 10 %) a kept change may
+    be shown to lose at most; ``allow_output_change``: keep changes whose greedy output
+    differs from the default's; ``timeout``: seconds from launch to ready before a start-up
+    fails; ``env``: extra environment for the engine; ``bundle``: a
+    ``coldscope bundle`` file that seeds its configuration's caches; ``engine_python``: the
+    interpreter whose engine lists the knobs (default: the command's ``python``). The callbacks
+    feed live displays, as for ``profile``; ``on_measured(request, measurement, replayed)``
+    after each start-up. Ctrl-C (or SIGTERM, SIGHUP) stops the engine and raises
+    ``KeyboardInterrupt`` with the session resumable.
+    """
+    from coldscope.store.db import Store
+    from coldscope.tuning import tune as ts
+    store = store if store is not None else Store()
+    if resume:
+        if command:
+            raise ColdscopeError("resuming a tune session takes no command: the session has "
+                                 "its own")
+        opened = ts.resume_session(store.path, resume if isinstance(resume, str) else None)
+    else:
+        opened = ts.new_session(
+            command, store_path=store.path, env=env,
+            budget=budget, max_throughput_loss=max_throughput_loss,
+            allow_output_change=allow_output_change, timeout=timeout,
+            bundle=None if bundle is None else Path(bundle), engine_python=engine_python)
+    return ts.run_session(opened, store, on_line=on_line, on_start=on_start, on_stage=on_stage,
+                          on_measured=on_measured)
+
+
+# -- predicting ---------------------------------------------------------------------------------
+
+
+def fit(training: TrainingSet | Iterable[Run], *,
+        formulas: str | Mapping[str, tuple[str, ...]] = "auto",
+        kinds: Sequence[str] = ("dense",), level: float = 0.9) -> StartupModel:
+    """A startup model fitted on measured start-ups: one small linear formula per stage
+    (``coldscope.prediction.startup_model.StartupModel``), with ``level`` prediction intervals.
+
+    ``training``: a ``TrainingSet`` (``coldscope.prediction.training``: from stored runs, a
+    store file or the paper's artifacts), or ``Run`` records, which must share one setting
+    (engine, cache state, flags, storage) and name readable model directories, since the
+    formulas read each model's features. ``formulas``: ``"auto"`` (per stage, the candidate
+    with the lowest leave-one-model-out error), ``"paper"``, or stage -> terms. ``kinds``: the
+    model kinds trained on (``dense``, ``moe``, ``hybrid``); others are reported as excluded.
+    Save the result with ``.save(path)``; ``predict`` and ``calibrate`` take it.
+    """
+    from coldscope.prediction.features import Kind
+    from coldscope.prediction.startup_model import StartupModel
+    known = get_args(Kind)
+    if not kinds or any(k not in known for k in kinds):
+        raise ColdscopeError(f"model kinds (--kinds) are {', '.join(known)}; got "
+                             f"{', '.join(kinds) or 'none'}")
+    if not 0.5 <= level <= 0.99:
+        raise ColdscopeError(f"interval level (--level) must be in 0.5-0.99, not {level:g}")
+    data = _training(training)
+    return StartupModel(formulas=formulas, kinds=tuple(kinds), level=level).fit(
+        list(data.observations), data.environment, data.settings, source=data.source)
+
+
+def predict(startup_model: StartupModel | PathArg, model: ModelFeatures | PathArg, *,
+            capture_sizes: int | None = None, compile_cache: PathArg | None = None,
+            storage_bandwidth: float | None = None,
+            page_cache: Literal["hot", "cold"] | None = None) -> Prediction:
+    """The start-up of ``model`` predicted per stage, with intervals and the warnings that
+    say where the prediction leaves its training data (``Prediction.to_dict()`` is what
+    ``coldscope predict --json`` prints).
+
+    ``startup_model``: a ``StartupModel`` (``fit``, ``calibrate``) or its JSON file. ``model``:
+    its ``ModelFeatures``, or a model directory, ``config.json``, safetensors index or features
+    JSON, read without loading weights. ``compile_cache``: this model's compile cache
+    directory, whose size becomes the compiled graph size. ``capture_sizes``: CUDA-graph
+    capture sizes (default: the training runs'). ``storage_bandwidth`` (bytes/s) and
+    ``page_cache``: predict model loading for other storage than the model was measured on.
+    """
+    from coldscope.prediction.features import ModelFeatures
+    from coldscope.prediction.startup_model import StartupModel, features_of
+    if page_cache not in (None, "hot", "cold"):
+        raise ColdscopeError(f"page cache must be hot or cold, not {page_cache!r}")
+    fitted = startup_model if isinstance(startup_model, StartupModel) \
+        else StartupModel.load(os.fspath(startup_model))
+    features = features_of(model if isinstance(model, ModelFeatures) else os.fspath(model),
+                           None if compile_cache is None else os.fspath(compile_cache))
+    return fitted.predict(features, capture_sizes=capture_sizes,
+                          storage_bandwidth=storage_bandwidth, page_cache=page_cache)
+
+
+def calibrate(startup_model: StartupModel | PathArg, training: TrainingSet | Iterable[Run], *,
+              models: Sequence[str] | None = None) -> StartupModel:
+    """``startup_model`` moved to a new machine from a few start-ups measured there
+    (``coldscope.prediction.calibrate``): each stage's formula is kept and scaled (or shifted)
+    by what the new machine's start-ups show, so two models measured there stand in for a
+    whole new training set.
+
+    ``startup_model``: the base model (a ``StartupModel`` or its JSON file; not one already
+    calibrated). ``training``: the new machine's start-ups, as for ``fit``. ``models``: which
+    of their models to calibrate on (default: all). Returns a new ``StartupModel``; its
+    ``file_.calibration`` says per stage what was transferred and how far the models agree.
+    """
+    from coldscope.prediction.calibrate import calibrate as calibrate_file
+    from coldscope.prediction.startup_model import StartupModel
+    base = startup_model if isinstance(startup_model, StartupModel) \
+        else StartupModel.load(os.fspath(startup_model))
+    file = getattr(base, "file_", None)
+    if file is None:
+        raise ColdscopeError("the startup model is not fitted; fit or load one first")
+    # what the calibrated model records as its base: the file, else the base's training data
+    base_source = file.trained_on.source if isinstance(startup_model, StartupModel) \
+        else os.fspath(startup_model)
+    data = _training(training)
+    new = calibrate_file(file, list(data.observations), environment=data.environment,
+                         source=data.source, base_source=base_source,
+                         models=list(models) if models else None)
+    return StartupModel.from_file(new)
+
+
+def _training(training: TrainingSet | Iterable[Run]) -> TrainingSet:
+    from coldscope.prediction.training import TrainingSet, training_from_runs
+    return training if isinstance(training, TrainingSet) else training_from_runs(training)
+
+
+# -- planning -----------------------------------------------------------------------------------
+
+
+def simulate(request: SimRequest | SimInputs, *,
+             progress: Callable[[float], None] | None = None) -> SimResult | SweepResult:
+    """Autoscaling with cold starts replayed over a request trace (``coldscope.sim``): time to
+    first token, SLA attainment, cold starts, GPU-hours and cost of one policy, or of every
+    case of a sweep (then a ``SweepResult``).
+
+    ``request``: a ``SimRequest`` names the trace file, the policy and replica, and where new
+    replicas' start-up times come from (a startup model, a plan, the store's runs, a fixed
+    time, or the paper's measured spread); every option is checked before the trace is read
+    (``coldscope.sim.request.load_inputs``). A caller that holds the data already (a
+    ``Trace``, a cold-start distribution) gives ``SimInputs`` instead and no file is read.
+    ``progress(fraction)`` is told how far the simulation is.
+    """
+    from coldscope.sim.request import SimInputs, load_inputs, run
+    inputs = request if isinstance(request, SimInputs) else load_inputs(request)
+    return run(inputs, progress=progress)
