@@ -43,9 +43,9 @@ $(PROMETHEUS):
 	-command -v apt-get >/dev/null && apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 
-# Import layering and no cycles (.importlinter) are part of the tests, not only of lint.
-test: setup models/tiny $(BROWSER) $(PROMETHEUS)
-	$(VENV)/bin/lint-imports
+# Lint (ruff, the import layering and cycles of .importlinter, mypy strict) is part of the
+# tests: it runs first, right after setup, so a tree that fails it fails before any engine starts.
+test: setup lint models/tiny $(BROWSER) $(PROMETHEUS)
 	$(PY) -m pytest -q -ra
 
 lint: setup

@@ -111,10 +111,10 @@ def test_no_progress_with_json_or_when_piped(tmp_path):
 
 DEMO = """
 import sys
-from coldscope.cli import profile
+from coldscope import engines
 from coldscope.cli.main import main
-profile.DEMO_COMMAND = [sys.executable, {fake!r}, "--model", "models/tiny", "--port", "8765",
-                        "--stage-lines", "0.4"]
+engines.demo_command = lambda model, port: [sys.executable, {fake!r}, "--model", model,
+                                            "--port", str(port), "--stage-lines", "0.4"]
 sys.exit(main(["demo", "--model", "m", "--port", {port!r}, "--store", "s.db", *sys.argv[1:]]))
 """
 

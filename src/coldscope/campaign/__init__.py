@@ -8,8 +8,9 @@ its cell), so ``coldscope runs``, ``fit`` and ``report`` read campaign runs like
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -18,6 +19,9 @@ from coldscope.campaign.progress import Reporter
 from coldscope.campaign.spec import CampaignSpec, load_spec, parse_spec
 from coldscope.core.records import Run
 from coldscope.util.errors import ColdscopeError
+
+if TYPE_CHECKING:
+    from coldscope.store.db import Store
 
 __all__ = ["CampaignResult", "CampaignSpec", "campaign_runs", "done_cells", "expand",
            "load_spec", "parse_spec", "run_campaign"]
@@ -41,23 +45,24 @@ class CampaignResult(BaseModel):
     missing: list[str]
 
 
-def campaign_runs(store, name: str, status: str | None = None) -> list[Run]:
+def campaign_runs(store: Store, name: str, status: str | None = None) -> list[Run]:
     """The stored runs of campaign ``name`` (priming runs included)."""
     return [r for r in store.runs(status=status, label=name)
             if r.campaign is not None and r.campaign.kind == "campaign"
             and r.campaign.name == name]
 
 
-def done_cells(store, name: str) -> set[str]:
+def done_cells(store: Store, name: str) -> set[str]:
     """Ids of the cells with a successful measured run in the store."""
     return {r.campaign.cell for r in campaign_runs(store, name, status="ok")
             if r.campaign is not None and r.campaign.cell and r.campaign.role == "measure"}
 
 
-def run_campaign(spec: CampaignSpec, store, *, base: Path | None = None,
+def run_campaign(spec: CampaignSpec, store: Store, *, base: Path | None = None,
                  executor: Literal["local", "ray"] = "local", address: str | None = None,
                  resume: bool = False, concurrency: int | None = None,
-                 reporter: Reporter | None = None, on_line=None,
+                 reporter: Reporter | None = None,
+                 on_line: Callable[[str], None] | None = None,
                  cells: list[Cell] | None = None) -> CampaignResult:
     """Run the cells of ``spec`` that have no successful run in ``store`` yet.
 
@@ -75,9 +80,10 @@ def run_campaign(spec: CampaignSpec, store, *, base: Path | None = None,
                              on_line=on_line, cells=cells)
 
 
-def _run_campaign(spec: CampaignSpec, store, *, base: Path,
+def _run_campaign(spec: CampaignSpec, store: Store, *, base: Path,
                   executor: Literal["local", "ray"], address: str | None, resume: bool,
-                  concurrency: int | None, reporter: Reporter | None, on_line,
+                  concurrency: int | None, reporter: Reporter | None,
+                  on_line: Callable[[str], None] | None,
                   cells: list[Cell] | None) -> CampaignResult:
     reporter = reporter or Reporter()
     conc = concurrency or spec.concurrency

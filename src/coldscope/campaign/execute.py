@@ -29,6 +29,7 @@ from coldscope.campaign.matrix import Cell
 from coldscope.campaign.spec import CampaignSpec
 from coldscope.core.records import EngineInfo, ModelRef, Run
 from coldscope.launch.runner import (
+    Evidence,
     RunConfig,
     RunInterrupted,
     kill_run,
@@ -39,7 +40,7 @@ from coldscope.launch.runner import (
 from coldscope.util.errors import ColdscopeError
 
 OnLaunch = Callable[[Cell, str, str, int], None]  # cell, run id, role, port
-OnRecord = Callable[[Cell, Run, dict], None]  # cell, run, evidence
+OnRecord = Callable[[Cell, Run, Evidence], None]  # cell, run, evidence
 OnStage = Callable[[str, str, float], None]  # run id, stage or sub-step, seconds since launch
 
 
@@ -132,14 +133,16 @@ def campaign_lock(spec: CampaignSpec, store_path: Path) -> Iterator[Path]:
 # -- in-flight markers -----------------------------------------------------------------------
 
 
-def _owner() -> dict:
+def _owner() -> dict[str, float]:
     me = psutil.Process()
     return {"pid": me.pid, "created": me.create_time()}
 
 
-def _alive(owner: dict) -> bool:
+def _alive(owner: dict[str, float]) -> bool:
+    """Whether the process ``_owner`` described (read back from JSON) still runs."""
     try:
-        return abs(psutil.Process(owner["pid"]).create_time() - owner["created"]) < 1e-3
+        created: float = psutil.Process(owner["pid"]).create_time()
+        return abs(created - owner["created"]) < 1e-3
     except (psutil.Error, KeyError, TypeError):
         return False
 
@@ -242,7 +245,7 @@ def _annotate(run: Run, cell: Cell, role: str, slot: int, port: int,
 def _run(cell: Cell, config: RunConfig, state: Path, role: str, slot: int, port: int,
          wave: list[Cell], on_launch: OnLaunch | None,
          on_line: Callable[[str], None] | None = None,
-         on_stage: OnStage | None = None) -> tuple[Run, dict]:
+         on_stage: OnStage | None = None) -> tuple[Run, Evidence]:
     run_id = new_run_id()
     marker = mark(state, run_id)
     if on_launch:
@@ -261,7 +264,7 @@ def _run(cell: Cell, config: RunConfig, state: Path, role: str, slot: int, port:
 def run_wave(wave: list[Cell], spec: CampaignSpec, base: Path, *,
              on_launch: OnLaunch | None = None, on_record: OnRecord | None = None,
              on_line: Callable[[str], None] | None = None,
-             on_stage: OnStage | None = None) -> list[tuple[Run, dict]]:
+             on_stage: OnStage | None = None) -> list[tuple[Run, Evidence]]:
     """Run the cells of one wave, slot ``i`` on port ``spec.port + i``; every run (priming
     runs included) is passed to ``on_record`` as soon as it ends, in this thread, and returned.
 
@@ -271,9 +274,9 @@ def run_wave(wave: list[Cell], spec: CampaignSpec, base: Path, *,
     """
     state = state_dir(spec, base)
     root = cache_root(spec, base)
-    out: list[tuple[Run, dict]] = []
+    out: list[tuple[Run, Evidence]] = []
 
-    def emit(cell: Cell, run: Run, evidence: dict) -> None:
+    def emit(cell: Cell, run: Run, evidence: Evidence) -> None:
         out.append((run, evidence))
         if on_record:
             on_record(cell, run, evidence)
@@ -300,7 +303,7 @@ def run_wave(wave: list[Cell], spec: CampaignSpec, base: Path, *,
 
 
 def _run_together(wave: list[Cell], configs: list[RunConfig], spec: CampaignSpec, state: Path,
-                  on_launch: OnLaunch | None, emit: Callable[[Cell, Run, dict], None],
+                  on_launch: OnLaunch | None, emit: OnRecord,
                   on_stage: OnStage | None = None) -> None:
     """Start every cell of the wave at once (one thread each) and wait for all."""
     lock = threading.Lock()
@@ -314,7 +317,7 @@ def _run_together(wave: list[Cell], configs: list[RunConfig], spec: CampaignSpec
 
     start = threading.Barrier(len(wave))
 
-    def one(i: int) -> tuple[Run, dict]:
+    def one(i: int) -> tuple[Run, Evidence]:
         start.wait()  # launch together: the point of a contention study
         return _run(wave[i], configs[i], state, MEASURE, i, spec.port + i, wave, launched,
                     on_stage=on_stage)

@@ -7,7 +7,9 @@ failed, and returns with ``interrupted`` set.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from coldscope.campaign.execute import (
     cache_root,
@@ -22,10 +24,15 @@ from coldscope.campaign.matrix import Cell, waves
 from coldscope.campaign.progress import Reporter
 from coldscope.campaign.spec import CampaignSpec
 from coldscope.core.records import Run
+from coldscope.launch.runner import Evidence
+
+if TYPE_CHECKING:
+    from coldscope.store.db import Store
 
 
-def run_local(spec: CampaignSpec, cells: list[Cell], store, reporter: Reporter, *,
-              base: Path, concurrency: int = 1, on_line=None) -> bool:
+def run_local(spec: CampaignSpec, cells: list[Cell], store: Store, reporter: Reporter, *,
+              base: Path, concurrency: int = 1,
+              on_line: Callable[[str], None] | None = None) -> bool:
     """Run ``cells`` (already filtered to the missing ones). Returns True when Ctrl-C
     stopped it before the end."""
     warning = cache_root_warning(cache_root(spec, base))
@@ -43,7 +50,7 @@ def run_local(spec: CampaignSpec, cells: list[Cell], store, reporter: Reporter, 
     except KeyboardInterrupt:
         return True
 
-    def on_record(cell: Cell, run: Run, evidence: dict) -> None:
+    def on_record(cell: Cell, run: Run, evidence: Evidence) -> None:
         store.add_run(run, evidence)
         reporter.finished(cell, run)
 

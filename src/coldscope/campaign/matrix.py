@@ -10,7 +10,7 @@ cells that were already there.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -48,7 +48,7 @@ class Cell(BaseModel):
         """The engine command for a slot's port."""
         return [a.replace("{port}", str(port)) for a in self.command]
 
-    def tag(self, **more) -> Membership:
+    def tag(self, **more: Any) -> Membership:
         """What a run carries as its membership (``run.campaign``); ``--resume`` reads
         ``cell``. ``more``: the run's role, slot, port, host, ..."""
         return Membership(kind="campaign", name=self.campaign, cell=self.id, model=self.model,
@@ -106,8 +106,8 @@ def expand(spec: CampaignSpec, base: Path, concurrency: int | None = None) -> li
                 for flags in spec.flags:
                     python = engine.python if engine.release is None else \
                         str(envs_dir / slug(engine.release) / "bin" / "python")
-                    base = render_command(spec.command, path, python)
-                    command = base + flags.argv(resolve(base))
+                    rendered = render_command(spec.command, path, python)
+                    command = rendered + flags.argv(resolve(rendered))
                     for cache in spec.cache:
                         cells.append(Cell(
                             id=cell_id(name, engine.name, flags.name, cache, rep, conc),

@@ -9,13 +9,15 @@ and engine shutdown included) times the cells still to run.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from coldscope.campaign.matrix import Cell
 from coldscope.core.records import Run
 from coldscope.util.safeio import clean_text
 
 if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress, Task, TaskID
     from rich.text import Text
 
 
@@ -80,20 +82,21 @@ class RichReporter(Reporter):
     """One bar over the cells (elapsed, ETA) and, under it, one row per engine running now:
     its cell, the time since its launch, and the stage it is in."""
 
-    def __init__(self, console) -> None:
+    def __init__(self, console: Console) -> None:
         self.console = console
-        self.progress: Any = None
-        self.task: Any = None
+        self.progress: Progress | None = None  # from ``begin`` on
+        self.task: TaskID | None = None  # the campaign's row
         self.name = ""
         self.t0 = 0.0
         self.finished_cells = 0
         self.todo = 0
         self.concurrency = 1
         self.running: dict[str, str] = {}
-        self.rows: dict[str, int] = {}  # run id -> its progress row
+        self.rows: dict[str, TaskID] = {}  # run id -> its progress row
         self.counted: set[str] = set()
 
-    def begin(self, name, total, already_done, todo, concurrency) -> None:
+    def begin(self, name: str, total: int, already_done: int, todo: int,
+              concurrency: int) -> None:
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -114,42 +117,49 @@ class RichReporter(Reporter):
             f": {total} cell(s), {already_done} already in the store, {todo} to run"
             + (f", {concurrency} at once" if concurrency > 1 else "")))
         class Count(MofNCompleteColumn):  # "3/12" on the campaign's row, blank on a run's
-            def render(self, task):
-                return super().render(task) if task.total is not None else ""
+            def render(self, task: Task) -> Text:
+                return super().render(task) if task.total is not None else Text("")
 
-        self.progress = Progress(
+        self.progress = progress = Progress(
             SpinnerColumn(), TextColumn("{task.description}", markup=False), BarColumn(),
             Count(), TimeElapsedColumn(), TextColumn("{task.fields[eta]}", markup=False),
             console=self.console, transient=False,
         )
-        self.progress.start()
-        self.task = self.progress.add_task(name, total=total, completed=already_done,
-                                           eta=_clock(None))
+        progress.start()
+        self.task = progress.add_task(name, total=total, completed=already_done,
+                                      eta=_clock(None))
+
+    def _live(self) -> tuple[Progress, TaskID]:
+        """The display and the campaign's row (``begin`` made them)."""
+        if self.progress is None or self.task is None:
+            raise RuntimeError("RichReporter: begin() was not called")
+        return self.progress, self.task
 
     def note(self, text: str) -> None:
         from rich.text import Text
 
         self.console.print(Text(clean_text(text)))
 
-    def started(self, cell, run_id, role, port) -> None:
+    def started(self, cell: Cell, run_id: str, role: str, port: int) -> None:
+        progress, task = self._live()
         self.running[cell.id] = role
         label = ", ".join(self.running)
-        self.progress.update(self.task, description=f"{label} ({role})" if len(
+        progress.update(task, description=f"{label} ({role})" if len(
             self.running) == 1 else label)
         # a row of its own: elapsed since launch (rich's clock), and the stage it is in
-        self.rows[run_id] = self.progress.add_task(
+        self.rows[run_id] = progress.add_task(
             f"  └ {cell.id}" + (" (priming)" if role == "prime" else ""), total=None,
             eta=stage_text(None, None))
 
-    def stage(self, run_id, stage, seconds) -> None:
+    def stage(self, run_id: str, stage: str, seconds: float) -> None:
         row = self.rows.get(run_id)
         if row is not None:
-            self.progress.update(row, eta=stage_text(stage, seconds))
+            self._live()[0].update(row, eta=stage_text(stage, seconds))
 
-    def finished(self, cell, run) -> None:
+    def finished(self, cell: Cell, run: Run) -> None:
         row = self.rows.pop(run.id, None)
         if row is not None:
-            self.progress.remove_task(row)
+            self._live()[0].remove_task(row)
         self.console.print(outcome_line(cell, run))
         role = run.campaign.role if run.campaign is not None else None
         if role == "prime" or run.reason == "interrupted":
@@ -161,10 +171,11 @@ class RichReporter(Reporter):
         self.finished_cells += 1
         left = eta(time.monotonic() - self.t0, self.finished_cells,
                    self.todo - self.finished_cells)
-        self.progress.update(self.task, advance=1, eta=_clock(left))
+        progress, task = self._live()
+        progress.update(task, advance=1, eta=_clock(left))
 
     def end(self) -> None:
-        if self.progress is not None:
+        if self.progress is not None and self.task is not None:
             for row in self.rows.values():
                 self.progress.remove_task(row)
             self.rows.clear()

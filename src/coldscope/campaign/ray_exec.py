@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from coldscope.campaign.execute import (
     ensure_models,
@@ -26,18 +27,28 @@ from coldscope.campaign.matrix import Cell, waves
 from coldscope.campaign.progress import Reporter
 from coldscope.campaign.spec import CampaignSpec
 from coldscope.core.records import Run
+from coldscope.launch.runner import Evidence
 from coldscope.util.errors import ColdscopeError
 
+if TYPE_CHECKING:
+    from ray import ObjectRef
 
-def _ray():
+    from coldscope.store.db import Store
+
+#: The waves in flight: each task's result reference -> (its cells, how many times it was lost).
+Pending = dict["ObjectRef[list[tuple[Run, Evidence]]]", tuple[list[Cell], int]]
+#: Submits a wave as a task again (its cells, the attempt's number).
+Submit = Callable[[list[Cell], int], None]
+
+
+def _require_ray() -> None:
     try:
-        import ray
+        import ray  # noqa: F401
     except ImportError:
         raise ColdscopeError("the ray executor needs Ray: pip install 'coldscope[ray]'") from None
-    return ray
 
 
-def wave_task(wave: list[Cell], spec: CampaignSpec, base: str) -> list[tuple[Run, dict]]:
+def wave_task(wave: list[Cell], spec: CampaignSpec, base: str) -> list[tuple[Run, Evidence]]:
     """Runs on a Ray node: stop engines orphaned by a dead task, make the models and the
     release environments, run."""
     reap(state_dir(spec, Path(base)), spec.shutdown_grace)
@@ -46,7 +57,9 @@ def wave_task(wave: list[Cell], spec: CampaignSpec, base: str) -> list[tuple[Run
     return run_wave(wave, spec, Path(base))
 
 
-def _check_resources(ray, spec: CampaignSpec) -> None:
+def _check_resources(spec: CampaignSpec) -> None:
+    import ray
+
     have = ray.cluster_resources()
     for name, amount in spec.ray.resources.items():
         if have.get(name, 0) < amount:
@@ -62,14 +75,15 @@ def _why(exc: Exception) -> str:
     return f"{type(exc).__name__}: {first}"[:300]
 
 
-def run_ray(spec: CampaignSpec, cells: list[Cell], store, reporter: Reporter, *, base: Path,
-            address: str | None = None, concurrency: int = 1,
-            task: Callable | None = None) -> bool:
+def run_ray(spec: CampaignSpec, cells: list[Cell], store: Store, reporter: Reporter, *,
+            base: Path, address: str | None = None, concurrency: int = 1,
+            task: Callable[[list[Cell], CampaignSpec, str], list[tuple[Run, Evidence]]]
+            | None = None) -> bool:
     """Run ``cells`` as Ray tasks, one wave each; store what comes back. Connects to
     ``address`` or, when none and Ray is not yet initialised, starts a local instance that
     advertises the resources once. Returns True when Ctrl-C stopped it."""
-    ray = _ray()
-    from ray import exceptions as rex
+    _require_ray()
+    import ray
 
     started_here = False
     if not ray.is_initialized():
@@ -80,11 +94,11 @@ def run_ray(spec: CampaignSpec, cells: list[Cell], store, reporter: Reporter, *,
                      resources={k: max(v, 1.0) for k, v in spec.ray.resources.items()})
         started_here = True
     try:
-        _check_resources(ray, spec)
+        _check_resources(spec)
         remote = ray.remote(task or wave_task).options(
             num_cpus=spec.ray.num_cpus, num_gpus=spec.ray.num_gpus,
             resources=spec.ray.resources, max_retries=0, name="coldscope-campaign-wave")
-        pending: dict = {}
+        pending: Pending = {}
 
         def submit(wave: list[Cell], attempt: int) -> None:
             pending[remote.remote(wave, spec, str(base))] = (wave, attempt)
@@ -92,9 +106,9 @@ def run_ray(spec: CampaignSpec, cells: list[Cell], store, reporter: Reporter, *,
         for wave in waves(cells, concurrency):
             submit(wave, 0)
         try:
-            _collect(ray, rex, pending, submit, spec, store, reporter)
+            _collect(pending, submit, spec, store, reporter)
         except KeyboardInterrupt:
-            _cancel(ray, list(pending), spec)
+            _cancel(list(pending), spec)
             return True
         return False
     finally:
@@ -102,9 +116,12 @@ def run_ray(spec: CampaignSpec, cells: list[Cell], store, reporter: Reporter, *,
             ray.shutdown()
 
 
-def _collect(ray, rex, pending: dict, submit, spec: CampaignSpec, store,
+def _collect(pending: Pending, submit: Submit, spec: CampaignSpec, store: Store,
              reporter: Reporter) -> None:
     """Store each task's runs as it returns; record and resubmit lost ones."""
+    import ray
+    from ray import exceptions as rex
+
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
         for ref in done:
@@ -129,9 +146,11 @@ def _collect(ray, rex, pending: dict, submit, spec: CampaignSpec, store,
                 reporter.finished(by_id[run.campaign.cell], run)
 
 
-def _cancel(ray, refs: list, spec: CampaignSpec) -> None:
+def _cancel(refs: list[ObjectRef[list[tuple[Run, Evidence]]]], spec: CampaignSpec) -> None:
     """Ctrl-C: interrupt the running tasks (the runner stops their engines on the
     KeyboardInterrupt Ray raises in them) and wait a little for them to finish."""
+    import ray
+
     for ref in refs:
         try:
             ray.cancel(ref, force=False)

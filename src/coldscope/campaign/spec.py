@@ -117,7 +117,7 @@ class FlagSet(Strict):
 
     @field_validator("args", mode="before")
     @classmethod
-    def _split(cls, v):
+    def _split(cls, v: object) -> object:
         return shlex.split(v) if isinstance(v, str) else v
 
     def argv(self, engine: Engine) -> list[str]:
@@ -180,7 +180,7 @@ class CampaignSpec(Strict):
 
     @field_validator("command", mode="before")
     @classmethod
-    def _split_command(cls, v):
+    def _split_command(cls, v: object) -> object:
         return shlex.split(v) if isinstance(v, str) else v
 
     @field_validator("command")

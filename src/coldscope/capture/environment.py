@@ -35,14 +35,14 @@ def cpu_model() -> str | None:
     return platform.processor() or None
 
 
-def gpus() -> list[dict]:
+def gpus() -> list[dict[str, object]]:
     """GPUs from NVML when its Python binding is installed, else from nvidia-smi, else []."""
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
 
         pynvml.nvmlInit()
         try:
-            out = []
+            out: list[dict[str, object]] = []
             for i in range(pynvml.nvmlDeviceGetCount()):
                 h = pynvml.nvmlDeviceGetHandleByIndex(i)
                 name = pynvml.nvmlDeviceGetName(h)
@@ -77,7 +77,7 @@ def gpus() -> list[dict]:
     return []
 
 
-def filesystem_of(path: str | Path | None) -> dict | None:
+def filesystem_of(path: str | Path | None) -> dict[str, str] | None:
     """Filesystem type and device that hold ``path`` (the weights), from the mount table."""
     if not path:
         return None
@@ -100,7 +100,8 @@ def filesystem_of(path: str | Path | None) -> dict | None:
 _NETWORK_FS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "ceph", "glusterfs", "lustre")
 
 
-def storage_kind(fs: dict | None, sys_block: Path = Path("/sys/block")) -> str | None:
+def storage_kind(fs: Mapping[str, str | None] | None,
+                 sys_block: Path = Path("/sys/block")) -> str | None:
     """What kind of storage a filesystem (``filesystem_of``) lives on: ``tmpfs`` (memory),
     ``nfs`` (any network filesystem), ``nvme``, ``ssd`` or ``hdd`` (from the block device's
     ``rotational`` flag); None when it cannot be told (overlay in a container, no device)."""
@@ -147,8 +148,8 @@ DEFAULT_PACKAGES: dict[str, tuple[str, ...]] = {
 }
 
 
-def engine_versions(python: str | None,
-                    packages: Mapping[str, Sequence[str]] = DEFAULT_PACKAGES) -> dict:
+def engine_versions(python: str | None, packages: Mapping[str, Sequence[str]] = DEFAULT_PACKAGES
+                    ) -> dict[str, str | None]:
     """Python and package versions as the engine's interpreter sees them (package metadata
     only: importing torch would take seconds and warm the page cache before a cold run)."""
     if not python:
@@ -158,14 +159,15 @@ def engine_versions(python: str | None,
         text = subprocess.run([python, "-c", _ENGINE_VERSIONS, arg], capture_output=True,
                               text=True,
                               timeout=30, check=True).stdout
-        return json.loads(text.strip().splitlines()[-1])
+        versions: dict[str, str | None] = json.loads(text.strip().splitlines()[-1])
+        return versions
     except (subprocess.SubprocessError, OSError, ValueError, IndexError):
         return {}
 
 
 def collect(*, engine_python: str | None, weights_path: str | None, env: dict[str, str],
             packages: Mapping[str, Sequence[str]] = DEFAULT_PACKAGES,
-            env_prefixes: tuple[str, ...] = ()) -> dict:
+            env_prefixes: tuple[str, ...] = ()) -> dict[str, object]:
     """The environment record stored with each run (``records.Environment``): the machine,
     the versions of ``packages`` (the engine adapter's), and the start-up relevant variables
     of ``env`` (``STARTUP_ENV_PREFIXES`` plus the adapter's ``env_prefixes``)."""

@@ -15,6 +15,16 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+AttributeValue = str | bool | int | float | bytes | None
+"""An OpenTelemetry attribute's value as received (arrays and key-value lists as text)."""
+
+_HOST = "127.0.0.1"
+"""The only address the receiver binds (loopback)."""
 
 
 @dataclass(frozen=True)
@@ -30,9 +40,9 @@ class OtelSpan:
     scope: str = ""
     process_kind: str | None = None
     pid: int | None = None
-    attributes: dict = field(default_factory=dict)
+    attributes: dict[str, AttributeValue] = field(default_factory=dict)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name, "scope": self.scope, "start": self.start, "end": self.end,
             "trace": self.trace_id, "span": self.span_id, "parent": self.parent_id,
@@ -40,7 +50,7 @@ class OtelSpan:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> OtelSpan:
+    def from_dict(cls, d: dict[str, Any]) -> OtelSpan:
         """Read our own JSON form, or the fixture form (times in Unix ns)."""
         start, end = d["start"], d["end"]
         if start > 1e12:  # nanoseconds
@@ -54,16 +64,17 @@ class OtelSpan:
         )
 
 
-def _any_value(v):
+def _any_value(v: AnyValue) -> AttributeValue:
     kind = v.WhichOneof("value")
     if kind is None:
         return None
     if kind in ("array_value", "kvlist_value"):
         return str(getattr(v, kind))
-    return getattr(v, kind)
+    value: AttributeValue = getattr(v, kind)
+    return value
 
 
-def _engine_attr(resource: dict, name: str):
+def _engine_attr(resource: dict[str, AttributeValue], name: str) -> AttributeValue:
     """A resource attribute an engine sets under its own namespace (``<engine>.<name>``, e.g.
     vLLM's ``vllm.process_kind``), whatever the engine."""
     for key, value in resource.items():
@@ -96,7 +107,7 @@ def decode_export_request(body: bytes) -> list[OtelSpan]:
                         span_id=sp.span_id.hex(),
                         parent_id=sp.parent_span_id.hex(),
                         scope=ss.scope.name,
-                        process_kind=kind,
+                        process_kind=None if kind is None else str(kind),
                         pid=int(pid) if pid not in (None, "") else None,
                         attributes={kv.key: _any_value(kv.value) for kv in sp.attributes},
                     )
@@ -164,17 +175,16 @@ class Receiver:
                 self.end_headers()
                 self.wfile.write(payload)
 
-            def log_message(self, *args) -> None:
+            def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self._server = ThreadingHTTPServer((_HOST, port), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._started = False
 
     @property
     def endpoint(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1/traces"
+        return f"http://{_HOST}:{self._server.server_port}/v1/traces"
 
     def start(self) -> Receiver:
         self._thread.start()
@@ -194,7 +204,7 @@ class Receiver:
     def __enter__(self) -> Receiver:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 

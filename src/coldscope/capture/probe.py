@@ -12,7 +12,9 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Required, TypedDict
 
+from coldscope.core.records import ProcessRecord
 from coldscope.core.stages import (
     BOOTSTRAP,
     CUDA_GRAPH_CAPTURE,
@@ -32,6 +34,28 @@ ROOT_ROLE = "api_server"
 its first hooked call, are ``bootstrap/api_server_imports``."""
 HELPER = "helper"
 """The role of a process no ``ProcessRole`` claims (a subprocess, a compiler worker)."""
+
+
+class ProbeEvent(TypedDict, total=False):
+    """One line of ``probe-<pid>.jsonl`` as ``json.loads`` reads it back: what the probe's
+    ``_event`` wrote (``pid`` and ``mono`` are checked on reading, so always there)."""
+
+    ev: str
+    """``process``, ``begin``, ``end`` or ``exit``."""
+    name: str
+    """A hook's event name (a stage, a stage/substep, or ``mark:<what>``)."""
+    mono: Required[float]
+    wall: float
+    pid: Required[int]
+    cost: float
+    """Seconds the probe had spent in this process so far."""
+    io_read: int | None
+    """Bytes read from storage so far (``begin``/``end``); None where the kernel does not say."""
+    argv: list[str]
+    ppid: int
+    start_mono: float | None
+    """The process's start from ``/proc`` (another clock: see ``probe_spans``)."""
+    executable: str
 
 
 @dataclass(frozen=True)
@@ -60,7 +84,7 @@ class ProbedProcess:
     argv: list[str]
     loaded: float  # monotonic time the probe loaded (after interpreter start-up)
     start_proc: float | None  # start time from /proc (another clock; see ``probe_spans``)
-    events: list[dict] = field(default_factory=list)
+    events: list[ProbeEvent] = field(default_factory=list)
     role: str = HELPER
 
     @property
@@ -71,9 +95,9 @@ class ProbedProcess:
     def first(self, ev: str, name: str) -> float | None:
         return next((e["mono"] for e in self.events if e["ev"] == ev and e["name"] == name), None)
 
-    def calls(self, name: str) -> list[tuple[dict, dict]]:
+    def calls(self, name: str) -> list[tuple[ProbeEvent, ProbeEvent]]:
         """Matched begin/end events of ``name`` (outermost calls, in order)."""
-        out: list[tuple[dict, dict]] = []
+        out: list[tuple[ProbeEvent, ProbeEvent]] = []
         begin = None
         for e in self.events:
             if e.get("name") != name:
@@ -115,10 +139,10 @@ def storage_reads(processes: list[ProbedProcess], name: str) -> list[StorageRead
     return out
 
 
-def read_probe_events(directory: Path) -> list[dict]:
+def read_probe_events(directory: Path) -> list[ProbeEvent]:
     """Every event the probe wrote in ``directory`` (all processes, file order); torn or
     foreign lines are skipped. This raw list is what the store keeps as ``probe`` evidence."""
-    events: list[dict] = []
+    events: list[ProbeEvent] = []
     for path in sorted(Path(directory).glob("probe-*.jsonl")):
         for line in path.read_text(errors="replace").splitlines():
             try:
@@ -131,7 +155,7 @@ def read_probe_events(directory: Path) -> list[dict]:
     return events
 
 
-def processes_from_events(events: list[dict],
+def processes_from_events(events: Sequence[ProbeEvent],
                           roles: Sequence[ProcessRole] = ()) -> list[ProbedProcess]:
     """Group raw probe events into processes and give each its role: the first of ``roles``
     (the engine adapter's) whose marks it has; else the root role for a process without a
@@ -269,16 +293,16 @@ def _engine_kv_intervals(processes: list[ProbedProcess]) -> list[tuple[float, fl
     return out
 
 
-def process_table(processes: list[ProbedProcess], launch_mono: float) -> list[dict]:
-    """One row per probed process: pid, parent, role, start (s since launch), argv."""
+def process_table(processes: list[ProbedProcess], launch_mono: float) -> list[ProcessRecord]:
+    """One record per probed process: pid, parent, role, start (s since launch), argv."""
     return [
-        {
-            "pid": p.pid,
-            "ppid": p.ppid,
-            "role": p.role,
-            "probe_loaded_s": p.loaded - launch_mono,
-            "probe_cost_s": round(p.cost, 6),
-            "argv": p.argv,
-        }
+        ProcessRecord(
+            pid=p.pid,
+            ppid=p.ppid,
+            role=p.role,
+            probe_loaded_s=p.loaded - launch_mono,
+            probe_cost_s=round(p.cost, 6),
+            argv=p.argv,
+        )
         for p in processes
     ]

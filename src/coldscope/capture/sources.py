@@ -20,7 +20,7 @@ from coldscope.core.timeline import Span
 
 if TYPE_CHECKING:
     from coldscope.capture.otlp import OtelSpan
-    from coldscope.capture.probe import ProcessRole
+    from coldscope.capture.probe import ProbeEvent, ProcessRole
     from coldscope.core.records import LogInfo
 class EngineReader(Protocol):
     """What the sources ask of an engine adapter (``coldscope.engines.Engine`` has it)."""
@@ -84,14 +84,13 @@ class ProbeSource:
 
     kind = "probe"
 
-    def spans(self, raw: list[dict[str, Any]], ctx: Context) -> SourceResult:
+    def spans(self, raw: Sequence[ProbeEvent], ctx: Context) -> SourceResult:
         from coldscope.capture.probe import (
             probe_spans,
             process_table,
             processes_from_events,
             storage_reads,
         )
-        from coldscope.core.records import ProcessRecord
         if ctx.root_pid is None:
             return SourceResult([])
         roles = ctx.engine.process_roles
@@ -99,7 +98,7 @@ class ProbeSource:
         spans = probe_spans(processes, launch_mono=ctx.launch_mono, root_pid=ctx.root_pid,
                             ready_at=ctx.ready_at, compile_enabled=ctx.compile_enabled,
                             roles=roles)
-        table = [ProcessRecord(**row) for row in process_table(processes, ctx.launch_mono)]
+        table = process_table(processes, ctx.launch_mono)
         reads = storage_reads(processes, f"{MODEL_LOADING}/weights")
         return SourceResult(spans, {"processes": table, "weights_reads": reads})
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import FrameType
+from typing import Literal
 
 import click
 
@@ -24,8 +26,9 @@ from coldscope.util.errors import ColdscopeError
 @click.option("--verbose", is_flag=True, help="Echo the engine's output (one at a time only).")
 @store_option
 @json_option
-def campaign(spec_file, executor, address, resume, concurrency, dry_run, verbose, store_path,
-             as_json):
+def campaign(spec_file: str, executor: Literal["local", "ray"], address: str | None,
+             resume: bool, concurrency: int | None, dry_run: bool, verbose: bool,
+             store_path: str | None, as_json: bool) -> None:
     """Run the campaign in SPEC_FILE (YAML): every model × engine × flags × cache state,
     `repetitions` times, each run stored as soon as it ends. Exit status: 0 all cells done,
     2 some cells without a successful run (run again with --resume), 130 stopped by Ctrl-C."""
@@ -59,7 +62,7 @@ def campaign(spec_file, executor, address, resume, concurrency, dry_run, verbose
     if as_json:
         print_json({"result": result.model_dump(), "summary": rows})
     else:
-        from coldscope.campaign.render import summary_table
+        from coldscope.render.campaign import summary_table
         out.print(summary_table(rows))
         out.print(f"{result.done} of {result.cells} cells done; {result.runs_stored} runs stored "
                   f"this time ({result.failed_runs} failed) in {result.store}")
@@ -76,7 +79,7 @@ def _stop_on_sigterm() -> None:
     stopped and the interrupted run stored, instead of an engine left running."""
     import signal
 
-    def stop(signum, frame):
+    def stop(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)

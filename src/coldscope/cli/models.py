@@ -22,8 +22,9 @@ from coldscope.cli.common import echo
 @click.option("--experts", default=4, show_default=True, type=click.IntRange(2))
 @click.option("--seed", default=0, show_default=True)
 @click.option("--exist-ok", is_flag=True, help="Succeed quietly if OUT_DIR already has a model.")
-def make_model(out_dir, architecture, layers, hidden, heads, kv_heads, intermediate, vocab,
-               experts, seed, exist_ok):
+def make_model(out_dir: str, architecture: str, layers: int, hidden: int, heads: int,
+               kv_heads: int, intermediate: int | None, vocab: int, experts: int, seed: int,
+               exist_ok: bool) -> None:
     """Make a small model in OUT_DIR (random weights, locally trained BPE tokenizer)."""
     from pydantic import ValidationError
 

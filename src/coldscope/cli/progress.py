@@ -9,6 +9,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
+    from coldscope.core.records import Run
 
 
 def wanted(as_json: bool) -> bool:
@@ -44,7 +50,7 @@ def bar(description: str, show: bool) -> Iterator[Callable[..., None]]:
 
         def update(fraction: float | None = None, description: str | None = None,
                    pulse: bool = False) -> None:
-            changes: dict = {}
+            changes: dict[str, Any] = {}
             if description is not None:
                 changes["description"] = description
                 changes["refresh"] = True
@@ -72,10 +78,10 @@ class StartupProgress:
         self.show = show
         self.runs = runs
         self.launches = 0
-        self._progress = None
-        self._task = None
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
 
-    def launched(self, run) -> None:
+    def launched(self, run: Run) -> None:
         """An engine is about to start for ``run`` (a ``Run`` with status running)."""
         if not self.show:
             return
@@ -85,20 +91,20 @@ class StartupProgress:
         self.done()
         self.launches += 1
         what = f"run {self.launches}/{max(self.runs, self.launches)}" if self.runs > 1 else "run"
-        cache = run.cache or run.cache_requested or ""
+        cache: str = run.cache or run.cache_requested or ""
         if cache == "cold" and run.cache_requested == "warm":
             cache = "cold, fills the warm cache"
-        self._progress = Progress(
+        self._progress = progress = Progress(
             SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn(),
             TextColumn("{task.fields[stage]}", markup=False), console=console(stderr=True),
             transient=True)
-        self._progress.start()
-        self._task = self._progress.add_task(f"{what} {run.id}" + (f" ({cache})" if cache else ""),
-                                             stage=_stage_text(None, None))
+        progress.start()
+        self._task = progress.add_task(f"{what} {run.id}" + (f" ({cache})" if cache else ""),
+                                       stage=_stage_text(None, None))
 
     def stage(self, stage: str, seconds: float) -> None:
         """The running engine entered ``stage`` ``seconds`` after its launch."""
-        if self._progress is not None:
+        if self._progress is not None and self._task is not None:
             self._progress.update(self._task, stage=_stage_text(stage, seconds))
 
     def done(self) -> None:

@@ -4,12 +4,18 @@ and what changed between consecutive ones, stage by stage and import by import."
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 import click
 
-from coldscope.cli.common import console, echo, json_option, print_json, store_option
+from coldscope.cli.common import echo, json_option, print_json, show, store_option
 from coldscope.util.errors import ColdscopeError
+
+if TYPE_CHECKING:
+    from coldscope.launch.envs import Env, Usage
+    from coldscope.launch.releases import ReleasesResult
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -38,8 +44,10 @@ from coldscope.util.errors import ColdscopeError
 @store_option
 @json_option
 @click.argument("words", nargs=-1, type=click.UNPROCESSED)
-def releases(repeat, cache, timeout, name, envs_dir, cache_root, list_envs, remove_envs,
-             install_only, show_output, store_path, as_json, words):
+def releases(repeat: int, cache: Literal["cold", "warm"], timeout: float, name: str | None,
+             envs_dir: str | None, cache_root: str, list_envs: bool,
+             remove_envs: tuple[str, ...], install_only: bool, show_output: bool,
+             store_path: str | None, as_json: bool, words: tuple[str, ...]) -> None:
     """Start-up across engine releases: SPEC... -- ENGINE_ARGS. E.g.
 
     \b
@@ -85,8 +93,7 @@ def releases(repeat, cache, timeout, name, envs_dir, cache_root, list_envs, remo
     if as_json:
         print_json(result.to_json())
     else:
-        from coldscope.render.tables import releases_tables
-        console().print(releases_tables(result))
+        show(result)
     if any(not r.runs for r in result.releases):
         missing = next(r.spec for r in result.releases if not r.runs)
         raise ColdscopeError(f"{missing} has no start-up that reached ready; see "
@@ -102,8 +109,9 @@ def _split(words: tuple[str, ...]) -> tuple[list[str], list[str]]:
     return list(words), []
 
 
-def _measure(made, args, *, repeat, cache, timeout, name, cache_root, show_output, store_path,
-             as_json):
+def _measure(made: list[Env], args: list[str], *, repeat: int, cache: Literal["cold", "warm"],
+             timeout: float, name: str | None, cache_root: Path, show_output: bool,
+             store_path: str | None, as_json: bool) -> ReleasesResult:
     from coldscope.cli.progress import StartupProgress, wanted
     from coldscope.launch.releases import Started, measure, summarise
     from coldscope.launch.runner import new_run_id
@@ -135,7 +143,7 @@ def _measure(made, args, *, repeat, cache, timeout, name, cache_root, show_outpu
     return summarise(started, made, name=name, cache=cache, repeat=repeat, args=args)
 
 
-def _print_listing(usages, root: Path, as_json: bool) -> None:
+def _print_listing(usages: Sequence[Usage], root: Path, as_json: bool) -> None:
     if as_json:
         print_json({"root": str(root), "environments": [
             {"name": u.name, "path": str(u.path), "spec": u.spec,

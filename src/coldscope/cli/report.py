@@ -5,12 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from coldscope.cli.common import console, echo, json_option, print_json, store_option
 from coldscope.util.errors import ColdscopeError
 from coldscope.util.safeio import check_output_target, write_atomic
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 #: A store with at least this many runs gets a progress bar (on a terminal, without --json).
 LARGE_STORE = 200
@@ -29,7 +33,9 @@ LARGE_STORE = 200
 @click.option("--title", default=None, help="Page title.")
 @store_option
 @json_option
-def report(output, runs, model, paper, startup_model, title, store_path, as_json):
+def report(output: str, runs: str | None, model: str | None, paper: str | None,
+           startup_model: str | None, title: str | None, store_path: str | None,
+           as_json: bool) -> None:
     """Write a self-contained HTML report (opens offline): stage breakdown, per-process
     timeline, scaling, comparisons, start-up per release (`coldscope releases` runs), tune
     sessions as waterfalls, CPU use and predictions, each with a table and CSV."""
@@ -48,23 +54,19 @@ def report(output, runs, model, paper, startup_model, title, store_path, as_json
         write_atomic(out, page.encode("utf-8"))
     except OSError as exc:
         raise ColdscopeError(f"cannot write {out}: {exc.strerror or exc}") from None
-    summary = {"output": str(out), "bytes": len(page.encode("utf-8")), "runs": data["runs"],
-               "configurations": data["configurations"],
-               "timelines": len(data["timelines"]), "comparisons": len(data["comparisons"]),
-               "scaling_panels": sum(1 for p in data["scaling"] if p["series"]),
-               "predictions": data["predictions"] is not None,
-               "tune_sessions": len(data.get("tune") or []),
-               "releases_measurements": len(data.get("releases") or [])}
+    size = len(page.encode("utf-8"))
+    summary = {"output": str(out), "bytes": size, **data.counts()}
     if as_json:
         print_json(summary)
     else:
-        echo(f"wrote {out} ({summary['bytes'] / 1e6:.2f} MB): {data['runs']} runs, "
-             f"{data['configurations']} configurations")
+        echo(f"wrote {out} ({size / 1e6:.2f} MB): {data.runs} runs, "
+             f"{data.configurations} configurations")
 
 
 @contextmanager
-def report_progress(out, *, as_json: bool, store_path=None, paper=None,
-                    large: int = LARGE_STORE) -> Iterator[Callable[[str, float], None] | None]:
+def report_progress(out: Console, *, as_json: bool, store_path: str | None = None,
+                    paper: str | None = None, large: int = LARGE_STORE
+                    ) -> Iterator[Callable[[str, float], None] | None]:
     """A rich progress bar fed by ``make_report``'s phases, for a big store on a terminal;
     None (nothing shown) under ``--json``, when output is piped, and for small stores."""
     count = large

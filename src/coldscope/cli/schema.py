@@ -11,8 +11,10 @@ The schema describes the JSON as written (pydantic's serialization mode).
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import click
+from pydantic import BaseModel
 
 from coldscope.cli.common import print_json
 from coldscope.util.errors import ColdscopeError
@@ -32,12 +34,12 @@ SCHEMAS: dict[str, tuple[str, str]] = {
 }
 
 
-def schema_of(kind: str) -> dict:
+def schema_of(kind: str) -> dict[str, Any]:
     """The JSON Schema (a dict) of ``kind``; a one-line error if its model is not there."""
     target, what = SCHEMAS[kind]
     module, attr = target.split(":")
     try:
-        model = getattr(importlib.import_module(module), attr)
+        model: type[BaseModel] = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError):
         raise ColdscopeError(f"no schema for {kind}: {module}.{attr} is not available in this "
                              "coldscope") from None
@@ -48,7 +50,7 @@ def schema_of(kind: str) -> dict:
 
 @click.command()
 @click.argument("kind", type=click.Choice(sorted(SCHEMAS)))
-def schema(kind):
+def schema(kind: str) -> None:
     """Print the JSON Schema of a JSON output: run, compare, plan, predict, simulate,
     releases, startup-model, tune."""
     print_json(schema_of(kind))

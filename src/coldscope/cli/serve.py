@@ -61,9 +61,11 @@ from coldscope.util.errors import ColdscopeError
               help="Distinct replica label values in the metrics (then 'other').")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)
-def serve(host, port, store_path, startup_model, watch, glob, replica_label, timeout,
-          poll_interval, model_roots, token_file, max_body, request_timeout, max_header_bytes,
-          header_timeout, max_watch_bytes, max_replicas, log_level):
+def serve(host: str, port: int, store_path: str | None, startup_model: str | None,
+          watch: tuple[str, ...], glob: str, replica_label: str | None, timeout: float,
+          poll_interval: float, model_roots: tuple[str, ...], token_file: str | None,
+          max_body: int, request_timeout: float, max_header_bytes: int, header_timeout: float,
+          max_watch_bytes: int, max_replicas: int, log_level: str) -> None:
     """Serve start-up metrics, stored runs, predictions, plans and scale hints over HTTP,
     watching engine logs for start-ups (Ctrl-C stops it)."""
     import re

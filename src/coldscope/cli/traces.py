@@ -28,7 +28,8 @@ def traces() -> None:
               help="Output file: .csv or .parquet (generic format).")
 @click.option("--out", "out_alias", type=click.Path(dir_okay=False), default=None, hidden=True)
 @json_option
-def synth(days, rate, diurnal, bursts, idle_nights, seed, out_path, out_alias, as_json):
+def synth(days: float, rate: str, diurnal: bool, bursts: bool, idle_nights: bool, seed: int,
+          out_path: str | None, out_alias: str | None, as_json: bool) -> None:
     """Write a synthetic trace (Poisson arrivals, Azure-like token counts)."""
     from coldscope.cli.progress import bar, wanted
     from coldscope.planning.traces import check_synth_size, parse_rate, synthesize, write_trace

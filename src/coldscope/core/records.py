@@ -196,8 +196,8 @@ class ImportRecord(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    process: str = Field(description="the process's role (api_server, engine_core, worker, "
-                                     "helper)")
+    process: str = Field(description="the process's role (api_server for the one coldscope "
+                                     "launched, one of the engine's own, or helper)")
     pid: int
     package: str
     seconds: float = Field(ge=0)

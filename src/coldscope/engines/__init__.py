@@ -645,6 +645,25 @@ def log_facts(lines: Sequence[str], engine: str | None = None) -> tuple[Engine, 
     return None
 
 
+def role_order() -> tuple[str, ...]:
+    """Process roles in the order displays show their tracks: the process coldscope launched
+    (``capture.probe.ROOT_ROLE``), then every registered engine's own processes as its adapter
+    lists them (``Engine.process_roles``), then a process a log names only as the engine, then
+    helpers."""
+    from coldscope.capture.probe import HELPER, ROOT_ROLE
+    roles = (r.name for engine in ENGINES for r in engine.process_roles)
+    return tuple(dict.fromkeys((ROOT_ROLE, *roles, "engine", HELPER)))
+
+
+def demo_command(model: str, port: int) -> list[str]:
+    """The command ``coldscope demo`` profiles: vLLM's server (the engine ``make setup``
+    installs), run by coldscope's own interpreter, on the local ``model``, bound to 127.0.0.1
+    on ``port`` and sized for a small machine."""
+    from coldscope.engines.vllm import DEMO_ARGS, VLLM
+    args = ["--model", model, "--host", "127.0.0.1", "--port", str(port), *DEMO_ARGS]
+    return VLLM().server_command("python", args)
+
+
 def startup_boundary(line: str) -> str | None:
     """What one line of a followed log means to a start-up (``Engine.startup_boundary``),
     asking each registered engine in turn."""

@@ -8,7 +8,12 @@ report shows it as skipped instead of hiding it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from coldscope.engines import Mitigation
 
 #: ``seed`` value meaning "every cache an earlier start-up of the same configuration left".
 ALL_CACHES = "*"
@@ -49,7 +54,7 @@ class Knob(BaseModel):
         what the engine keys its compile cache by."""
         return bool(self.env or self.add_args or self.remove_args)
 
-    def to_mitigation(self):
+    def to_mitigation(self) -> Mitigation:
         """The engine-neutral ``coldscope.engines.Mitigation`` record of this knob."""
         from coldscope.engines import Mitigation
         return Mitigation(id=f"vllm.{self.name}", stage=self.stage, title=self.description,

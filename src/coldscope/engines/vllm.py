@@ -188,6 +188,12 @@ FINDING_ADVICE: dict[str, str] = {
 }
 
 
+#: Options that size vLLM's server for a tiny model on a small CPU machine (``coldscope demo``):
+#: a short context and few sequences keep the KV cache and warm-up small.
+DEMO_ARGS: tuple[str, ...] = ("--max-model-len", "256", "--max-num-seqs", "4",
+                              "--dtype", "bfloat16")
+
+
 class VLLM(GenericEngine):
     """vLLM's OpenAI-compatible server (``vllm serve M`` or
     ``python -m vllm.entrypoints.openai.api_server --model M``)."""

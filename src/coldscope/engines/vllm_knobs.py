@@ -17,11 +17,14 @@ import json
 import shutil
 import subprocess
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coldscope.core.stages import BOOTSTRAP, KV_CACHE_PROFILING, MODEL_LOADING, TORCH_COMPILE
 from coldscope.engines.knob import ALL_CACHES, Knob
 from coldscope.util.errors import ColdscopeError
+
+if TYPE_CHECKING:
+    from coldscope.engines import Mitigation
 
 #: Run by the engine's interpreter; prints one JSON object. Imports vLLM's config layer (a few
 #: seconds), never a model.
@@ -102,7 +105,7 @@ def capabilities(python: str | None = None, *, timeout: float = 180.0) -> dict[s
     if line is None:
         tail = (proc.stderr or "").strip().splitlines()[-1:] or ["no output"]
         raise ColdscopeError(f"cannot inspect vLLM with {exe}: {tail[0]}")
-    caps = json.loads(line)
+    caps: dict[str, Any] = json.loads(line)
     if "error" in caps:
         raise ColdscopeError(caps["error"])
     caps["criu"] = criu_check()
@@ -132,13 +135,13 @@ def criu_check() -> dict[str, Any]:
     return {"ok": proc.returncode == 0, "detail": f"`criu check`: {detail}"}
 
 
-def _env_knob(caps: dict, var: str, **kw) -> Knob:
+def _env_knob(caps: dict[str, Any], var: str, **kw: Any) -> Knob:
     if var not in set(caps.get("env_vars") or ()):
         kw.update(available=False, reason=f"this vLLM ({caps.get('version')}) has no {var}")
     return Knob(**kw)
 
 
-def _opt_knob(caps: dict, option: str, **kw) -> Knob:
+def _opt_knob(caps: dict[str, Any], option: str, **kw: Any) -> Knob:
     if option not in set(caps.get("options") or ()):
         kw.update(available=False,
                   reason=f"this vLLM ({caps.get('version')}) has no {option} option")
@@ -303,7 +306,7 @@ def _static_caps() -> dict[str, Any]:
             "snapshot_cli": True, "criu": {"ok": False, "detail": "criu not checked"}}
 
 
-def _mitigations() -> tuple:
+def _mitigations() -> tuple[Mitigation, ...]:
     try:
         return tuple(k.to_mitigation() for k in catalogue(_static_caps()))
     except ImportError:  # the engines package's record is not there
@@ -312,4 +315,4 @@ def _mitigations() -> tuple:
 
 #: Every knob vLLM may have, as ``coldscope.engines.Mitigation`` records, without asking the
 #: installed engine (for listings; ``tune`` uses ``catalogue(capabilities(python))``).
-MITIGATIONS: tuple = _mitigations()
+MITIGATIONS: tuple[Mitigation, ...] = _mitigations()

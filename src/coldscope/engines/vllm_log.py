@@ -26,8 +26,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
+from typing import TypedDict
 
-from coldscope.capture.logtext import as_text, without_colours
+from coldscope.capture.logtext import CleanLines, as_text, without_colours
 from coldscope.core.stages import (
     BOOTSTRAP,
     CUDA_GRAPH_CAPTURE,
@@ -703,7 +704,8 @@ def log_timeline(ev: LogEvidence) -> Timeline:
 
 
 
-def _next(records: Sequence[LogRecord], after: int, pid: int | None = None, any_pid=False):
+def _next(records: Sequence[LogRecord], after: int, pid: int | None = None,
+          any_pid: bool = False) -> LogRecord | None:
     for r in records:
         if r.line_no > after and (any_pid or r.pid == pid):
             return r
@@ -728,7 +730,8 @@ def log_spans(ev: LogEvidence, arrival: Sequence[float]) -> list[Span]:
     def at(r: LogRecord) -> float:
         return float(arrival[r.line_no])
 
-    def span(name, start, end, r: LogRecord | None = None, process=None) -> Span:
+    def span(name: str, start: float, end: float, r: LogRecord | None = None,
+             process: str | None = None) -> Span:
         proc = process or (r.process if r is not None and r.process else "engine")
         return Span(name, start, end, "log", proc, r.pid if r is not None else None)
 
@@ -866,10 +869,19 @@ def paper_metrics(ev: LogEvidence) -> dict[str, float | None]:
     }
 
 
-def missed(ev: LogEvidence) -> list[dict]:
-    """What the paper's parser misses or misreads in this log, each as
-    ``{"what": stage or metric, "seconds": float | None, "detail": one line}``."""
-    out: list[dict] = []
+class Missed(TypedDict):
+    """One thing the paper's parser misses or misreads (``records.MissedItem``'s fields)."""
+
+    what: str
+    """A stage or metric."""
+    seconds: float | None
+    detail: str
+    """One line."""
+
+
+def missed(ev: LogEvidence) -> list[Missed]:
+    """What the paper's parser misses or misreads in this log."""
+    out: list[Missed] = []
 
     def add(what: str, seconds: float | None, detail: str) -> None:
         out.append({"what": what, "seconds": _us(seconds), "detail": detail})
@@ -1061,7 +1073,7 @@ def _clip(text: str, limit: int = _QUOTE) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
-def _leading_repeats(clean, parsed) -> int:
+def _leading_repeats(clean: CleanLines, parsed: Sequence[_Line]) -> int:
     """How many leading lines are a block whose every timed line comes again later, out of
     time order (a summary a harness printed before the full log): the largest ``i`` such that
     each timed line before ``i`` has a copy at or after ``i`` and the block holds a line later
@@ -1092,7 +1104,8 @@ def _leading_repeats(clean, parsed) -> int:
 _LATE_FLUSH_LINES = 20
 
 
-def _drop_out_of_order(clean, parsed):
+def _drop_out_of_order(clean: CleanLines, parsed: Sequence[_Line]
+                       ) -> tuple[list[int], list[str], str | None]:
     """(kept indexes, notes, refusal) where the log's clock goes back.
 
     A leading block whose timed lines all come again later, out of time order, is a harness's
@@ -1154,7 +1167,7 @@ def _drop_out_of_order(clean, parsed):
     return keep, notes, None
 
 
-def _engine_mask(parsed):
+def _engine_mask(parsed: Sequence[_Line]) -> tuple[list[bool], int | None, str | None]:
     """Which lines are not this engine's (another service's), the engine's API-server pid, and
     a note. The engine is the first vLLM API server that shows its start; another API server
     process that prints its own start (banner, version, arguments) is another service, and so
@@ -1219,7 +1232,8 @@ def _ready(ev: LogEvidence, api_pid: int | None, served: bool) -> LogRecord | No
     return None
 
 
-def _failure(lines: Sequence[str], parsed, ev: LogEvidence, source: Sequence[int]) -> str:
+def _failure(lines: Sequence[str], parsed: Sequence[_Line], ev: LogEvidence,
+             source: Sequence[int]) -> str:
     """Why a start-up never reached its ready line, quoted from the log: after the engine's
     last step, the first traceback's exception (the root cause; later tracebacks of other
     processes repeat it), else the first line saying the start-up failed, else the first

@@ -21,13 +21,16 @@ import datetime as dt
 import shlex
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from coldscope.capture.environment import machine_name
 from coldscope.core.records import Run
 from coldscope.core.stages import BUCKETS, STAGES
 from coldscope.util.errors import ColdscopeError
 from coldscope.util.safeio import atomic_path, check_output_target, dumps_json
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 Kind = Literal["string", "float", "int", "bool", "timestamp"]
 
@@ -49,14 +52,9 @@ def _started(run: Run) -> dt.datetime | None:
     return (t if t.tzinfo else t.replace(tzinfo=dt.UTC)).astimezone(dt.UTC)
 
 
-def _engine():
-    from coldscope import engines
-    return engines
-
-
 def _capture_sizes(run: Run) -> int | None:
-    return _engine().resolve(run.engine.argv).capture_sizes(run.engine.argv) \
-        if run.engine.argv else None
+    from coldscope.engines import resolve
+    return resolve(run.engine.argv).capture_sizes(run.engine.argv) if run.engine.argv else None
 
 
 def _mode(run: Run) -> str | None:
@@ -172,7 +170,7 @@ def rows(runs: Iterable[Run]) -> list[dict[str, Any]]:
     return out
 
 
-def arrow_schema():
+def arrow_schema() -> pa.Schema:
     """The Parquet schema: the same for every export."""
     import pyarrow as pa
 
@@ -185,7 +183,8 @@ def _csv_value(v: Any, kind: Kind) -> str:
     if v is None:
         return ""
     if kind == "timestamp":
-        return v.isoformat(timespec="milliseconds")
+        stamp: dt.datetime = v
+        return stamp.isoformat(timespec="milliseconds")
     if kind == "bool":
         return "true" if v else "false"
     if kind == "float":

@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 from coldscope.capture.imports import ImportInterval
 from coldscope.core.records import Run
 from coldscope.core.timeline import SOURCES
+from coldscope.engines import role_order
 from coldscope.util.errors import ColdscopeError
 
 _US = 1e6
@@ -38,8 +39,6 @@ _EPS = 1e-9
 #: no real process, or a process whose pid is unknown) start above it and never collide.
 SYNTHETIC_BASE = 1 << 22
 
-#: Process roles in the order their tracks are shown.
-ROLE_ORDER = ("api_server", "engine_core", "worker", "engine", "helper")
 
 #: The source and the Chrome trace category of import slices (filter on ``cat`` in Perfetto).
 IMPORT_SOURCE = "probe imports"
@@ -152,8 +151,8 @@ def processes(run: Run, *, imports: Imports | None = None) -> list[Process]:
                 proc.tracks.append([sl])
                 stacks.append([sl])
         out.append(proc)
-    out.sort(key=lambda p: (ROLE_ORDER.index(p.role) if p.role in ROLE_ORDER
-                            else len(ROLE_ORDER), p.start))
+    order = role_order()  # the order their tracks are shown in
+    out.sort(key=lambda p: (order.index(p.role) if p.role in order else len(order), p.start))
     return out
 
 
@@ -355,7 +354,8 @@ def otlp_request(run: Run, *, imports: Imports | None = None) -> bytes:
         resource=Resource(attributes=[kv(k, v) for k, v in resource_attributes(run).items()]),
         scope_spans=[ScopeSpans(scope=InstrumentationScope(name="coldscope"), spans=spans)],
     )])
-    return req.SerializeToString()
+    data: bytes = req.SerializeToString()
+    return data
 
 
 class Sent(NamedTuple):

@@ -17,7 +17,7 @@ from typing import Any
 from coldscope import __version__
 from coldscope.capture.reconcile import apply, build_timeline
 from coldscope.capture.sources import Context
-from coldscope.core.records import Run, Tool
+from coldscope.core.records import Origin, Run, Tool
 
 
 def finish(run: Run, evidence: Mapping[str, Any], ctx: Context) -> Run:
@@ -34,7 +34,7 @@ def finish(run: Run, evidence: Mapping[str, Any], ctx: Context) -> Run:
     return run.evolve(findings=findings) if findings else run
 
 
-def run_from_log(lines: Sequence[str], *, name: str, origin: str = "log",
+def run_from_log(lines: Sequence[str], *, name: str, origin: Origin = "log",
                  started_at: str | None = None) -> Run:
     """A saved engine log read alone, as a ``Run`` (``parse``, ``parse --save``, the serve
     watcher). The engine is whichever registered adapter recognises the log; stages the log
@@ -58,7 +58,7 @@ def run_from_log(lines: Sequence[str], *, name: str, origin: str = "log",
     run = Run(
         id=name, status="ok" if ready else "failed",
         reason=None if ready else reason,
-        cache="unknown", origin=origin,  # type: ignore[arg-type]
+        cache="unknown", origin=origin,
         started_at=started_at or dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
         tool=Tool(version=__version__),
         engine=EngineInfo(name=engine.name, version=info.version, family=info.family,

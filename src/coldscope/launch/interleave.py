@@ -72,7 +72,7 @@ class Interleaved:
             primes=[Prime(side=s, run=r.id, status=r.status) for s, r in self.primes],
             a_info=self._info("a"), b_info=self._info("b"))
 
-    def _info(self, side: Side) -> dict:
+    def _info(self, side: Side) -> dict[str, object]:
         arm = self.arms[side]
         return {"label": f"{self.name}:{side}", "command": arm.text, "env": arm.config.env}
 
@@ -82,9 +82,10 @@ def arms(a: str, b: str, *, name: str, cache: Literal["cold", "warm"], cache_roo
     """The two arms from their command lines; ``config`` is passed on to ``RunConfig``
     (timeout, probe, spans, ...)."""
     out: dict[Side, Arm] = {}
-    for side, text in (("a", a), ("b", b)):
+    sides: tuple[tuple[Side, str], ...] = (("a", a), ("b", b))
+    for side, text in sides:
         argv, env = split_command(text)
-        out[side] = Arm(side, text, RunConfig(  # type: ignore[arg-type]
+        out[side] = Arm(side, text, RunConfig(
             command=argv, env=env, cache=cache, cache_root=cache_root,
             label=f"{name}:{side}", **config))
     return out

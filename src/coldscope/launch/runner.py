@@ -35,7 +35,7 @@ import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 import psutil
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -49,6 +49,7 @@ from coldscope.capture.probe import PROBE_DIR, read_probe_events
 from coldscope.capture.sources import Context
 from coldscope.capture.storage import residency
 from coldscope.core.records import (
+    CacheState,
     CompileKey,
     CpuSamples,
     EngineInfo,
@@ -66,6 +67,11 @@ from coldscope.util.errors import ColdscopeError
 
 if TYPE_CHECKING:
     from coldscope.store.db import Store
+
+Evidence = dict[str, Any]
+"""One run's raw evidence by kind (``log``, ``otel``, ``launch``, and ``probe``, ``imports``
+when collected): the JSON data the store keeps so that the timeline can be rebuilt."""
+
 RUN_ID_ENV = "COLDSCOPE_RUN_ID"
 COMPILE_KEYS_FILE = "coldscope-compile-keys.json"
 """In a warm cache directory: the compile keys (``CompileKey``) of the runs that used it,
@@ -173,7 +179,7 @@ def _processes_of_run(run_id: str) -> list[psutil.Process]:
     return found
 
 
-def kill_run(proc: subprocess.Popen | None, run_id: str, grace: float) -> None:
+def kill_run(proc: subprocess.Popen[bytes] | None, run_id: str, grace: float) -> None:
     """Stop the engine: SIGTERM to its process group, SIGKILL after ``grace`` seconds, then
     SIGKILL to any process that escaped the group but still carries the run's marker."""
     if proc is not None:
@@ -200,7 +206,7 @@ def kill_run(proc: subprocess.Popen | None, run_id: str, grace: float) -> None:
 class _LineReader(threading.Thread):
     """Reads the engine's merged stdout/stderr; stamps each line on arrival (monotonic)."""
 
-    def __init__(self, stream, log_file: Path, launch_mono: float,
+    def __init__(self, stream: IO[bytes], log_file: Path, launch_mono: float,
                  on_line: Callable[[str], None] | None = None) -> None:
         super().__init__(daemon=True)
         self.stream = stream
@@ -247,15 +253,16 @@ class _CpuSampler(threading.Thread):
             self.per_core.append(psutil.cpu_percent(percpu=True))
             self.t.append(round(time.monotonic() - self.launch_mono, 3))
 
-    def stop(self) -> dict:
+    def stop(self) -> CpuSamples:
         self._halt.set()
         self.join(timeout=2)
-        return {"interval_s": self.interval, "t": self.t, "per_core": self.per_core}
+        return CpuSamples(interval_s=self.interval, t=self.t, per_core=self.per_core)
 
 
 def _get_ok(url: str, timeout: float = 1.0) -> bool:
     parts = urllib.parse.urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
+    conn = http.client.HTTPConnection(parts.hostname or "localhost", parts.port or 80,
+                                      timeout=timeout)
     try:
         conn.request("GET", parts.path or "/")
         return conn.getresponse().status == 200
@@ -334,11 +341,13 @@ def cache_dirs(config: RunConfig, run_id: str) -> CacheDirs:
 # -- one run ---------------------------------------------------------------------------------
 
 
-def run_once(config: RunConfig, *, run_id: str | None = None, cache_state: str | None = None,
+def run_once(config: RunConfig, *, run_id: str | None = None,
+             cache_state: CacheState | None = None,
              on_line: Callable[[str], None] | None = None,
-             after_ready: Callable[[str, str, Callable[[], float]], dict] | None = None,
+             after_ready: Callable[[str, str, Callable[[], float]], dict[str, Any]] | None = None,
              on_start: Callable[[Run], None] | None = None,
-             on_stage: Callable[[str, float], None] | None = None) -> tuple[Run, dict]:
+             on_stage: Callable[[str, float], None] | None = None
+             ) -> tuple[Run, Evidence]:
     """Launch, time, and stop the engine once. Returns (run, raw evidence).
 
     Never raises for an engine failure: a failed run is returned with status "failed", its
@@ -357,7 +366,7 @@ def run_once(config: RunConfig, *, run_id: str | None = None, cache_state: str |
     prep = _prepare(config, run_id, cache_state)
     seen = _launch(config, prep, pattern, on_line=on_line, on_stage=on_stage,
                    after_ready=after_ready, on_start=on_start)
-    evidence: dict[str, Any] = {
+    evidence: Evidence = {
         "log": [[round(t, 4), text] for t, text in seen.lines],
         "otel": seen.otel,
         "launch": seen.launch,
@@ -369,7 +378,7 @@ def run_once(config: RunConfig, *, run_id: str | None = None, cache_state: str |
     ok = seen.status == "ok"
     run = prep.run.evolve(
         status=seen.status, reason=seen.reason, verification=seen.verification,
-        cpu=CpuSamples(**seen.cpu) if seen.cpu else None,
+        cpu=seen.cpu,
         log_tail="\n".join(text for _, text in seen.lines[-40:]),
         time_to_ready_s=seen.ready_at if ok else None,
         first_token_s=seen.first_token_at if ok else None,
@@ -485,17 +494,17 @@ class _Observed:
     launch: dict[str, Any] = field(
         default_factory=lambda: {"mono": 0.0, "wall": 0.0, "root_pid": None})
     lines: list[tuple[float, str]] = field(default_factory=list)
-    otel: list[dict] = field(default_factory=list)
-    cpu: dict | None = None
+    otel: list[dict[str, Any]] = field(default_factory=list)
+    cpu: CpuSamples | None = None
     status: str = "failed"
     reason: str | None = None
-    verification: dict | None = None
+    verification: dict[str, Any] | None = None
     ready_at: float | None = None
     first_token_at: float | None = None
     interrupted: bool = False
 
 
-def _prepare(config: RunConfig, run_id: str, cache_state: str | None) -> _Prepared:
+def _prepare(config: RunConfig, run_id: str, cache_state: CacheState | None) -> _Prepared:
     """The engine's command line (its adapter's reading of it), caches, environment, span
     receiver and the ``running`` record. What was made is removed again if anything fails."""
     argv = list(config.command)
@@ -508,7 +517,8 @@ def _prepare(config: RunConfig, run_id: str, cache_state: str | None) -> _Prepar
             notes.append("engine bound to 127.0.0.1 (no --host given); pass --host to choose")
     health_url = _checked_url(config.health_url or engine.health_url(argv))
     dirs = cache_dirs(config, run_id)
-    cache = cache_state or ("warm" if config.cache == "warm" and dirs.warm_filled else "cold")
+    cache: CacheState = cache_state or (
+        "warm" if config.cache == "warm" and dirs.warm_filled else "cold")
     run_dir = Path(config.cache_root).resolve().parent / "runs" / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     probe_dir = run_dir / "probe"
@@ -569,7 +579,7 @@ def _prepare(config: RunConfig, run_id: str, cache_state: str | None) -> _Prepar
             packages=engine.packages, env_prefixes=engine.env_prefixes,
         ))
         run = Run(
-            id=run_id, status="running", cache=cache,  # type: ignore[arg-type]
+            id=run_id, status="running", cache=cache,
             started_at=dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
             tool=Tool(version=__version__), label=config.label, config_key=config_key(config),
             cache_requested=config.cache, env_overrides=dict(config.env), origin=config.origin,
@@ -607,13 +617,14 @@ def _prepare(config: RunConfig, run_id: str, cache_state: str | None) -> _Prepar
 
 def _launch(config: RunConfig, prep: _Prepared, pattern: re.Pattern[str] | None, *,
             on_line: Callable[[str], None] | None, on_stage: Callable[[str, float], None] | None,
-            after_ready: Callable[[str, str, Callable[[], float]], dict] | None,
+            after_ready: Callable[[str, str, Callable[[], float]], dict[str, Any]] | None,
             on_start: Callable[[Run], None] | None) -> _Observed:
     """Start the engine, wait until it is ready, time the first token, run ``after_ready``;
     always stop the whole process tree and collect the raw evidence, whatever happens."""
     seen = _Observed()
-    proc = None
-    reader = sampler = None
+    proc: subprocess.Popen[bytes] | None = None
+    reader: _LineReader | None = None
+    sampler: _CpuSampler | None = None
     pattern_hit = threading.Event()
     current_stage: list[str | None] = [None]
 
@@ -646,6 +657,7 @@ def _launch(config: RunConfig, prep: _Prepared, pattern: re.Pattern[str] | None,
         seen.launch["root_pid"] = proc.pid
         sampler = _CpuSampler(config.cpu_interval, launch_mono)
         sampler.start()
+        assert proc.stdout is not None  # stdout=PIPE
         reader = _LineReader(proc.stdout, prep.run_dir / "engine.log", launch_mono, _on_line)
         reader.start()
         while True:
@@ -745,7 +757,7 @@ class RunInterrupted(KeyboardInterrupt):
     """Ctrl-C (or SIGTERM/SIGHUP under ``profile``) during a run: the engine is already
     stopped; the failed run travels along so the caller can store it before stopping."""
 
-    def __init__(self, record: Run, evidence: dict) -> None:
+    def __init__(self, record: Run, evidence: Evidence) -> None:
         super().__init__("interrupted")
         self.record = record
         self.evidence = evidence
@@ -856,7 +868,8 @@ def _alive(pid: int, started: float) -> bool:
     """Is the process ``pid`` that started at ``started`` (Unix s) still running? A reused
     pid has another start time."""
     try:
-        return abs(psutil.Process(pid).create_time() - started) < 0.5
+        created: float = psutil.Process(pid).create_time()
+        return abs(created - started) < 0.5
     except (psutil.Error, OSError):
         return False
 

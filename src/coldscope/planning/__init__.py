@@ -7,7 +7,12 @@ The records and calls other code uses: ``plan(PlanRequest) -> PlanReport`` (the 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names as the type checker sees them; at run time, ``__getattr__``
+    from coldscope.planning.hint import ScaleHint, ScaleHintRequest, scale_hint
+    from coldscope.planning.planner import PlanRequest, plan
+    from coldscope.planning.result import PlanReport
 
 __all__ = ["PlanReport", "PlanRequest", "ScaleHint", "ScaleHintRequest", "plan", "scale_hint"]
 

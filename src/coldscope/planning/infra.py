@@ -11,7 +11,7 @@ import math
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -223,7 +223,8 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
 def default_profile_data() -> dict[str, Any]:
     """The shipped defaults as plain data."""
     text = resources.files("coldscope.planning").joinpath("default_profile.yaml").read_text()
-    return yaml.safe_load(text)
+    data: dict[str, Any] = yaml.safe_load(text)
+    return data
 
 
 def read_yaml(path: str | Path, what: str) -> dict[str, Any]:
@@ -245,7 +246,10 @@ def load_profile(
     return validate(Profile, data, where)
 
 
-def validate(model: type[BaseModel], data: Any, where: str) -> Any:
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def validate(model: type[_M], data: Any, where: str) -> _M:
     """``model`` built from ``data``; errors become one line naming the first bad key."""
     try:
         return model.model_validate(data)

@@ -239,6 +239,7 @@ def plan(request: PlanRequest) -> PlanReport:
         name = getattr(features, "name", None) or Path(model_path).name
         size = bud.size_from_features(features, name, f"--model {model_path}")
     else:
+        assert params is not None  # exactly one of the two (checked above)
         size = bud.size_from_params(parse_count(params), dtype)
 
     prediction = engine = None

@@ -32,10 +32,18 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from coldscope.util.errors import ColdscopeError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+#: What a reader gives: arrival times (s, or datetime64 before ``_timestamps``), context
+#: tokens, generated tokens, and the ISO time of the first request when the file has one.
+_Columns = tuple[np.ndarray, np.ndarray, np.ndarray, str | None]
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 GENERIC_COLUMNS = ("arrival_s", "context_tokens", "generated_tokens")
@@ -80,7 +88,7 @@ class Trace:
         return Trace(self.arrival[:n], self.context_tokens[:n], self.generated_tokens[:n],
                      source=f"{self.source}[:{n}]", origin=self.origin, repairs=self.repairs)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, object]:
         return {"source": self.source, "requests": len(self), "duration_s": self.duration,
                 "origin": self.origin, "repairs": dict(self.repairs)}
 
@@ -146,7 +154,7 @@ def _header(path: Path) -> list[str]:
     return header
 
 
-def _read_parquet(path: Path):
+def _read_parquet(path: Path) -> _Columns:
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -185,7 +193,7 @@ def _read_parquet(path: Path):
     return cols[0], cols[1], cols[2], origin
 
 
-def _parse_timestamps(texts: list) -> np.ndarray:
+def _parse_timestamps(texts: list[str]) -> np.ndarray:
     """ISO-8601 strings (a space or a T between date and time) -> datetime64[ns]; NaT if bad."""
     try:
         return np.array(texts, dtype="datetime64[ns]")
@@ -211,7 +219,7 @@ def _timestamps(ts: np.ndarray) -> tuple[np.ndarray, str | None]:
     return out, origin
 
 
-def _read_csv_arrow(path: Path, header: list[str]):
+def _read_csv_arrow(path: Path, header: list[str]) -> _Columns | None:
     """Fast columnar read; None when the file needs the row-by-row reader's diagnostics."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
@@ -269,7 +277,7 @@ def _give_back_freed_memory() -> None:
 _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 
 
-def _read_csv_rows(path: Path):
+def _read_csv_rows(path: Path) -> _Columns:
     """Row-by-row read: malformed rows become NaN so that ``_check`` can report or drop them."""
     t: list[float] = []
     ctx: list[float] = []
@@ -313,7 +321,8 @@ def _read_csv_rows(path: Path):
     return arr, np.asarray(ctx, dtype=np.float64), np.asarray(gen, dtype=np.float64), origin
 
 
-def _bad_rows(arrival: np.ndarray, ctx: np.ndarray, gen: np.ndarray, lo: int, hi: int):
+def _bad_rows(arrival: np.ndarray, ctx: np.ndarray, gen: np.ndarray, lo: int,
+              hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Masks of rows lo..hi: malformed, negative tokens, too many tokens (exclusive kinds)."""
     a, c, g = arrival[lo:hi], ctx[lo:hi], gen[lo:hi]
     with np.errstate(invalid="ignore"):
@@ -439,7 +448,8 @@ def write_trace(trace: Trace, path: str | Path,
         raise ColdscopeError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def _write_blocks(table, write, progress, block: int = 1 << 20) -> None:
+def _write_blocks(table: pa.Table, write: Callable[[pa.Table], None],
+                  progress: Callable[[int, int], None] | None, block: int = 1 << 20) -> None:
     n = table.num_rows
     for lo in range(0, max(n, 1), block):
         write(table.slice(lo, block))
@@ -447,7 +457,7 @@ def _write_blocks(table, write, progress, block: int = 1 << 20) -> None:
             progress(min(n, lo + block), n)
 
 
-def _table(trace: Trace):
+def _table(trace: Trace) -> pa.Table:
     import pyarrow as pa
 
     return pa.table({"arrival_s": trace.arrival, "context_tokens": trace.context_tokens,
@@ -505,7 +515,8 @@ def rate_curve(days: float, rate: float, *, diurnal: bool = False, bursts: bool 
         shape = shape * np.where(shape > 0, boost, 1.0)
     if shape.sum() == 0:
         raise ColdscopeError("the traffic shape has no time with requests")
-    return rate * shape * (n / shape.sum())
+    curve: np.ndarray = rate * shape * (n / shape.sum())
+    return curve
 
 
 def check_synth_size(days: float, rate: float) -> None:

@@ -36,7 +36,9 @@ The probe imports only modules that the interpreter has already loaded before ``
 (``os``, ``sys``) or that are built in (``time``, ``_thread``). ``json``, ``threading`` and
 ``importlib.abc`` would pull in ``re``, ``pathlib``, ``typing``, ``tempfile`` ... and cost about
 27 ms in every process, more than everything else the probe does; so events are encoded by
-``_dumps`` below and the finder and loader are plain classes.
+``_dumps`` below and the finder and loader are plain classes. For the same reason, and because
+the engine's interpreter may be older than coldscope's, annotations that name more than a
+builtin are strings: mypy checks them, Python never evaluates them.
 """
 
 import time
@@ -47,14 +49,29 @@ import _thread  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 
+# ``TYPE_CHECKING`` as mypy reads it, without importing ``typing`` (about 5 ms) at run time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from importlib.abc import Loader
+    from importlib.machinery import ModuleSpec
+    from types import FrameType, ModuleType
+    from typing import Any, TextIO
+
+    # what the import system takes as a loader; _Loader duck-types it at run time, where
+    # importing importlib.abc would cost what the docstring says
+    _LoaderBase = Loader
+else:
+    _LoaderBase = object
+
 _DIR = os.environ.get("COLDSCOPE_PROBE_DIR")
 
-def _hooks():
+def _hooks() -> "tuple[tuple[str, str, str], ...]":
     """The hooks to place, from ``COLDSCOPE_PROBE_HOOKS``: ``module:Qual.name=event;...``.
     The runner fills it from the engine adapter's table (``coldscope.engines``), so the probe
     itself knows no engine. Event names are stage or stage/substep names of coldscope.core.stages,
     or "mark:<what>" for boundaries the timeline interprets."""
-    out = []
+    out: list[tuple[str, str, str]] = []
     for item in os.environ.get("COLDSCOPE_PROBE_HOOKS", "").split(";"):
         try:
             target, name = item.strip().rsplit("=", 1)
@@ -69,14 +86,14 @@ HOOKS = _hooks()
 
 _local = _thread._local()
 _lock = _thread.allocate_lock()
-_file = None
+_file: "TextIO | None" = None
 # Seconds this process has spent in probe code (import, hooks' bookkeeping, writing events):
 # a direct measure of the probe's own overhead, written into every event as "cost".
 _cost = [0.0]
 
 
-def _str(s):
-    out = []
+def _str(s: str) -> str:
+    out: list[str] = []
     for ch in s:
         o = ord(ch)
         if ch == '"' or ch == "\\":
@@ -88,7 +105,7 @@ def _str(s):
     return '"' + "".join(out) + '"'
 
 
-def _dumps(value):
+def _dumps(value: object) -> str:
     """JSON for the few types events hold (``json.loads`` reads it back)."""
     if value is None:
         return "null"
@@ -106,8 +123,10 @@ def _dumps(value):
     return _str(str(value))
 
 
-def _write(record):
+def _write(record: "dict[str, object]") -> None:
     global _file
+    if _DIR is None:  # never so: events are written only once the directory is set (below)
+        return
     try:
         with _lock:
             if _file is None:
@@ -120,7 +139,7 @@ def _write(record):
         pass
 
 
-def _io_read():
+def _io_read() -> "int | None":
     """Bytes this process has caused to be read from storage so far (``read_bytes`` of
     /proc/self/io: page-cache hits are not counted, page faults on mapped files are); None
     where the kernel does not say."""
@@ -134,10 +153,10 @@ def _io_read():
     return None
 
 
-def _event(ev, name, **extra):
+def _event(ev: str, name: str, **extra: object) -> None:
     t = time.perf_counter()
-    rec = {"ev": ev, "name": name, "mono": time.monotonic(), "wall": time.time(),
-           "pid": os.getpid()}
+    rec: dict[str, object] = {"ev": ev, "name": name, "mono": time.monotonic(),
+                              "wall": time.time(), "pid": os.getpid()}
     if ev in ("begin", "end"):
         # storage reads around each hooked call: what model_loading/weights read from disk
         rec["io_read"] = _io_read()
@@ -147,7 +166,7 @@ def _event(ev, name, **extra):
     _cost[0] += time.perf_counter() - t
 
 
-def _process_start_mono():
+def _process_start_mono() -> "float | None":
     """Process start in the monotonic clock, from /proc/self/stat (10 ms resolution)."""
     try:
         with open("/proc/self/stat") as f:
@@ -165,9 +184,9 @@ _ASSIGNED = ("__module__", "__name__", "__qualname__", "__doc__", "__annotations
 _CO_COROUTINE = 0x80  # inspect.CO_COROUTINE
 
 
-def _enter(name):
+def _enter(name: str) -> int:
     t = time.perf_counter()
-    depth = getattr(_local, name, 0)
+    depth: int = getattr(_local, name, 0)
     setattr(_local, name, depth + 1)
     _cost[0] += time.perf_counter() - t
     if depth == 0:
@@ -175,7 +194,7 @@ def _enter(name):
     return depth
 
 
-def _leave(name, depth):
+def _leave(name: str, depth: int) -> None:
     t = time.perf_counter()
     setattr(_local, name, depth)
     _cost[0] += time.perf_counter() - t
@@ -183,25 +202,30 @@ def _leave(name, depth):
         _event("end", name)
 
 
-def _wrap(func, name):
+def _wrap(func: "Callable[..., Any]", name: str) -> "Callable[..., Any]":
     """``func`` timed as ``name`` (outermost call only). The wrapper looks like ``func`` to
     introspection, as with ``functools.wraps``; a coroutine function stays a coroutine
-    function (``inspect.iscoroutinefunction``), timed until its coroutine finishes."""
+    function (``inspect.iscoroutinefunction``), timed until its coroutine finishes. ``func``
+    is any engine function, so its arguments and result are ``Any``: the wrapper passes them
+    through untouched."""
+
+    async def timed_coroutine(*args: "Any", **kwargs: "Any") -> "Any":
+        depth = _enter(name)
+        try:
+            return await func(*args, **kwargs)
+        finally:
+            _leave(name, depth)
+
+    def timed(*args: "Any", **kwargs: "Any") -> "Any":
+        depth = _enter(name)
+        try:
+            return func(*args, **kwargs)
+        finally:
+            _leave(name, depth)
+
     code = getattr(func, "__code__", None)
-    if code is not None and code.co_flags & _CO_COROUTINE:
-        async def wrapper(*args, **kwargs):
-            depth = _enter(name)
-            try:
-                return await func(*args, **kwargs)
-            finally:
-                _leave(name, depth)
-    else:
-        def wrapper(*args, **kwargs):
-            depth = _enter(name)
-            try:
-                return func(*args, **kwargs)
-            finally:
-                _leave(name, depth)
+    wrapper: Callable[..., Any] = (
+        timed_coroutine if code is not None and code.co_flags & _CO_COROUTINE else timed)
 
     for attr in _ASSIGNED:
         try:
@@ -212,18 +236,19 @@ def _wrap(func, name):
         wrapper.__dict__.update(func.__dict__)
     except Exception:
         pass
-    wrapper.__wrapped__ = func
+    wrapper.__dict__["__wrapped__"] = func
     return wrapper
 
 
-def _install(module, qualname, name):
+def _install(module: "ModuleType", qualname: str, name: str) -> None:
     try:
-        owner = module
+        owner: object = module
         parts = qualname.split(".")
         for part in parts[:-1]:
             owner = getattr(owner, part)
         attr = parts[-1]
-        raw = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
+        raw: object = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
+        new: object
         if isinstance(raw, staticmethod):
             new = staticmethod(_wrap(raw.__func__, name))
         elif isinstance(raw, classmethod):
@@ -237,28 +262,30 @@ def _install(module, qualname, name):
         pass
 
 
-_BY_MODULE = {}
+_BY_MODULE: "dict[str, list[tuple[str, str]]]" = {}
 for _m, _q, _n in HOOKS:
     _BY_MODULE.setdefault(_m, []).append((_q, _n))
 
 
-class _Loader:
+class _Loader(_LoaderBase):
     """Runs the real loader, then installs the module's hooks. It is only the import system's
     loader for the one import: the module's ``__loader__`` and ``__spec__.loader`` are set
     back to the real loader before its code runs, so the module sees what it would without
     the probe. Anything else (``get_source``, resource readers ...) is the real loader's."""
 
-    def __init__(self, inner, fullname):
+    def __init__(self, inner: "Loader", fullname: str) -> None:
         self._inner = inner
         self._fullname = fullname
 
-    def create_module(self, spec):
+    def create_module(self, spec: "ModuleSpec") -> "ModuleType | None":
         return self._inner.create_module(spec)
 
-    def exec_module(self, module):
+    def exec_module(self, module: "ModuleType") -> None:
         try:
-            module.__spec__.loader = self._inner
-            module.__loader__ = self._inner
+            spec = module.__spec__
+            if spec is not None:
+                spec.loader = self._inner
+                module.__loader__ = self._inner
         except Exception:
             pass
         self._inner.exec_module(module)
@@ -267,14 +294,15 @@ class _Loader:
             _install(module, qualname, name)
         _cost[0] += time.perf_counter() - t
 
-    def __getattr__(self, item):
+    def __getattr__(self, item: str) -> object:
         return getattr(self._inner, item)
 
 
 class _Finder:
     """First on ``sys.meta_path``; answers only for the modules of ``HOOKS``."""
 
-    def find_spec(self, fullname, path, target=None):
+    def find_spec(self, fullname: str, path: "Sequence[str] | None",
+                  target: "ModuleType | None" = None) -> "ModuleSpec | None":
         if fullname not in _BY_MODULE:
             return None
         t = time.perf_counter()
@@ -283,7 +311,8 @@ class _Finder:
         finally:
             _cost[0] += time.perf_counter() - t
 
-    def _find(self, fullname, path, target):
+    def _find(self, fullname: str, path: "Sequence[str] | None",
+              target: "ModuleType | None") -> "ModuleSpec | None":
         for finder in sys.meta_path:
             if finder is self:
                 continue
@@ -291,7 +320,7 @@ class _Finder:
             if find is None:
                 continue
             try:
-                spec = find(fullname, path, target)
+                spec: ModuleSpec | None = find(fullname, path, target)
             except Exception:
                 return None
             if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
@@ -304,18 +333,31 @@ class _Finder:
 
 # -- import timing (COLDSCOPE_PROBE_IMPORTS=1) ------------------------------------------------
 
-_ilocal = _thread._local()  # .stack: [module name, time spent in nested imports (s)] per level
-_ifile = [None]
+_ilocal = _thread._local()  # .stack: an _Import per level of the imports under way
+
+
+class _Import:
+    """One import under way: its module's name and the seconds spent in the imports it
+    encloses (and the probe's bookkeeping for them)."""
+
+    __slots__ = ("name", "nested")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.nested = 0.0
+
+
+_ifile: "list[TextIO | None]" = [None]
 # Importers that are the import system itself, skipped when naming a depth-0 import's importer.
 _IMPORT_SYSTEM = ("importlib._bootstrap", "importlib._bootstrap_external", "importlib",
                   "_frozen_importlib", "_frozen_importlib_external", __name__)
 
 
-def _importer():
+def _importer() -> str:
     """``__name__`` of the code that started a depth-0 import (an ``import`` statement's module,
     or ``importlib.import_module``'s caller)."""
     try:
-        f = sys._getframe(2)
+        f: FrameType | None = sys._getframe(2)
         while f is not None:
             name = f.f_globals.get("__name__")
             if name not in _IMPORT_SYSTEM:
@@ -326,7 +368,9 @@ def _importer():
     return ""
 
 
-def _write_import(line):
+def _write_import(line: str) -> None:
+    if _DIR is None:  # never so: imports are timed only once the directory is set (below)
+        return
     try:
         f = _ifile[0]
         if f is None:
@@ -338,26 +382,28 @@ def _write_import(line):
         pass
 
 
-def _after_fork():
+def _after_fork() -> None:
     _ifile[0] = None  # the child writes its own file, and starts with no import in progress
     _ilocal.stack = []
 
 
-def _timed_find_and_load(inner):
+def _timed_find_and_load(
+        inner: "Callable[[str, object], ModuleType]") -> "Callable[[str, object], ModuleType]":
     """``inner`` (the import system's ``_find_and_load``) timed: one line per import."""
     mono = time.monotonic
     modules = sys.modules
 
-    def _find_and_load(name, import_):
+    def _find_and_load(name: str, import_: object) -> "ModuleType":
         if name in modules:  # importlib.import_module of a loaded module, or a circular
             return inner(name, import_)  # import's wait: nothing loads (importtime skips it)
         t0 = mono()
+        stack: list[_Import]
         try:
             stack = _ilocal.stack
         except AttributeError:
             stack = _ilocal.stack = []
-        parent = stack[-1][0] if stack else None
-        frame = [name, 0.0]
+        parent = stack[-1].name if stack else None
+        frame = _Import(name)
         stack.append(frame)
         t1 = mono()
         try:
@@ -373,33 +419,33 @@ def _timed_find_and_load(inner):
                 if parent is None:
                     parent = _importer()
                 cum = t2 - t1
-                line = (f"{t1:.6f}\t{round((cum - frame[1]) * 1e6)}\t{round(cum * 1e6)}\t"
+                line = (f"{t1:.6f}\t{round((cum - frame.nested) * 1e6)}\t{round(cum * 1e6)}\t"
                         f"{depth}\t{name}\t{parent}\n")
                 if line.count("\t") == 5 and line.count("\n") == 1:  # else a name no import
                     _write_import(line)                                # statement makes
                 t3 = mono()
                 if stack:  # the enclosing import's self time excludes this one and its bookkeeping
-                    stack[-1][1] += t3 - t0
+                    stack[-1].nested += t3 - t0
                 _cost[0] += (t1 - t0) + (t3 - t2)
             except Exception:
                 pass
 
-    _find_and_load.__wrapped__ = inner
+    _find_and_load.__dict__["__wrapped__"] = inner
     return _find_and_load
 
 
-def _time_imports():
+def _time_imports() -> None:
     try:
-        bootstrap = sys.modules["_frozen_importlib"]
-        inner = bootstrap._find_and_load
+        bootstrap = vars(sys.modules["_frozen_importlib"])  # the module's own namespace
+        inner = bootstrap["_find_and_load"]
         if getattr(inner, "__wrapped__", None) is None:
-            bootstrap._find_and_load = _timed_find_and_load(inner)
+            bootstrap["_find_and_load"] = _timed_find_and_load(inner)
             os.register_at_fork(after_in_child=_after_fork)
     except Exception:
         pass
 
 
-def _chain_next_sitecustomize():
+def _chain_next_sitecustomize() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     for entry in sys.path:
         if not entry or os.path.abspath(entry) == here:
@@ -411,6 +457,8 @@ def _chain_next_sitecustomize():
 
                 spec = importlib.util.spec_from_file_location("_coldscope_next_sitecustomize",
                                                               candidate)
+                if spec is None or spec.loader is None:
+                    return
                 mod = importlib.util.module_from_spec(spec)
                 # Python would not cache it under this name: write no byte code beside it
                 before, sys.dont_write_bytecode = sys.dont_write_bytecode, True

@@ -27,6 +27,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coldscope import __version__
 from coldscope.core.records import Run
@@ -41,14 +42,14 @@ class Guard:
     """Pure ASGI middleware: bearer token and request-body bound (cheaper per request than
     Starlette's BaseHTTPMiddleware, which matters at hundreds of requests per second)."""
 
-    def __init__(self, app: Any, token: str | None, max_body_bytes: int,
+    def __init__(self, app: ASGIApp, token: str | None, max_body_bytes: int,
                  observe: Callable[[str, float], None] | None = None):
         self.app = app
         self.expected = f"Bearer {token}".encode() if token else None
         self.max_body = max_body_bytes
         self.observe = observe
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -59,7 +60,7 @@ class Guard:
             if self.observe is not None:
                 self.observe(route_of(scope["path"]), time.perf_counter() - started)
 
-    async def _handle(self, scope: dict, receive: Any, send: Any) -> None:
+    async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = dict(scope["headers"])
         if self.expected is not None and not hmac.compare_digest(
                 headers.get(b"authorization", b""), self.expected):
@@ -74,7 +75,7 @@ class Guard:
         too_large = False
         replied = False
 
-        async def bounded_receive() -> dict:
+        async def bounded_receive() -> Message:
             # Past the bound the app gets an end of body (FastAPI would turn an exception here
             # into a 400) and its answer is replaced by a 413 below.
             nonlocal seen, too_large
@@ -88,7 +89,7 @@ class Guard:
                     return {"type": "http.request", "body": b"", "more_body": False}
             return message
 
-        async def bounded_send(message: dict) -> None:
+        async def bounded_send(message: Message) -> None:
             nonlocal replied
             if not too_large:
                 await send(message)
@@ -110,7 +111,8 @@ def route_of(path: str) -> str:
     return "/v1/runs/{run_id}" if path.startswith("/v1/runs/") else "other"
 
 
-async def _reply(send: Any, status: int, body: dict, extra: list | None = None) -> None:
+async def _reply(send: Send, status: int, body: dict[str, str],
+                 extra: list[tuple[bytes, bytes]] | None = None) -> None:
     from coldscope.util.safeio import dumps_json
     data = dumps_json(body, indent=None).encode()  # valid JSON always: NaN/inf become null
     await send({"type": "http.response.start", "status": status,

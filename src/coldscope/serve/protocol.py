@@ -48,7 +48,9 @@ def bounded_h11(header_timeout: float = HEADER_TIMEOUT_S,
                 self._header_timer.cancel()
                 self._header_timer = None
 
-        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        # Any: uvicorn narrows asyncio's BaseTransport to Transport here, which mypy would
+        # call an incompatible override of asyncio's protocol
+        def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             self._arm()
 

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -38,6 +38,9 @@ from coldscope.serve.watcher import MAX_HELD_BYTES, LogWatcher, Startup
 from coldscope.serve.workers import Workers
 from coldscope.util.errors import ColdscopeError, validation_error
 from coldscope.util.safeio import confined, file_kind
+
+if TYPE_CHECKING:
+    from coldscope.store.db import Store
 
 log = logging.getLogger("coldscope.serve")
 
@@ -425,7 +428,7 @@ class Service:
                     raise NotFound(str(exc)) from None
                 raise
 
-    def _reader(self) -> Any:
+    def _reader(self) -> Store:
         """A read connection to the store for this request."""
         from coldscope.store.db import Store
         try:

@@ -34,7 +34,9 @@ class Workers:
     """``size`` daemon threads taking calls from one queue."""
 
     def __init__(self, size: int = 4, name: str = "coldscope-work"):
-        self._calls: queue.SimpleQueue[tuple[Future, Callable[..., Any], tuple, dict] | None] = \
+        # calls of every result type share the queue: (future, function, args, kwargs)
+        self._calls: queue.SimpleQueue[
+            tuple[Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]] | None] = \
             queue.SimpleQueue()
         self._threads = [threading.Thread(target=self._loop, name=f"{name}-{i}", daemon=True)
                          for i in range(size)]

@@ -30,9 +30,12 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from coldscope.util.errors import ColdscopeError
+
+if TYPE_CHECKING:
+    import yaml
 
 #: Default bound for a structured input file (startup model, timings, YAML, config.json, ...).
 MAX_INPUT_BYTES = 64 * 1024 * 1024
@@ -226,18 +229,20 @@ def loads_json(text: str, source: str) -> Any:
     return data
 
 
-def _safe_loader():  # the yaml import stays lazy: most commands never read YAML
-    import yaml
+def _safe_loader() -> type[yaml.SafeLoader]:
+    import yaml  # here: most commands never read YAML
 
     class NoAliasLoader(yaml.SafeLoader):
         """A safe loader that refuses aliases (``*name``): alias expansion turns a few KB into
         gigabytes ("billion laughs"), and no coldscope input needs one."""
 
-        def compose_node(self, parent, index):  # type: ignore[override]
+        def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
             if self.check_event(yaml.AliasEvent):
-                event = self.peek_event()
-                raise yaml.YAMLError(f"line {event.start_mark.line + 1}: YAML aliases "
-                                     "(*name) are not accepted")
+                # PyYAML's stubs leave peek_event unannotated (it returns the next Event)
+                event: yaml.Event = self.peek_event()  # type: ignore[no-untyped-call]
+                mark = event.start_mark
+                where = f"line {mark.line + 1}: " if mark is not None else ""
+                raise yaml.YAMLError(f"{where}YAML aliases (*name) are not accepted")
             if self.check_event(yaml.SequenceStartEvent, yaml.MappingStartEvent):
                 self._cs_depth = getattr(self, "_cs_depth", 0) + 1
                 try:
