@@ -19,7 +19,7 @@ import math
 import numpy as np
 import simpy
 
-from coldscope.sim.core import Context, RawRun, TickObservation, Workload
+from coldscope.sim.core import PolicyContext, RawRun, TickObservation, Workload
 
 
 def run_simpy(work: Workload, policy, concurrency: int, startup, seed: int,
@@ -39,7 +39,7 @@ def run_simpy(work: Workload, policy, concurrency: int, startup, seed: int,
     starting: list[int] = []
     state = {"in_flight": 0, "arrived": 0, "started": 0}
     tick = policy.tick_s if policy.tick_s else math.inf
-    context = Context(concurrency=concurrency, tick_s=tick, startup=startup)
+    context = PolicyContext(concurrency=concurrency, tick_s=tick, startup=startup)
 
     def become_ready(r: int, delay: float):
         yield env.timeout(delay)

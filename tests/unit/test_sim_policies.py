@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from coldscope.sim.core import Context, TickObservation
+from coldscope.sim.core import PolicyContext, TickObservation
 from coldscope.sim.policies import FixedPool, Predictive, Reactive, WarmPool
 from coldscope.sim.startup import Fixed
 
 
-def _ctx(startup: float = 30.0, concurrency: int = 8) -> Context:
-    return Context(concurrency=concurrency, tick_s=2.0, startup=Fixed(startup))
+def _ctx(startup: float = 30.0, concurrency: int = 8) -> PolicyContext:
+    return PolicyContext(concurrency=concurrency, tick_s=2.0, startup=Fixed(startup))
 
 
 def _feed(policy, ticks, *, ready=None, arrivals=0):

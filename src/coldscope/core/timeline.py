@@ -33,7 +33,7 @@ from coldscope.core.stages import (
 )
 
 #: Evidence sources, best first: when two sources time the same stage, the better one wins.
-SOURCES: tuple[str, ...] = ("span", "probe", "log")
+SOURCE_RANK: tuple[str, ...] = ("span", "probe", "log")
 
 #: When spans of different stages overlap, the segment goes to the first stage listed here.
 #: Specific work (compile, loading) is carved out of the broad stages that contain it.
@@ -148,7 +148,8 @@ def reconcile(
 
     Spans are clipped to [0, time_to_ready]. A stage with no span is unknown (None), unless it is
     in ``not_applicable`` (also None, but reported as such). For each stage, only spans of its
-    best source (``SOURCES`` order) are used, so a coarse log duration never widens an exact span.
+    best source (``SOURCE_RANK`` order) are used, so a coarse log duration never widens an
+    exact span.
     """
     if time_to_ready < 0:
         raise ValueError("time_to_ready must be >= 0")
@@ -163,7 +164,7 @@ def reconcile(
     best_source: dict[str, str] = {}
     for _, _, s in clipped:
         cur = best_source.get(s.stage)
-        if cur is None or SOURCES.index(s.source) < SOURCES.index(cur):
+        if cur is None or SOURCE_RANK.index(s.source) < SOURCE_RANK.index(cur):
             best_source[s.stage] = s.source
     chosen = [(a, b, s) for a, b, s in clipped if best_source[s.stage] == s.source]
 

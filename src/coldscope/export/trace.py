@@ -6,7 +6,7 @@ which the run record keeps only as per-package sums); nothing here reads the sto
 Both exports show the same shape: the reconciled stages (which tile launch → ready), then each
 engine process with the evidence it gave, every sub-step nested under its stage. Evidence is
 first made *nestable*: per process, a stage or sub-step seen by several sources is kept from
-the best source only (``timeline.SOURCES`` order), and overlapping intervals of one name are
+the best source only (``timeline.SOURCE_RANK`` order), and overlapping intervals of one name are
 merged, so no stage appears twice or inside itself. What still overlaps without nesting (two
 sub-steps running at once in one process) goes on a second track of that process.
 
@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 from coldscope.capture.imports import ImportInterval
 from coldscope.core.records import Run
-from coldscope.core.timeline import SOURCES
+from coldscope.core.timeline import SOURCE_RANK
 from coldscope.engines import role_order
 from coldscope.util.errors import ColdscopeError
 
@@ -94,11 +94,11 @@ class Process:
 def merge_evidence(intervals: Iterable[tuple[float, float, str]],
            ) -> list[tuple[float, float, str, set[str]]]:
     """The intervals of one name in one process, made nestable: the best source's only
-    (``timeline.SOURCES`` order), overlapping ones merged into their union; with the other
+    (``timeline.SOURCE_RANK`` order), overlapping ones merged into their union; with the other
     sources that saw it. (The report's Gantt draws the same.)"""
     items = list(intervals)
-    best = min((src for *_, src in items), key=lambda s: SOURCES.index(s)
-               if s in SOURCES else len(SOURCES))
+    best = min((src for *_, src in items), key=lambda s: SOURCE_RANK.index(s)
+               if s in SOURCE_RANK else len(SOURCE_RANK))
     others = {src for *_, src in items if src != best}
     out: list[tuple[float, float]] = []
     for start, end, _ in sorted(i for i in items if i[2] == best):

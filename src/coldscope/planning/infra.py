@@ -71,7 +71,7 @@ class EngineSettings(_Strict):
     capture_sizes: int = Field(ge=0)
 
 
-class Gpu(_Strict):
+class GpuType(_Strict):
     memory_bytes: float = Field(gt=0)
     price_per_hour: float = Field(ge=0)
     source: str = "assumption"
@@ -192,7 +192,7 @@ class Profile(_Strict):
     engine: EngineSettings
     warm_ttft_s: Range
     gpu: str
-    gpus: dict[str, Gpu]
+    gpus: dict[str, GpuType]
     max_weight_fraction: float = Field(gt=0, le=1)
     gpus_per_replica: int = Field(ge=0)
     mitigations: MitigationSettings
@@ -205,7 +205,7 @@ class Profile(_Strict):
             raise ValueError(f"gpu {self.gpu!r} is not in gpus ({', '.join(sorted(self.gpus))})")
         return self
 
-    def gpu_spec(self) -> Gpu:
+    def gpu_spec(self) -> GpuType:
         return self.gpus[self.gpu]
 
 

@@ -31,7 +31,7 @@ from coldscope.planning.sla import Tiers, evaluate, plan_tiers, search
 from coldscope.util.errors import ColdscopeError
 
 #: What the source labels of the default profile stand for (shown under the plan's table).
-SOURCES = {
+PROFILE_SOURCES = {
     "mitigation lesson": "the published lesson on serverless LLM cold-start mitigation",
     "mitigation lesson, 70B worked example": "its budget of a 70B model from zero: "
     "provisioning 45-60 s + image pull 120-300 s + weights into GPU memory 45-120 s + engine "
@@ -129,7 +129,7 @@ def make_plan(req: PlanInputs) -> PlanReport:
         "engine_check": None if req.engine_check is None else req.engine_check.as_dict(),
         "tiers": None,
         "notes": list(req.notes),
-        "sources": SOURCES,
+        "sources": PROFILE_SOURCES,
     }
     if req.tiers is not None:
         plans = plan_tiers(req.size, profile, base, req.tiers)

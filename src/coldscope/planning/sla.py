@@ -198,7 +198,7 @@ SEARCHED_LAYERS: tuple[str, ...] = tuple(n for n in LAYER_NAMES if n != "live_mi
 
 
 @dataclass(frozen=True)
-class Search:
+class SlaSearch:
     """The cheapest stack that meets the SLA, and the cheaper ones that do not (and why)."""
 
     sla_s: float
@@ -217,7 +217,7 @@ class Search:
 
 def search(size: ModelSize, profile: Profile, baseline: Conditions, sla_s: float,
            traffic: Traffic | None = None, layers: Sequence[str] | None = None,
-           max_min_workers: int | None = None) -> Search:
+           max_min_workers: int | None = None) -> SlaSearch:
     """Try every combination of ``layers`` (default: all searched ones) with warm pools from 0
     to the day's peak replicas; return the cheapest that meets ``sla_s``.
 
@@ -244,7 +244,7 @@ def search(size: ModelSize, profile: Profile, baseline: Conditions, sla_s: float
     chosen = next((e for e in evaluations if e.meets), None)
     limit = chosen.total_cost if chosen is not None else math.inf
     failures = [e for e in evaluations if not e.meets and e.total_cost < limit - 1e-9]
-    return Search(sla_s, chosen, tuple(_frontier(failures)), len(evaluations))
+    return SlaSearch(sla_s, chosen, tuple(_frontier(failures)), len(evaluations))
 
 
 def _frontier(failures: list[Evaluation]) -> list[Evaluation]:
@@ -291,7 +291,7 @@ class Tiers(_Strict):
 class TierPlan:
     tier: Tier
     evaluation: Evaluation
-    search: Search | None
+    search: SlaSearch | None
     currency: str
 
     @property

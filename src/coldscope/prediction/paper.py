@@ -41,7 +41,7 @@ from coldscope.prediction.features import features_from_paper
 from coldscope.util.errors import ColdscopeError
 
 #: bucket -> (paper metrics summed; a null metric counts as 0 when others are present)
-PAPER_METRICS: dict[str, tuple[str, ...]] = {
+BUCKET_METRICS: dict[str, tuple[str, ...]] = {
     BOOTSTRAP: ("framework_bootstrap",),
     TOKENIZER: ("tokenizer_init",),
     MODEL_LOADING: ("model_loading",),
@@ -143,7 +143,7 @@ def observations_from_paper(paper_dir: str | Path,
         if total is None:
             continue
         buckets: dict[str, float | None] = {}
-        for bucket, metrics in PAPER_METRICS.items():
+        for bucket, metrics in BUCKET_METRICS.items():
             values = [metric(data, m, i, path) for m in metrics]
             known = [v for v in values if v is not None]
             buckets[bucket] = sum(known) if known else None

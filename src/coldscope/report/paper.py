@@ -120,7 +120,7 @@ def _paper_file(results: tuple[list[str], dict[str, list[Any]]], path: Path, dat
                 dims: Mapping[str, str | None], rep: str,
                 default_capture: int) -> list[PaperRun]:
     """The runs of one timings file (``read_comparison``'s labels and metrics)."""
-    from coldscope.prediction.paper import PAPER_METRICS, TOTAL_METRIC, model_name
+    from coldscope.prediction.paper import BUCKET_METRICS, TOTAL_METRIC, model_name
     from coldscope.prediction.paper import metric as checked_metric
     labels, data = results
 
@@ -134,7 +134,7 @@ def _paper_file(results: tuple[list[str], dict[str, list[Any]]], path: Path, dat
             continue
         model = model_name(label).removesuffix("-tensorized")
         stages: dict[str, float | None] = dict.fromkeys(BUCKETS)
-        for bucket, metrics in PAPER_METRICS.items():
+        for bucket, metrics in BUCKET_METRICS.items():
             known = [v for v in (metric(m, i) for m in metrics) if v is not None]
             stages[bucket] = sum(known) if known else None
         # Unattributed is what the mapped stages leave of the total. (The paper's total_time is

@@ -201,7 +201,7 @@ class TickObservation:
 
 
 @dataclass(frozen=True)
-class Context:
+class PolicyContext:
     """Fixed facts a controller may use: slots per replica, tick, the start-up distribution."""
 
     concurrency: int
@@ -214,7 +214,7 @@ class Controller(Protocol):
 
     tick_s: float | None  # seconds between decisions; None: decide once, at the start
 
-    def start(self, context: Context) -> int:
+    def start(self, context: PolicyContext) -> int:
         """Reset state; return the replicas warm at time 0 (no cold start, paid from 0)."""
         ...
 
@@ -310,7 +310,7 @@ class Simulator:
         n = arrival.size
         c = self.concurrency
         tick = controller.tick_s
-        context = Context(concurrency=c, tick_s=tick if tick else math.inf,
+        context = PolicyContext(concurrency=c, tick_s=tick if tick else math.inf,
                           startup=self.startup)
         start = np.full(n, np.nan)
         cold = np.zeros(n, dtype=np.bool_)

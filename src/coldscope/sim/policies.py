@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, ValidationError, create_model
 
-from coldscope.sim.core import Context, TickObservation
+from coldscope.sim.core import PolicyContext, TickObservation
 from coldscope.util.errors import ColdscopeError
 
 # Parameter types with their bounds: ``make_policy`` checks them before a run starts.
@@ -36,7 +36,7 @@ class FixedPool:
     def __init__(self, workers: Count = 1) -> None:
         self.workers = workers
 
-    def start(self, context: Context) -> int:
+    def start(self, context: PolicyContext) -> int:
         return self.workers
 
     def desired(self, obs: TickObservation) -> int:
@@ -99,7 +99,7 @@ class Reactive:
         self.scale_down_delay_s = scale_down_delay_s
         self.tick_s = tick_s
 
-    def start(self, context: Context) -> int:
+    def start(self, context: PolicyContext) -> int:
         tick = self.tick_s
         if not tick or tick <= 0:
             raise ValueError("a reactive policy needs tick_s > 0")
@@ -205,7 +205,7 @@ class Predictive(Reactive):
         self.sla_ttft_s = sla_ttft_s
         self.warm_ttft_s = warm_ttft_s
 
-    def start(self, context: Context) -> int:
+    def start(self, context: PolicyContext) -> int:
         warm = super().start(context)
         self.horizon_ = float(context.startup.quantile(self.startup_quantile))
         self.level_ = 0.0

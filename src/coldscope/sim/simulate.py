@@ -154,7 +154,7 @@ class PolicyInfo(_Strict):
     params: dict[str, Any]
 
 
-class Timeline(_Strict):
+class SimSeries(_Strict):
     """Per time bucket (``bucket_s`` wide, starting at ``t``): the series a report plots."""
 
     bucket_s: float
@@ -192,7 +192,7 @@ class SimResult(_Strict):
     trace: TraceInfo
     policy: PolicyInfo
     replica: ReplicaSpec
-    timeline: Timeline | None = Field(None, description="only with --timeline")
+    timeline: SimSeries | None = Field(None, description="only with --timeline")
 
 
 # --- running one simulation ---

@@ -51,7 +51,7 @@ class Lane:
 
 
 @dataclass(frozen=True)
-class Timeline:
+class Gantt:
     """One run drawn as a Gantt: its lanes, reconciled stage ``segments`` (``sequential``: laid
     end to end from durations, not measured), the ``gaps`` no evidence explains, the ready and
     first-token marks, and its CPU use when sampled. ``group``: its configuration, of ``n``
@@ -72,10 +72,10 @@ class Timeline:
 
 @dataclass(frozen=True)
 class Timelines:
-    items: tuple[Timeline, ...]
+    items: tuple[Gantt, ...]
 
 
-def timeline(run: Run, group: str = "", n: int = 1) -> Timeline:
+def timeline(run: Run, group: str = "", n: int = 1) -> Gantt:
     """One run as a per-process Gantt: lanes of evidence intervals (stages on the first row,
     sub-steps below; overlapping bars of one row are packed onto extra rows), the reconciled
     stage segments, the gaps no evidence explains, and the ready / first-token marks. A stage
@@ -97,7 +97,7 @@ def timeline(run: Run, group: str = "", n: int = 1) -> Timeline:
         roles.index(item[0][0]) if item[0][0] in roles else len(roles),
         min(b.start for b in item[1])))
     segments = drawn_segments(run)
-    return Timeline(
+    return Gantt(
         run=run.id, group=group, n=n, time_to_ready=run.time_to_ready_s,
         first_token=run.first_token_s,
         lanes=tuple(Lane(process=process, pid=pid, rows=_pack(lane))
@@ -128,7 +128,7 @@ def build(groups: Sequence[Configuration]) -> Timelines:
                                  for g, run in representatives(groups)))
 
 
-def chart(tl: Timeline, chart_no: int = 1) -> str:
+def chart(tl: Gantt, chart_no: int = 1) -> str:
     """Per-process Gantt of one run: the reconciled stages on top, then one lane per process
     (stage bars, sub-steps below), hatched bands where no evidence explains the time, markers
     for ready and first token, and (when sampled) the per-core CPU heatmap on the same axis.
@@ -250,7 +250,7 @@ def draw(section: Timelines) -> str:
         tbl = table(["interval", "process", "source", "start s", "end s", "duration s"], rows,
                     caption="evidence intervals, seconds since launch", numeric_from=3) \
             if rows else ""
-        title = f"Timeline — {tl.group} (run {tl.run}"
+        title = f"Gantt — {tl.group} (run {tl.run}"
         title += f", median of {tl.n})" if tl.n > 1 else ")"
         seen = {s.bucket for s in tl.segments} | {
             bar.stage for ln in tl.lanes for row in ln.rows for bar in row}
