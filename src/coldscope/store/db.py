@@ -22,6 +22,7 @@ import json
 import os
 import sqlite3
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,6 +36,9 @@ from coldscope.core.timeline import Timeline
 from coldscope.util.errors import ColdscopeError, one_line
 
 SCHEMA_VERSION = RUN_SCHEMA_VERSION
+
+#: How long an open or a write waits for another process's lock on the store.
+BUSY_TIMEOUT_S = 30.0
 
 _RUNS_TABLE = """
 CREATE TABLE {name} (
@@ -129,14 +133,21 @@ class Store:
         try:
             if self.readonly:
                 uri = f"{self.path.resolve().as_uri()}?mode=ro"
-                self._conn = sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None)
+                self._conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S,
+                                             isolation_level=None)
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+                self._conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S,
+                                             isolation_level=None)
             self.schema = self._check()
             if not self.readonly:
                 self._prepare()
             self._conn.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise ColdscopeError(f"store {self.path} stayed locked by another process for "
+                                     f"{BUSY_TIMEOUT_S:.0f} s ({exc})") from None
+            raise ColdscopeError(f"{self.path} is not a coldscope store ({exc})") from None
         except sqlite3.DatabaseError as exc:
             raise ColdscopeError(f"{self.path} is not a coldscope store ({exc})") from None
         except OSError as exc:
@@ -191,7 +202,24 @@ class Store:
                 elif self.schema == 1:
                     self._migrate_v1(cur)
                 self.schema = SCHEMA_VERSION
-        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._switch_to_wal()
+
+    def _switch_to_wal(self) -> None:
+        """WAL, so readers and the writer do not block each other. Switching needs every other
+        connection's lock gone, and when two processes open a new store in the same instant
+        SQLite answers "database is locked" at once rather than waiting its busy timeout (it
+        would otherwise deadlock); so the switch is retried for as long as that timeout. A
+        store another process has already switched stays WAL (the mode is kept in the file)."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            try:
+                if self._conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    self._conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def _migrate_v1(self, cur: sqlite3.Cursor) -> None:
         """Schema 1 -> 2, inside the caller's transaction: the runs table gets an ``origin``
