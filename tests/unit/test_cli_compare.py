@@ -154,3 +154,26 @@ def test_bad_input_is_one_line_exit_2(tmp_path, args, message):
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("error:") and message in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_two_sides_leaves_out_running_runs_and_refuses_overlap():
+    """``compare --runs-a/--runs-b`` choose their sides through the library
+    (``store.selection.two_sides``): a run still running is on no side, and a run that both
+    selectors match is refused rather than compared with itself."""
+    from coldscope.store.selection import two_sides
+    from coldscope.util.errors import ColdscopeError
+
+    def run(i, label, status="ok"):
+        return Run(id=f"r{i}", status=status, cache="cold", label=label,
+                   started_at=f"2026-01-01T00:00:0{i}",
+                   time_to_ready_s=10.0 + i if status == "ok" else None)
+
+    runs = [run(0, "x"), run(1, "x", status="running"), run(2, "y"), run(3, "y")]
+    a, b = two_sides(runs, "x", "y")
+    assert ([r.id for r in a], [r.id for r in b]) == (["r0"], ["r2", "r3"])
+    with pytest.raises(ColdscopeError, match="1 run\\(s\\) match both sides \\(first: r2\\)"):
+        two_sides(runs, "x,r2", "y")
+    with pytest.raises(ColdscopeError, match="--runs-b names no runs"):
+        two_sides(runs, "x", " , ")
+    with pytest.raises(ColdscopeError, match="no stored runs match --runs-a r1"):
+        two_sides(runs, "r1", "y")

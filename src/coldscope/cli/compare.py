@@ -123,21 +123,7 @@ def _measure(cmd_a: str, cmd_b: str, *, repeat: int, cache: Literal["cold", "war
 def _stored(runs_a: str, runs_b: str, store_path: str | None) -> Comparison:
     from coldscope.api import compare
     from coldscope.store.db import Store
-    from coldscope.store.selection import parse_selectors, select_runs
+    from coldscope.store.selection import two_sides
     with Store(store_path, create=False) as store:
-        every = store.runs(status=None)
-    sides = {}
-    for side, text in (("a", runs_a), ("b", runs_b)):
-        sel = parse_selectors(text)
-        if not sel:
-            raise ColdscopeError(f"--runs-{side} names no runs")
-        chosen = [r for r in select_runs(every, sel) if r.status != "running"]
-        if not chosen:
-            raise ColdscopeError(f"no stored runs match --runs-{side} {text}")
-        sides[side] = (chosen, text)
-    overlap = {r.id for r in sides["a"][0]} & {r.id for r in sides["b"][0]}
-    if overlap:
-        raise ColdscopeError(f"{len(overlap)} run(s) match both sides (first: "
-                             f"{sorted(overlap)[0]}); choose disjoint runs")
-    return compare(sides["a"][0], sides["b"][0],
-                   a_info={"label": sides["a"][1]}, b_info={"label": sides["b"][1]})
+        a, b = two_sides(store.runs(status=None), runs_a, runs_b)
+    return compare(a, b, a_info={"label": runs_a}, b_info={"label": runs_b})

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from coldscope.core.records import Run
+from coldscope.util.errors import ColdscopeError
 
 
 def parse_selectors(text: str | None) -> list[str]:
@@ -28,6 +29,28 @@ def select_runs(runs: Iterable[Run], selectors: Sequence[str] = (),
                 continue
         out.append(r)
     return out
+
+
+def two_sides(runs: Iterable[Run], a: str, b: str) -> tuple[list[Run], list[Run]]:
+    """The stored runs ``compare --runs-a A --runs-b B`` compares: each side's selectors (as
+    ``select_runs`` reads them), runs still running left out. A side that names or matches
+    nothing, or a run that falls on both sides, is an error: a comparison of a set with itself
+    would report a difference of zero with a confidence it does not have."""
+    every = list(runs)
+    sides = []
+    for side, text in (("a", a), ("b", b)):
+        selectors = parse_selectors(text)
+        if not selectors:
+            raise ColdscopeError(f"--runs-{side} names no runs")
+        chosen = [r for r in select_runs(every, selectors) if r.status != "running"]
+        if not chosen:
+            raise ColdscopeError(f"no stored runs match --runs-{side} {text}")
+        sides.append(chosen)
+    overlap = {r.id for r in sides[0]} & {r.id for r in sides[1]}
+    if overlap:
+        raise ColdscopeError(f"{len(overlap)} run(s) match both sides (first: "
+                             f"{sorted(overlap)[0]}); choose disjoint runs")
+    return sides[0], sides[1]
 
 
 def describe(selectors: Sequence[str] = (), model: str | None = None) -> str:
