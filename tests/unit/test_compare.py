@@ -265,3 +265,24 @@ def test_ratio_interval_edges():
     # a denominator whose mean is within its own noise of 0: no bounded interval
     loose = ratio_interval([10.0, 11.0, 9.0], [0.1, -0.2, 0.3])
     assert loose.low is None and "cannot be told from 0" in loose.note
+
+
+def test_identical_saved_log_values_are_unresolved_not_a_point_interval():
+    """Two saved logs a side on a 1 s clock, identical within each side (40, 40 s against
+    41, 41 s): zero spread is no evidence. Each side's mean can be off by up to the clock's
+    1 s, so the interval is at least delta ± 2 s = [-1, 3] s: unresolved, and the gate
+    passes."""
+    a = [run(i, 40.0, {"bootstrap": 40.0}) for i in range(2)]
+    b = [run(10 + i, 41.0, {"bootstrap": 41.0}) for i in range(2)]
+    result = compare(a, b)
+    for r in (result.time_to_ready, result.stages["bootstrap"]):
+        assert (r.delta, r.low, r.high, r.verdict) == (1.0, -1.0, 3.0, "unresolved")
+    assert regression(result, parse_threshold("2%")) is None
+
+
+def test_constant_sides_with_no_known_clock_give_no_verdict():
+    """One value each side (a clock the values cannot reveal): the interval is the point, the
+    verdict unresolved, and the note says why."""
+    r = row([12.34, 12.34], [17.89, 17.89])
+    assert (r.low, r.high) == (pytest.approx(5.55), pytest.approx(5.55))
+    assert r.verdict == "unresolved" and "no spread" in r.note

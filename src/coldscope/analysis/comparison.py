@@ -27,8 +27,13 @@ How the numbers are made (docs/compare.md says why):
   Welch–Satterthwaite degrees of freedom; ``scipy.stats.ttest_ind(..., equal_var=False)``).
   It does not assume the runs are paired, so it holds for stored runs of unequal counts as for
   interleaved ones. With fewer than 2 runs on a side there is no interval and the verdict is
-  ``unresolved``. Both sides constant (e.g. a stage not applicable on either): the interval is
-  the point ``delta``.
+  ``unresolved``.
+- **Clock floor.** No interval is narrower than the runs' clock can resolve: where a
+  quantity's values all lie on a coarse grid (``core.clock.clock_resolution``: a saved log's
+  1 s stamps), each side's mean is wrong by up to one grid step, so the interval spans at least
+  ``delta`` ± two steps. Both sides constant with no known clock (e.g. a stage not applicable
+  on either): the interval is the point ``delta`` and the verdict ``unresolved`` -- zero spread
+  is no evidence of a difference (40, 40 s vs 41, 41 s on a 1 s clock is [-1, 3] s).
 - **Practical size.** A resolved difference smaller than ``practical_size(a's mean time to
   ready)`` = max(0.05 s, 1 % of it) is reported ``unresolved``: a difference nobody would act
   on is not called one. Rows are per quantity, not simultaneous: among twenty rows where
@@ -51,6 +56,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from coldscope.core.clock import clock_resolution
 from coldscope.core.interval import Interval
 from coldscope.core.records import Run
 from coldscope.core.stages import BUCKETS, stage_of
@@ -306,8 +312,11 @@ def practical_size(a_time_to_ready: float | None) -> float:
 
 
 def row(a: Sequence[float], b: Sequence[float], *, practical: float = PRACTICAL_MIN_S,
-        confidence: float = CONFIDENCE) -> Row:
-    """One quantity compared: means, ``delta`` = b - a, its interval and the verdict."""
+        confidence: float = CONFIDENCE, resolution: float | None = None) -> Row:
+    """One quantity compared: means, ``delta`` = b - a, its interval and the verdict.
+
+    ``resolution``: the grid (seconds) the values were timed on, when known (see the module's
+    "Clock floor"); the interval then spans at least ``delta`` ± ``2 * resolution``."""
     if len(a) < 2 or len(b) < 2:
         a_mean = _mean(a) if a else None
         b_mean = _mean(b) if b else None
@@ -318,9 +327,17 @@ def row(a: Sequence[float], b: Sequence[float], *, practical: float = PRACTICAL_
     a_mean, b_mean = _mean(a), _mean(b)
     delta = b_mean - a_mean
     iv = welch_interval(a, b, confidence)
+    floor = 2 * resolution if resolution else 0.0
+    if floor:
+        iv = Interval(low=min(iv.low, delta - floor), high=max(iv.high, delta + floor))
     verdict: Verdict = "unresolved"
     note = None
-    if iv.low > 0 or iv.high < 0:
+    if not floor and _var(a) == 0 and _var(b) == 0:
+        if delta:
+            note = "no spread on either side and no known clock resolution: no verdict"
+        else:
+            note = "the interval holds 0"
+    elif iv.low > 0 or iv.high < 0:
         if abs(delta) < practical:
             note = f"resolved, but below the practical size ({practical:.2f} s)"
         else:
@@ -356,7 +373,8 @@ def compare(a: Iterable[Run | Mapping[str, Any] | Sample],
     def compared(values: Any) -> Row:
         va = [v for v in (values(s) for s in ok_a) if v is not None]
         vb = [v for v in (values(s) for s in ok_b) if v is not None]
-        return row(va, vb, practical=practical, confidence=confidence)
+        return row(va, vb, practical=practical, confidence=confidence,
+                   resolution=clock_resolution(va + vb))
 
     stages = {bucket: compared(lambda s, k=bucket: s.stages.get(k)) for bucket in BUCKETS}
     names = sorted({n for s in ok_a + ok_b for n in s.substeps},
