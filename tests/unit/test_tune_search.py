@@ -374,3 +374,42 @@ def test_stage_gain_keeps_a_free_knob_when_the_total_is_noisy():
     out2 = Search(cpu_knobs([placebo]), NoisyImports(), budget=40).run()
     assert all("in torch_compile" not in (r.reason or "") for r in out2.rows
                if r.change == "costly")
+
+
+def test_an_empty_baseline_output_stops_the_search_and_a_silent_trial_is_refused():
+    """Equal empty texts would pass the output check on nothing: the baseline must say
+    something. A trial that says nothing where the baseline said something differs."""
+    class Mute(FakeTunable):
+        def __call__(self, req):
+            return super().__call__(req).evolve(greedy="")
+
+    with pytest.raises(ColdscopeError, match="greedy output is empty"):
+        Search(cpu_knobs(), Mute(), budget=16).run()
+    out = Search(cpu_knobs(), Mute(), budget=16, allow_output_change=True).run()
+    assert any("greedy output is empty" in n for n in out.notes)
+
+    class EagerMute(FakeTunable):
+        def __call__(self, req):
+            m = super().__call__(req)
+            return m.evolve(greedy=None) if "enforce_eager" in req.knobs else m
+
+    out = Search(cpu_knobs(), EagerMute(), budget=16).run()
+    eager = next(r for r in out.rows if r.change == "enforce_eager" and r.role == "trial")
+    assert eager.greedy_match is False and eager.greedy_diff == "no greedy output"
+    assert eager.kept is False
+
+
+def test_a_default_winner_does_not_claim_the_throughput_limit_holds():
+    """When no knob beats the warm default, its serving was compared with nothing: the limit
+    is not measured, and says so, rather than 'holds'."""
+    class NothingHelps(FakeTunable):
+        def __call__(self, req):
+            m = super().__call__(req)
+            if m.ok and any(k != "warm_caches" for k in req.knobs):
+                return m.evolve(time_to_ready_s=(m.time_to_ready_s or 0) + 500)
+            return m
+
+    out = Search(cpu_knobs(), NothingHelps(), budget=16, max_throughput_loss=0.10).run()
+    assert out.best_knobs in ([], ["warm_caches"])
+    assert out.throughput_limit.holds is None
+    assert out.throughput_limit.note.startswith("not measured")

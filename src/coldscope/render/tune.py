@@ -134,7 +134,8 @@ def winner(result: TuneResult) -> Text:
                      "rounds each)")
     lim = best.throughput_limit
     if lim is not None:
-        verdict = {True: "holds", False: "NOT shown to hold", None: "cannot be judged"}[lim.holds]
+        verdict = {True: "holds", False: "NOT shown to hold",
+                   None: lim.note or "not measured"}[lim.holds]
         lines.append(f"--max-throughput-loss {100 * lim.max_loss:.0f} %: {verdict} (judged on "
                      "the interval's low end)")
     if best.greedy_match is not None:

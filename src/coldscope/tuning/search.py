@@ -13,8 +13,9 @@ accumulate, so the incumbent is always the combination of every kept change.
 
 Every knob is held to the same two rules (no exemption for cache knobs):
 
-- **Output**: a trial whose greedy text differs from the cold baseline's is rejected, unless the
-  user passed ``allow_output_change`` (then it is kept and says so).
+- **Output**: a trial whose greedy text differs from the cold baseline's (or that gave none)
+  is rejected, unless the user passed ``allow_output_change`` (then it is kept and says so). A
+  baseline with an empty or missing text stops the search: equal empty texts prove nothing.
 - **Throughput** (``max_throughput_loss``): the trial's serving rounds against every round of the
   default configuration so far, as a ratio with a 95 % interval (``compare.ratio_interval``); the
   change is kept only when the interval's *low* end is at or above ``1 - loss``. The low end,
@@ -180,11 +181,15 @@ class Baseline(TuneRecord):
 
 class ThroughputLimit(TuneRecord):
     """``--max-throughput-loss`` judged for the winner: ``holds`` when the low end of its
-    throughput ratio's interval is at or above ``1 - max_loss`` (None: no interval to judge)."""
+    throughput ratio's interval is at or above ``1 - max_loss``; None when it was not measured
+    (the winner is a default, whose serving nothing was compared with, or too few start-ups
+    served for an interval), with ``note`` saying which. "Holds" is a measurement, never a
+    default."""
 
     max_loss: float
     judged_on: Literal["low end of the 95 % interval"] = "low end of the 95 % interval"
     holds: bool | None
+    note: str | None = None
 
 
 class Outcome(TuneRecord):
@@ -331,9 +336,12 @@ class Search:
             time_to_ready_s=m.time_to_ready_s, stage_delta=delta,
             throughput_ratio=tp.value if tp else None, throughput_low=tp.low if tp else None,
             throughput_high=tp.high if tp else None,
-            greedy_match=(m.greedy == self.base_greedy) if m.ok and m.greedy is not None
-            and self.base_greedy is not None else None,
-            greedy_diff=first_difference(self.base_greedy, m.greedy) if m.ok else None,
+            # a trial that answered nothing does not match a baseline that said something
+            greedy_match=(m.greedy == self.base_greedy) if m.ok and self.base_greedy is not None
+            else None,
+            greedy_diff=(first_difference(self.base_greedy, m.greedy) if m.greedy is not None
+                         else "no greedy output") if m.ok and self.base_greedy is not None
+            and m.greedy != self.base_greedy else None,
             reason=m.reason if not m.ok else None,
         ))
         if m.ok and key == DEFAULT_KEY:
@@ -403,8 +411,18 @@ class Search:
         m = self._measure_config(cold, "baseline", None, None)
         if not m.ok:
             raise ColdscopeError(f"the baseline start-up failed: {m.reason}")
-        self.base_greedy = m.greedy
-        self._amend(self.rows[-1], greedy_match=True if m.greedy is not None else None)
+        if not (m.greedy or "").strip():
+            # equal empty texts would pass every trial: the output check would rest on nothing
+            what = "missing" if m.greedy is None else "empty"
+            if not self.allow_output_change:
+                raise ColdscopeError(
+                    f"the baseline start-up's greedy output is {what}: the output check "
+                    "would compare nothing (--allow-output-change runs without it)")
+            self.notes.append(f"the baseline's greedy output is {what}: outputs were not "
+                              "compared")
+        else:
+            self.base_greedy = m.greedy
+        self._amend(self.rows[-1], greedy_match=True if self.base_greedy is not None else None)
         inc = cold
         try:
             if warm is not None:
@@ -585,12 +603,15 @@ class Search:
                 throughput = ratio_interval(num, den)
         limit = None
         if self.max_loss is not None:
-            holds = None
+            holds, why = None, None
             if best_is_warm or not best.knobs:
-                holds = True  # the default itself: nothing changed at serving time
+                why = ("not measured: the winner is the default itself, and its serving was "
+                       "compared with nothing")
             elif throughput is not None and throughput.low is not None:
                 holds = throughput.low >= 1 - self.max_loss
-            limit = ThroughputLimit(max_loss=self.max_loss, holds=holds)
+            else:
+                why = "not measured: too few start-ups of the winner served for an interval"
+            limit = ThroughputLimit(max_loss=self.max_loss, holds=holds, note=why)
         greedy = [r.greedy_match for r in self.rows
                   if r.run_id in set(proof.runs) and r.greedy_match is not None]
         warm_sides = [c for c in (warm, cw, cb if best_is_warm else None) if c is not None]
