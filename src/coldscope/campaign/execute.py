@@ -114,7 +114,8 @@ def campaign_lock(spec: CampaignSpec, store_path: Path) -> Iterator[Path]:
     store_path = Path(store_path).resolve()
     key = hashlib.sha256(spec.name.encode()).hexdigest()[:12]
     path = store_path.parent / f".{store_path.name}.campaign-{key}.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    from coldscope.util.safeio import open_lock
+    fd = open_lock(path, "campaign lock file")  # a regular file only: never a FIFO or a link
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

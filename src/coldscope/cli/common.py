@@ -20,9 +20,10 @@ store_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for tools.")
 
 
-def print_json(obj: Any) -> None:
-    """Always valid JSON: a non-finite number (a prediction that overflowed) prints as null."""
-    sys.stdout.write(dumps_json(obj) + "\n")
+def print_json(obj: Any, err: bool = False) -> None:
+    """Always valid JSON: a non-finite number (a prediction that overflowed) prints as null.
+    ``err``: on stderr (a command whose ``-o`` is stdout says what it wrote there)."""
+    (sys.stderr if err else sys.stdout).write(dumps_json(obj) + "\n")
 
 
 def console(stderr: bool = False) -> SafeConsole:

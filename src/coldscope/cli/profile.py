@@ -190,11 +190,15 @@ def show(run_id: str, with_env: bool, store_path: str | None, as_json: bool) -> 
               help="Also what the parser of 'Breaking the Ice' (MLSys 2026) reads from this log "
                    "and what it misses.")
 @click.option("--max-bytes", type=click.IntRange(1), default=None,
-              help="Largest log read, in bytes, also once decompressed (default 512 MiB).")
+              help="Largest log read, in bytes, also once decompressed (default "
+                   "COLDSCOPE_MAX_INPUT_BYTES, else 512 MiB).")
+@click.option("--max-lines", type=click.IntRange(1), default=None,
+              help="Most lines read from one log (default 1,000,000; a run of blank lines "
+                   "counts as 40 at most).")
 @store_option
 @json_option
 def parse(logs: tuple[str, ...], save: bool, vs_paper: bool, max_bytes: int | None,
-          store_path: str | None, as_json: bool) -> None:
+          max_lines: int | None, store_path: str | None, as_json: bool) -> None:
     """The timeline of saved engine logs (vLLM, SGLang): files, directories (recursively),
     `-` for standard input, gzipped or rotated logs. Stages a log cannot show are unknown;
     bootstrap is timed on the log's own clock when the log shows the engine's start.
@@ -203,10 +207,10 @@ def parse(logs: tuple[str, ...], save: bool, vs_paper: bool, max_bytes: int | No
     holds several start-ups (a restart): one line per start-up (LOG#1, LOG#2, ...) and a fleet
     summary per engine, version and model (exit 2 only when a file could not be read); --json
     gives {"runs": [...], "refused": [...], "fleet": [...]}."""
-    from coldscope.ingest.logfiles import STDIN, parse_logs
-    from coldscope.util.safeio import MAX_LOG_BYTES
+    from coldscope.ingest.logfiles import MAX_LOG_LINES, STDIN, parse_logs
     single = len(logs) == 1 and (logs[0] == STDIN or not Path(logs[0]).is_dir())
-    parsed = list(parse_logs(logs, limit=max_bytes or MAX_LOG_BYTES, single=single))
+    parsed = list(parse_logs(logs, limit=max_bytes, max_lines=max_lines or MAX_LOG_LINES,
+                             single=single))
     if not parsed:
         raise ColdscopeError(f"no files found in {', '.join(logs)}")
     store = None
@@ -355,7 +359,7 @@ def trace(run_id: str, output: str, otlp_export: str | None, store_path: str | N
     from coldscope.capture.imports import import_intervals
     from coldscope.export.trace import IMPORT_CATEGORY, chrome_trace, send_otlp
     from coldscope.store.db import Store
-    from coldscope.util.safeio import check_output_target, write_atomic
+    from coldscope.util.safeio import check_output_target, write_atomic, writes_to_stdout
     check_output_target(output)
     with Store(store_path, create=False) as store:
         run = store.run(run_id)
@@ -374,16 +378,18 @@ def trace(run_id: str, output: str, otlp_export: str | None, store_path: str | N
     except OSError as exc:
         raise ColdscopeError(f"cannot write {output}: {exc.strerror or exc}") from None
     sent = send_otlp(run, otlp_export, imports=imports) if otlp_export else None
+    said = writes_to_stdout(output)  # the trace is on stdout: what was written, on stderr
     if as_json:
         print_json({"run": run.id, "output": output, "events": len(data["traceEvents"]),
                     "import_slices": n_imports, "otlp_export": otlp_export,
-                    "otlp": {"status": sent.status, "spans": sent.spans} if sent else None})
+                    "otlp": {"status": sent.status, "spans": sent.spans} if sent else None},
+                   err=said)
     else:
         slices = f", {n_imports} import slices" if n_imports is not None else ""
         echo(f"wrote {output} ({len(data['traceEvents'])} events{slices}); open it in "
-             "ui.perfetto.dev")
+             "ui.perfetto.dev", err=said)
         if sent and otlp_export:
-            echo(sent.message(otlp_export))
+            echo(sent.message(otlp_export), err=said)
 
 
 @click.command()
@@ -404,16 +410,18 @@ def export(output: str, fmt: str | None, selectors: str | None, model: str | Non
     from coldscope.export.table import export_runs
     from coldscope.store.db import Store
     from coldscope.store.selection import describe, parse_selectors, select_runs
+    from coldscope.util.safeio import writes_to_stdout
     sel = parse_selectors(selectors)
     with Store(store_path, create=False) as store:
         runs = select_runs(store.runs(status=None if status == "all" else status), sel, model)
     if not runs and (sel or model):
         raise ColdscopeError(f"no runs match {describe(sel, model)}")
     n = export_runs(runs, output, fmt)
+    said = writes_to_stdout(output)  # the table is on stdout: what was written, on stderr
     if as_json:
-        print_json({"output": output, "runs": n})
+        print_json({"output": output, "runs": n}, err=said)
     else:
-        echo(f"wrote {n} runs to {output}")
+        echo(f"wrote {n} runs to {output}", err=said)
 
 
 @click.command()

@@ -59,6 +59,10 @@ def releases(repeat: int, cache: Literal["cold", "warm"], timeout: float, name: 
     release's server gets the same ENGINE_ARGS; the start-ups are interleaved round-robin. Per
     release: the stages and the top imports; between consecutive releases: every change with
     its 95 % interval and verdict. docs/releases.md has the method.
+
+    Each interpreter is asked for its versions within 10 s and imports the engine within 45 s;
+    a pip install gets 30 minutes. Past a bound (or 64 KiB of answer) it is killed, with its
+    children, and the spec refused.
     """
     from coldscope.launch import envs
     root = Path(envs_dir) if envs_dir else envs.default_root()

@@ -11,7 +11,7 @@ import click
 
 from coldscope.cli.common import console, echo, json_option, print_json, store_option
 from coldscope.util.errors import ColdscopeError
-from coldscope.util.safeio import check_output_target, write_atomic
+from coldscope.util.safeio import check_output_target, write_atomic, writes_to_stdout
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -56,11 +56,12 @@ def report(output: str, runs: str | None, model: str | None, paper: str | None,
         raise ColdscopeError(f"cannot write {out}: {exc.strerror or exc}") from None
     size = len(page.encode("utf-8"))
     summary = {"output": str(out), "bytes": size, **data.counts()}
+    said = writes_to_stdout(out)  # the page is on stdout: what was written, on stderr
     if as_json:
-        print_json(summary)
+        print_json(summary, err=said)
     else:
         echo(f"wrote {out} ({size / 1e6:.2f} MB): {data.runs} runs, "
-             f"{data.configurations} configurations")
+             f"{data.configurations} configurations", err=said)
 
 
 @contextmanager

@@ -138,18 +138,20 @@ def bundle(output: str, tune_session: str | None, cache_key: str | None,
     from coldscope.store.db import default_store_path
     from coldscope.tuning import session as ts
     from coldscope.tuning.bundle import pack_session
-    from coldscope.util.safeio import check_output_target
+    from coldscope.util.safeio import check_output_target, writes_to_stdout
     check_output_target(output)  # before the work: never a device node, FIFO or directory
     store_file = Path(store_path) if store_path else default_store_path()
     directory = ts.find_session(store_file, tune_session)
     manifest = pack_session(directory, Path(output), cache_key=cache_key)
+    said = writes_to_stdout(output)  # the bundle is on stdout: what was written, on stderr
     if as_json:
-        print_json({"output": output, "manifest": manifest})
+        print_json({"output": output, "manifest": manifest}, err=said)
     else:
         echo(f"wrote {output}: caches of {manifest['config']['cache_key']} for "
              f"{manifest['engine']['name']} {manifest['engine']['version']} "
              f"(torch {manifest['engine']['torch']}), "
              f"model {manifest['model']['name']} "
              f"({(manifest['model']['sha256'] or 'not hashed')[:12]}), "
-             f"{manifest['size_bytes'] / 1e6:.1f} MB")
-        echo("use it: coldscope profile --bundle " + shlex.quote(output) + " -- COMMAND")
+             f"{manifest['size_bytes'] / 1e6:.1f} MB", err=said)
+        echo("use it: coldscope profile --bundle " + shlex.quote(output) + " -- COMMAND",
+             err=said)

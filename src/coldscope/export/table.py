@@ -12,6 +12,13 @@ after the first GPU run arrives can be concatenated. Hence:
 - ``started_at`` is a timestamp (UTC); booleans and counts are typed.
 
 The columns are documented in docs/export.md, which a test checks against ``SCHEMA``.
+
+A CSV is opened in spreadsheets, and a run's text comes from outside (a ``--label``, a log's
+model path, an engine's failure reason): a text cell that starts with ``=``, ``+``, ``-``,
+``@``, a tab or a carriage return would be run as a formula (``=HYPERLINK(...)``). Such a cell
+is written with a single quote before it (``'=HYPERLINK(...)``; ``safeio.csv_text``), as
+OWASP's CSV injection guidance advises; numbers, booleans and times are not text and stay as
+they are. Parquet holds typed data that no spreadsheet evaluates: every value stays as it is.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from coldscope.capture.environment import machine_name
 from coldscope.core.records import Run
 from coldscope.core.stages import BUCKETS, STAGES
 from coldscope.util.errors import ColdscopeError
-from coldscope.util.safeio import atomic_path, check_output_target, dumps_json
+from coldscope.util.safeio import atomic_path, check_output_target, csv_text, dumps_json
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -189,7 +196,9 @@ def _csv_value(v: Any, kind: Kind) -> str:
         return "true" if v else "false"
     if kind == "float":
         return repr(float(v))
-    return str(v)
+    if kind == "int":
+        return str(int(v))
+    return csv_text(str(v))
 
 
 def export_runs(runs: Sequence[Run], out: str | Path, fmt: str | None = None) -> int:

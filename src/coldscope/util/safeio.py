@@ -4,14 +4,27 @@ Every file input goes through here so that the same rules hold everywhere:
 
 - only a **regular file** is read: it is opened with ``O_NONBLOCK`` and checked with ``fstat``
   before a byte is read, so a FIFO, a device or a socket is refused at once instead of hanging;
+  a file of the kernel's pseudo file systems (``/proc``, ``/sys``: "regular" files that can
+  block, never end or act when read) is refused too, and so is a path with a NUL byte;
+- files that others open (SQLite opens a store and its ``-wal``/``-journal``/``-shm``
+  companions) and files coldscope keeps beside its own (markers, locks) are checked with
+  ``stat``/``lstat`` before anything opens them, never by opening them (``check_regular``,
+  ``open_lock``);
 - reads are **bounded** while reading (never checked after): ``read_bytes`` reads at most
   ``limit + 1`` bytes and refuses the file when there are more;
 - JSON and YAML are parsed **without unbounded recursion or alias expansion**, and numbers are
   checked to be finite (``NaN``/``Infinity`` are refused in input and never written in output);
 - outputs are written to a temporary file in the target's directory and renamed over a
-  **regular file only**; a failed write leaves the old target as it was;
+  **regular file only**; a failed write leaves the old target as it was. A target that is a
+  symbolic link is written through (the file it names is replaced, the link stays) when the
+  link leads to a regular file, or to none in an existing directory, by plain links; a link
+  that leads through ``/proc`` or ``/sys`` (``/proc/self/fd/1``) or to anything else is
+  refused. A device or a pipe is written only when the target names it under ``/dev``
+  (``-o /dev/stdout``, ``-o /dev/null``): then the bytes are written to it in place, never
+  renamed over it; a block device is never written;
 - text from logs and stores is passed through ``clean_text`` before it reaches a terminal or a
-  pipe, so a log cannot set a window title or hide a hyperlink.
+  pipe, so a log cannot set a window title or hide a hyperlink; and through ``csv_text`` before
+  it becomes a CSV cell, so a spreadsheet shows a label ``=HYPERLINK(...)`` and never runs it.
 
 Limits default to generous sizes for real inputs and can be raised with
 ``COLDSCOPE_MAX_INPUT_BYTES`` (any file input) where a real input is bigger.
@@ -21,6 +34,7 @@ A refusal is a ``ColdscopeError``: one line, exit 2.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -29,6 +43,7 @@ import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -77,13 +92,18 @@ def file_kind(mode: int) -> str:
 
 
 def open_regular(path: str | Path, what: str = "file") -> IO[bytes]:
-    """Open ``path`` for binary reading if, and only if, it is a regular file.
+    """Open ``path`` for binary reading if, and only if, it is a regular file that is not a
+    ``/proc`` or ``/sys`` pseudo-file (``PSEUDO_ROOTS``).
 
     ``O_NONBLOCK`` makes opening a FIFO return at once; ``fstat`` on the open descriptor (not
-    the name, which could change in between) decides. Raises ``ColdscopeError`` otherwise.
+    the name, which could change in between) decides. Raises ``ColdscopeError`` otherwise, and
+    for a name with a NUL byte.
     """
     path = Path(path)
+    _check_name(path, f"cannot read {what}")
     check_confined(path, what)
+    if _pseudo_name(path):
+        raise ColdscopeError(f"cannot read {what} {path}: {_PSEUDO}")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
@@ -94,12 +114,126 @@ def open_regular(path: str | Path, what: str = "file") -> IO[bytes]:
         if not stat.S_ISREG(st.st_mode):
             raise ColdscopeError(f"cannot read {what} {path}: {_kind(st.st_mode)}, "
                                  "not a regular file")
+        if st.st_dev in _pseudo_devices():
+            raise ColdscopeError(f"cannot read {what} {path}: {_PSEUDO}")
         # Back to blocking reads for a regular file (O_NONBLOCK has no effect on them anyway).
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
+
+
+def _check_name(path: str | Path, doing: str) -> None:
+    """Refuse a path with a NUL byte (no file can have one; ``os`` functions raise
+    ``ValueError`` on it) with one line."""
+    if "\0" in str(path):
+        raise ColdscopeError(f"{doing} {str(path)!r}: a path cannot hold a NUL byte")
+
+
+# --- the kernel's pseudo file systems ---------------------------------------------------------
+
+#: Mount points of the pseudo file systems whose "regular" files are not data: a read can
+#: block (``/proc/kmsg``), never end, or act (``/sys``, ``/proc/sys``); a write can change the
+#: kernel. No coldscope input, store or output is one.
+PSEUDO_ROOTS = ("/proc", "/sys")
+_PSEUDO = "a file of the kernel's /proc or /sys pseudo file systems, not data; refused"
+
+
+@functools.cache
+def _pseudo_devices() -> frozenset[int]:
+    """The devices of ``PSEUDO_ROOTS`` (those that are mount points of their own: a machine
+    without /proc mounted must not refuse its root file system)."""
+    devices = set()
+    try:
+        root = os.stat("/").st_dev
+    except OSError:
+        return frozenset()
+    for top in PSEUDO_ROOTS:
+        with contextlib.suppress(OSError):
+            dev = os.stat(top).st_dev
+            if dev != root:
+                devices.add(dev)
+    return frozenset(devices)
+
+
+def _under_pseudo_root(name: str) -> bool:
+    return any(name == top or name.startswith(top + "/") for top in PSEUDO_ROOTS)
+
+
+def _pseudo_name(path: str | Path) -> bool:
+    """Whether ``path``, its links followed as text, names a file under ``PSEUDO_ROOTS``, or
+    (followed by the kernel, which also follows ``/proc``'s magic links) one on their
+    devices. Only ``stat``, never an open."""
+    if _under_pseudo_root(os.path.realpath(path)):
+        return True
+    try:
+        return os.stat(path).st_dev in _pseudo_devices()
+    except OSError:
+        return False
+
+
+def _link_chain(path: str | Path, limit: int = 40) -> list[str]:
+    """Every name ``path`` passes through as its final component's links are followed one at
+    a time (``path`` itself first, absolute), each as written and with its directory resolved:
+    a link whose chain goes through ``/proc/self/fd/1`` shows that name, where the result of
+    ``os.path.realpath`` would not (it follows ``/proc``'s magic links as plain text)."""
+    current = os.path.normpath(os.path.abspath(path))
+    chain = []
+    for _ in range(limit):
+        head, tail = os.path.split(current)
+        chain += [current, os.path.join(os.path.realpath(head), tail)]
+        try:
+            target = os.readlink(current)
+        except OSError:  # not a link (or missing): the end of the chain
+            return chain
+        current = os.path.normpath(os.path.join(head, target))
+    return chain
+
+
+def check_regular(path: str | Path, what: str = "file", *,
+                  follow: bool = True) -> os.stat_result | None:
+    """``path``'s ``stat`` when it is a regular file (not a pseudo-file), None when it does not
+    exist; else a one-line ``ColdscopeError``. Only ``stat`` (``lstat`` when not ``follow``:
+    then a symbolic link is refused too) — never an open, which blocks on a FIFO. For files that
+    others open (SQLite: a store and its companions) or that coldscope creates beside its own."""
+    _check_name(path, f"cannot open {what}")
+    try:
+        st = os.stat(path) if follow else os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ColdscopeError(f"cannot open {what} {path}: {exc.strerror or exc}") from None
+    if not follow and stat.S_ISLNK(st.st_mode):
+        raise ColdscopeError(f"cannot open {what} {path}: it is a symbolic link, not a regular "
+                             "file")
+    if not stat.S_ISREG(st.st_mode):
+        raise ColdscopeError(f"cannot open {what} {path}: it is {_kind(st.st_mode)}, not a "
+                             "regular file")
+    if st.st_dev in _pseudo_devices() or _under_pseudo_root(os.path.realpath(path)):
+        raise ColdscopeError(f"cannot open {what} {path}: {_PSEUDO}")
+    return st
+
+
+def open_lock(path: str | Path, what: str = "lock file") -> int:
+    """A descriptor on the lock file ``path`` (made if absent, mode 0o644), opened read-write
+    for ``flock``: only a regular file that is not a symbolic link. ``O_NONBLOCK`` and
+    ``O_NOFOLLOW`` make a FIFO, a device or a link planted there fail at once instead of
+    blocking (or opening ``/dev/zero``); ``fstat`` on the descriptor decides."""
+    check_regular(path, what, follow=False)
+    flags = os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        raise ColdscopeError(f"cannot open {what} {path}: {exc.strerror or exc}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_dev in _pseudo_devices():
+        os.close(fd)
+        why = _kind(st.st_mode) if not stat.S_ISREG(st.st_mode) else "a pseudo-file"
+        raise ColdscopeError(f"cannot open {what} {path}: it became {why} while it was "
+                             "opened; refused")
+    os.set_blocking(fd, True)
+    return fd
 
 
 # --- confinement ------------------------------------------------------------------------------
@@ -319,20 +453,116 @@ def dumps_json(obj: Any, *, indent: int | None = 2) -> str:
 
 # --- outputs ----------------------------------------------------------------------------------
 
-def check_output_target(path: str | Path) -> Path:
-    """``path`` if it may be written: absent, or an existing regular file (never a device
-    node, a FIFO or a directory)."""
-    path = Path(path)
+@dataclass(frozen=True)
+class OutputTarget:
+    """Where an output the user named ``name`` goes: ``path``, the regular file (or the name of
+    a new one) that a finished temporary file is renamed over — ``name`` itself, or the file
+    its symbolic links lead to, so the links stay — or, when ``in_place``, the device or pipe
+    named under ``/dev`` that the bytes are written to as they are (``fd``: the descriptor of
+    this process it names, for ``/dev/stdout``, ``/dev/stderr`` and ``/dev/fd/N``)."""
+
+    name: Path
+    path: Path
+    in_place: bool = False
+    fd: int | None = None
+
+
+_OWN_FDS = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
+_WRITABLE_IN_PLACE = (stat.S_ISCHR, stat.S_ISFIFO, stat.S_ISREG, stat.S_ISSOCK)
+
+
+def _own_fd(name: str) -> int | None:
+    """The descriptor of this process that a ``/dev`` name stands for, if it is one."""
+    if name in _OWN_FDS:
+        return _OWN_FDS[name]
+    found = re.fullmatch(r"/dev/fd/(\d{1,9})", name)
+    return int(found.group(1)) if found else None
+
+
+def _device_target(path: Path, name: str) -> OutputTarget:
+    """A name under ``/dev`` that is a link, a device or a pipe: written in place, whatever
+    its links pass through (``/dev/stdout`` leads through ``/proc/self/fd/1``), when it leads to
+    a character device, a pipe, a socket or a regular file (a redirected stdout); never a block
+    device or a directory."""
+    fd = _own_fd(name)
     try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return path
+        st = os.fstat(fd) if fd is not None else os.stat(path)
     except OSError as exc:
         raise ColdscopeError(f"cannot write {path}: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(st.st_mode):
+    if not any(test(st.st_mode) for test in _WRITABLE_IN_PLACE):
+        raise ColdscopeError(f"cannot write {path}: it is {_kind(st.st_mode)}; refused")
+    if st.st_dev in _pseudo_devices():
+        raise ColdscopeError(f"cannot write {path}: {_PSEUDO}")
+    return OutputTarget(path, path, in_place=True, fd=fd)
+
+
+def output_target(path: str | Path) -> OutputTarget:
+    """Where an output named ``path`` may be written (see ``OutputTarget``), or a one-line
+    ``ColdscopeError``. Only ``lstat``/``stat``/``readlink``: nothing is opened.
+
+    - absent, or a regular file: written by renaming a finished temporary file over it;
+    - a symbolic link: followed when every name it passes through is a plain file name (none
+      under ``/proc`` or ``/sys``) and it ends in a regular file or in no file in an existing
+      directory; the file is replaced and the link stays. A link to a device, a pipe or a
+      socket is refused: a device is written only when ``path`` names it under ``/dev``;
+    - a name under ``/dev`` that is a link, a character device or a pipe (``/dev/stdout``,
+      ``/dev/null``, ``/dev/fd/3``): written in place;
+    - anything else (a FIFO, a socket, a directory, a device elsewhere, a file of ``/proc`` or
+      ``/sys``) is refused.
+    """
+    path = Path(path)
+    _check_name(path, "cannot write")
+    try:
+        lst = os.lstat(path)
+    except FileNotFoundError:
+        lst = None
+    except OSError as exc:
+        raise ColdscopeError(f"cannot write {path}: {exc.strerror or exc}") from None
+    name = os.path.normpath(os.path.abspath(path))
+    if lst is not None and name.startswith("/dev/") and \
+            (stat.S_ISLNK(lst.st_mode) or stat.S_ISCHR(lst.st_mode) or stat.S_ISFIFO(lst.st_mode)):
+        return _device_target(path, name)
+    chain = _link_chain(path)
+    passed = next((n for n in chain if _under_pseudo_root(n)), None)
+    if passed is not None:
+        how = "it is" if passed == chain[0] else f"it is a symbolic link through {passed},"
+        raise ColdscopeError(f"cannot write {path}: {how} a file of the kernel's /proc or /sys "
+                             "pseudo file systems; refused (to write to this process's output, "
+                             "name /dev/stdout)")
+    target = path
+    if lst is not None and stat.S_ISLNK(lst.st_mode):
+        target = Path(os.path.realpath(path))
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise ColdscopeError(f"cannot write {path}: {exc.strerror or exc}") from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        if target is not path:
+            device = " (name the device itself, under /dev, to write to it)" \
+                if stat.S_ISCHR(st.st_mode) else ""
+            raise ColdscopeError(f"cannot write {path}: it is a symbolic link to "
+                                 f"{_kind(st.st_mode)}, not a regular file{device}")
         raise ColdscopeError(f"cannot write {path}: it exists and is {_kind(st.st_mode)}, "
                              "not a regular file")
-    return path
+    with contextlib.suppress(OSError):
+        if os.stat(target.parent if str(target.parent) else ".").st_dev in _pseudo_devices():
+            raise ColdscopeError(f"cannot write {path}: {_PSEUDO}")
+    return OutputTarget(path, target)
+
+
+def check_output_target(path: str | Path) -> Path:
+    """``path`` if it may be written (``output_target``), else a one-line ``ColdscopeError``.
+    Called before the work, so a refused target costs nothing and is left as it was."""
+    output_target(path)
+    return Path(path)
+
+
+def writes_to_stdout(path: str | Path) -> bool:
+    """Whether an output named ``path`` is this process's standard output (``/dev/stdout``,
+    ``/dev/fd/1``): a command then says what it wrote on stderr, not in the output."""
+    return _own_fd(os.path.normpath(os.path.abspath(path))) == 1
 
 
 def _umask() -> int:
@@ -359,26 +589,78 @@ def _output_mode(path: Path) -> int:
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """A temporary path in the target's directory; renamed over ``path`` when the block ends
-    without an error, removed (leaving any old target untouched) when it raises."""
-    path = check_output_target(path)
-    directory = path.parent if str(path.parent) else Path(".")
+    """A temporary path in the target's directory; renamed over the target (``output_target``:
+    ``path``, or the regular file its links lead to) when the block ends without an error,
+    removed (leaving any old target untouched) when it raises. For a device or a pipe named
+    under ``/dev`` the temporary file is made in the temporary directory and its bytes are
+    written to the device when the block ends."""
+    target = output_target(path)
+    if target.in_place:
+        directory = Path(tempfile.gettempdir())
+    else:
+        directory = target.path.parent if str(target.path.parent) else Path(".")
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.path.name}.", suffix=".tmp",
+                                        dir=directory)
     except OSError as exc:
-        raise ColdscopeError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise ColdscopeError(f"cannot write {target.name}: {exc.strerror or exc}") from None
     try:
-        os.fchmod(fd, _output_mode(path))
+        os.fchmod(fd, 0o600 if target.in_place else _output_mode(target.path))
     finally:
         os.close(fd)
     tmp = Path(tmp_name)
     try:
         yield tmp
-        check_output_target(path)  # it may have been replaced while we wrote
-        os.replace(tmp, path)
+        again = output_target(path)  # it may have been replaced while we wrote
+        if again != target:
+            raise ColdscopeError(f"cannot write {target.name}: it was changed while the output "
+                                 "was written; left as it is now")
+        if target.in_place:
+            _write_in_place(target, tmp)
+        else:
+            os.replace(tmp, target.path)
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+
+
+def _write_in_place(target: OutputTarget, source: Path) -> None:
+    """Copy ``source`` to the device or pipe of ``target``: this process's own descriptor
+    when the name stands for one (so the bytes land where that descriptor's offset is, as a
+    shell's ``>`` into ``/dev/stdout`` would), else the device opened by its name without
+    blocking (a pipe with no reader is refused, not waited for)."""
+    import sys
+
+    if target.fd is not None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        fd, close = target.fd, False
+    else:
+        flags = os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+        try:
+            fd = os.open(target.path, flags)
+        except OSError as exc:
+            raise ColdscopeError(f"cannot write {target.name}: {exc.strerror or exc}") from None
+        close = True
+    try:
+        st = os.fstat(fd)
+        if not any(test(st.st_mode) for test in _WRITABLE_IN_PLACE) or \
+                st.st_dev in _pseudo_devices():
+            raise ColdscopeError(f"cannot write {target.name}: it is {file_kind(st.st_mode)} "
+                                 "now; refused")
+        if close:
+            os.set_blocking(fd, True)
+            if stat.S_ISREG(st.st_mode):
+                os.ftruncate(fd, 0)
+        with open(source, "rb") as src:
+            while chunk := src.read(1 << 20):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view):]
+    finally:
+        if close:
+            os.close(fd)
 
 
 def write_atomic(path: str | Path, data: bytes | str | Callable[[Path], None]) -> Path:
@@ -413,3 +695,16 @@ def clean_text(text: str) -> str:
     if not text:
         return text
     return _CONTROLS.sub("", _ESCAPES.sub("", text))
+
+
+# --- spreadsheets -----------------------------------------------------------------------------
+
+#: What a spreadsheet takes as the start of a formula in a cell (OWASP, "CSV Injection").
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_text(text: str) -> str:
+    """``text`` as a CSV cell that a spreadsheet shows and never runs: with a single quote
+    before it when it starts like a formula (``FORMULA_STARTS``), as OWASP advises. Only for
+    text: a number (``-1.5``) is written as it is."""
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
