@@ -8,7 +8,8 @@ The front door, one name per thing coldscope does (``docs/api.md`` has an exampl
     runs[0].time_to_ready_s, runs[0].stages          # seconds, per stage
 
 ``parse_log``, ``profile``, ``compare``, ``fit``, ``predict``, ``calibrate``, ``plan``,
-``simulate`` and ``tune`` are plain functions (``coldscope.api``); ``Run``, ``Store`` and the
+``simulate`` and ``tune`` are plain functions (``coldscope.api``); ``ScaleAdvisor`` is the
+start-up-aware scaling policy an autoscaler calls each tick; ``Run``, ``Store`` and the
 other records they take and return are named here too. Everything is loaded on first use:
 ``import coldscope`` itself loads no engine, web server or data-frame library, so a script
 or an autoscaler that only reads logs or predicts start-ups stays light.
@@ -42,6 +43,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from coldscope.prediction.features import ModelFeatures, model_features
     from coldscope.prediction.startup_model import StartupModel
     from coldscope.prediction.training import TrainingSet
+    from coldscope.scaling.advisor import ScaleAdvisor, ScaleDecision
     from coldscope.sim.request import SimRequest
     from coldscope.sim.simulate import SimResult
     from coldscope.sim.sweep import SweepResult
@@ -62,6 +64,9 @@ _HOMES: dict[str, str] = {
     "simulate": "coldscope.api",
     "tune": "coldscope.api",
     "model_features": "coldscope.prediction.features",
+    # the scaling policy (its own light module: no planner or engine behind it)
+    "ScaleAdvisor": "coldscope.scaling.advisor",
+    "ScaleDecision": "coldscope.scaling.advisor",
     # the records they take and return
     "Run": "coldscope.core.records",
     "Store": "coldscope.store.db",
@@ -82,9 +87,10 @@ _HOMES: dict[str, str] = {
 
 __all__ = [
     "ColdscopeError", "Comparison", "ModelFeatures", "PlanReport", "PlanRequest", "Prediction",
-    "Run", "RunConfig", "SimRequest", "SimResult", "StartupModel", "Store", "SweepResult",
-    "TrainingSet", "TuneResult", "__version__", "calibrate", "compare", "fit", "model_features",
-    "parse_log", "plan", "predict", "profile", "simulate", "tune",
+    "Run", "RunConfig", "ScaleAdvisor", "ScaleDecision", "SimRequest", "SimResult",
+    "StartupModel", "Store", "SweepResult", "TrainingSet", "TuneResult", "__version__",
+    "calibrate", "compare", "fit", "model_features", "parse_log", "plan", "predict", "profile",
+    "simulate", "tune",
 ]
 
 

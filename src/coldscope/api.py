@@ -9,9 +9,13 @@ model directory, a bundle).
 
 Two of them are the library's own functions, re-exported as they are: ``compare``
 (``coldscope.analysis.comparison.compare``) and ``plan`` (``coldscope.planning.planner.plan``)
-already have the front door's shape. The rest are thin wrappers that gather what the CLI used
-to do around the library call (reading a log per start-up, seeding caches from a bundle,
-loading a startup model file, picking a training source, opening or resuming a tune session).
+already have the front door's shape; so has ``ScaleAdvisor`` (``coldscope.scaling``), the
+start-up-aware scaling policy an autoscaler ticks, with its ``ScaleDecision``. (``import
+coldscope`` loads ``ScaleAdvisor`` from ``coldscope.scaling`` itself, not through this
+module, so that an autoscaler importing it loads no planner.) The rest are thin wrappers that
+gather what the CLI used to do around the library call (reading a log per start-up, seeding
+caches from a bundle, loading a startup model file, picking a training source, opening or
+resuming a tune session).
 
 Heavy modules are imported inside the functions, so importing this module loads no engine
 (torch, vLLM), web server, pyarrow or Ray; ``docs/api.md`` has a worked example of each
@@ -27,6 +31,7 @@ from typing import TYPE_CHECKING, Literal, get_args
 
 from coldscope.analysis.comparison import compare
 from coldscope.planning.planner import plan
+from coldscope.scaling.advisor import ScaleAdvisor, ScaleDecision
 from coldscope.tuning.session import DEFAULT_BUDGET, DEFAULT_TIMEOUT_S
 from coldscope.util.errors import ColdscopeError
 
@@ -44,8 +49,8 @@ if TYPE_CHECKING:
     from coldscope.tuning.report import TuneResult
     from coldscope.tuning.search import Measurement, TrialRequest
 
-__all__ = ["calibrate", "compare", "fit", "parse_log", "plan", "predict", "profile",
-           "simulate", "tune"]
+__all__ = ["ScaleAdvisor", "ScaleDecision", "calibrate", "compare", "fit", "parse_log", "plan",
+           "predict", "profile", "simulate", "tune"]
 
 #: A file or directory argument: a ``str`` or a ``pathlib.Path``.
 PathArg = str | os.PathLike[str]
@@ -65,18 +70,19 @@ def parse_log(path: PathArg, *, max_bytes: int | None = None) -> list[Run]:
     log. Stages the log cannot show are unknown (None), and so is the cache state.
 
     This is what ``coldscope parse LOG`` prints (``coldscope.ingest.logfiles``). ``max_bytes``
-    bounds what is read, also once decompressed (default 512 MiB). Raises ``ColdscopeError``
-    (one line) when the file cannot be read or is not a log of a known engine.
+    bounds what is read, also once decompressed (default ``COLDSCOPE_MAX_INPUT_BYTES``, else
+    512 MiB); at most ``ingest.logfiles.MAX_LOG_LINES`` lines are read. Raises
+    ``ColdscopeError`` (one line) when the file cannot be read, is past a bound or is not a
+    log of a known engine.
     """
     from coldscope.ingest.logfiles import STDIN, parse_logs
-    from coldscope.util.safeio import MAX_LOG_BYTES
     given = os.fspath(path)
     if Path(given).is_dir():
         raise ColdscopeError(f"{given} is a directory; parse_log reads one log file")
     # "-" is standard input to ``coldscope parse``; here it is a file of that name
     name = os.path.join(".", given) if given == STDIN else given
     runs = []
-    for parsed in parse_logs([name], limit=max_bytes or MAX_LOG_BYTES, single=True):
+    for parsed in parse_logs([name], limit=max_bytes, single=True):
         if parsed.run is None:
             raise ColdscopeError(parsed.reason or f"{given}: not parsed")
         runs.append(parsed.run)

@@ -5,6 +5,10 @@ A policy is anything with ``tick_s``, ``start(context) -> warm replicas at time 
 estimators, ``__init__`` only stores parameters; ``start`` resets every learned value (names
 ending in ``_``), so one policy object can drive many runs. To add a policy, write such a class
 and pass it to ``simulate``; register it in :data:`POLICIES` to reach it from the CLI.
+
+Built in: ``reactive`` (Knative's KPA), ``warm-pool``, ``predictive`` (coldscope's
+``ScaleAdvisor``, the same object an autoscaler runs), ``ray-default`` (Ray Serve 2.60's default
+policy, checked against Ray's own code) and ``fixed``.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, ValidationError, create_model
 
+from coldscope.scaling.advisor import ScaleAdvisor
+from coldscope.scaling.startup import StartupDistribution
 from coldscope.sim.core import PolicyContext, TickObservation
 from coldscope.util.errors import ColdscopeError
 
@@ -170,80 +176,231 @@ class WarmPool(Reactive):
         super().__init__(min_workers=min_workers, **reactive)
 
 
-class Predictive(Reactive):
-    """Reactive scaling plus scale-out ahead of demand by the predicted start-up time.
+class Predictive:
+    """Start-up-aware scaling: one :class:`coldscope.ScaleAdvisor` per run, consulted each tick.
 
-    At each tick it forecasts the arrival rate ``H`` seconds ahead, with ``H`` the
-    ``startup_quantile`` (90 %) of the cold-start distribution: the larger of a Holt
-    (level + trend) forecast of the per-tick rate and the rate seen one ``season_s`` (a day)
-    before that future time, averaged over ``season_window_s``. The forecast concurrency is
-    rate x the mean service time, learned online by Little's law (stable-window requests in
-    service / stable-window arrival rate; queued ones are left out so that a cold start's queue
-    does not inflate it). It asks for max(reactive answer, forecast concurrency / target), so
-    replicas are ready when the demand arrives; it scales to zero only if the forecast is zero.
-    Its scale-down delay defaults to 60 s, since a noisy forecast otherwise starts and cancels
-    replicas tick after tick.
+    ``start`` builds the advisor on the run's own cold-start distribution (the simulator's
+    ``ColdStart``, as a ``given`` start-up) and ``desired`` is the advisor's
+    ``desired_replicas`` for the tick's observation: the rate (arrivals since the previous tick
+    / ``tick_s``), the requests in service and queued, the replicas ready and starting. So
+    ``simulate --policy predictive`` is exactly what an autoscaler running the advisor would
+    ask for. The method (docs/autoscale.md, ``coldscope.scaling.advisor``): it forecasts the
+    rate one cold path ahead (``startup_quantile`` of the start-up, 90 %) as the larger of
+    Holt's level + trend and the rate one ``season_s`` before; turns rates into replicas with the
+    time in service learned by Little's law over ``rate_window_s`` and the target of ``target``
+    requests per replica (default ``target_utilization`` x the replica's slots); asks for
+    max(demand now, forecast); keeps one replica for ``keep_alive_s`` after the last request in
+    the system; holds each answer for ``scale_down_delay_s``; and with ``sla_ttft_s`` keeps the
+    planner's warm floor (``coldscope.planning.hint.warm_floor``).
 
-    With ``sla_ttft_s`` set it also keeps the planner's warm floor
-    (``coldscope.planning.hint.warm_floor``, the rule behind ``serve``'s scale hint): one replica
-    stays up whenever scaling to zero at the stable-window arrival rate would make more than
-    1 % of requests wait for a start-up (``H``) plus ``warm_ttft_s`` beyond the SLA. The
-    keep-alive it judges with is this policy's own (stable window + scale-to-zero grace).
+    Before the advisor, this policy was Knative's KPA (panic and stable windows) plus the
+    forecast; the advisor's "now" is the concurrency seen at the tick instead, held by the
+    scale-down delay (docs/autoscale.md, "The simulator's predictive policy").
     """
 
-    def __init__(self, startup_quantile: Annotated[float, Field(gt=0, lt=1)] = 0.9,
-                 alpha: Share = 0.2, beta: Share = 0.05, season_s: Positive = 86400.0,
-                 season_window_s: Seconds = 600.0, sla_ttft_s: Positive | None = None,
-                 warm_ttft_s: Seconds = 0.5, **reactive: Any) -> None:
-        reactive.setdefault("scale_down_delay_s", 60.0)
-        super().__init__(**reactive)
+    tick_s: float | None
+
+    def __init__(self, target: Positive | None = None, target_utilization: Share = 0.7,
+                 startup_quantile: Annotated[float, Field(gt=0, lt=1)] = 0.9,
+                 alpha: Share = 0.033, beta: Share = 0.002,
+                 trend_damping: Annotated[float, Field(ge=0, le=1)] = 0.98,
+                 season_s: Positive = 86400.0, season_window_s: Seconds = 600.0,
+                 rate_window_s: Positive = 60.0, keep_alive_s: Seconds = 90.0,
+                 scale_down_delay_s: Seconds = 60.0, sla_ttft_s: Positive | None = None,
+                 warm_ttft_s: Seconds = 0.5, min_workers: Count = 0,
+                 max_workers: Count | None = None, tick_s: TickSeconds = 2.0) -> None:
+        self.target = target
+        self.target_utilization = target_utilization
         self.startup_quantile = startup_quantile
         self.alpha = alpha
         self.beta = beta
+        self.trend_damping = trend_damping
         self.season_s = season_s
         self.season_window_s = season_window_s
+        self.rate_window_s = rate_window_s
+        self.keep_alive_s = keep_alive_s
+        self.scale_down_delay_s = scale_down_delay_s
         self.sla_ttft_s = sla_ttft_s
         self.warm_ttft_s = warm_ttft_s
+        self.min_workers = min_workers
+        self.max_workers = max_workers
+        self.tick_s = tick_s
+
+    def advisor(self, context: PolicyContext) -> ScaleAdvisor:
+        """The advisor this policy runs for a simulation of ``context``."""
+        tick = self.tick_s
+        if not tick or tick <= 0:
+            raise ColdscopeError("the predictive policy needs tick_s > 0")
+        target = self.target or self.target_utilization * context.concurrency
+        startup = StartupDistribution.given(context.startup.quantile, context.startup.source)
+        return ScaleAdvisor(
+            target_in_flight=target, startup=startup,
+            scale_ahead_quantile=self.startup_quantile, alpha=self.alpha, beta=self.beta,
+            step_s=tick, trend_damping=self.trend_damping, season_s=self.season_s,
+            season_window_s=self.season_window_s, rate_window_s=self.rate_window_s,
+            keep_alive_s=self.keep_alive_s, scale_down_delay_s=self.scale_down_delay_s,
+            sla_ttft_s=self.sla_ttft_s, warm_ttft_s=self.warm_ttft_s,
+            min_replicas=self.min_workers, max_replicas=self.max_workers)
 
     def start(self, context: PolicyContext) -> int:
-        warm = super().start(context)
-        self.horizon_ = float(context.startup.quantile(self.startup_quantile))
-        self.level_ = 0.0
-        self.trend_ = 0.0
-        self.rate_stable_ = _Window(self.stable_.size)
-        self.in_flight_stable_ = _Window(self.stable_.size)
-        self.time_in_system_ = 0.0
-        self.cum_rate_ = [0.0]  # prefix sums of the per-tick rate since time 0
-        self.season_ticks_ = max(1, round(self.season_s / self.tick_))
-        self.season_half_ = max(0, round(self.season_window_s / self.tick_ / 2))
-        self.ahead_ = max(1, round(self.horizon_ / self.tick_))
-        return warm
+        self.advisor_ = self.advisor(context)
+        self.tick_ = float(self.tick_s or 0.0)
+        return self.min_workers
 
     def desired(self, obs: TickObservation) -> int:
-        want = super().desired(obs)
-        rate = obs.arrivals / self.tick_
-        cum = self.cum_rate_
-        cum.append(cum[-1] + rate)
-        level = self.level_
-        self.level_ = self.alpha * rate + (1 - self.alpha) * (level + self.trend_)
-        self.trend_ = self.beta * (self.level_ - level) + (1 - self.beta) * self.trend_
-        forecast = max(0.0, self.level_ + self.ahead_ * self.trend_)
-        k = len(cum) - 2 + self.ahead_ - self.season_ticks_  # tick index one season back
-        if k >= 0:
-            lo, hi = max(0, k - self.season_half_), min(len(cum) - 1, k + self.season_half_ + 1)
-            if lo < hi:
-                forecast = max(forecast, (cum[hi] - cum[lo]) / (hi - lo))
-        mean_rate = self.rate_stable_.add(rate)
-        in_flight = self.in_flight_stable_.add(obs.in_flight)
-        if mean_rate > 0 and in_flight > 0:
-            self.time_in_system_ = in_flight / mean_rate
-        ahead = math.ceil(forecast * self.time_in_system_ / self.target_ - 1e-9)
-        floor = 0
-        if self.sla_ttft_s is not None:
-            from coldscope.planning.hint import warm_floor
-            floor = warm_floor(mean_rate, self.horizon_, self.sla_ttft_s, self.warm_ttft_s,
-                               self.idle_after_)
-        return min(max(want, self._delay(obs.time, ahead), floor, self.min_workers), self.max_)
+        return self.advisor_.tick(
+            obs.time, rate_rps=obs.arrivals / self.tick_, in_flight=obs.in_flight,
+            queued=obs.queued, running=obs.ready, starting=obs.starting).desired_replicas
+
+
+class RayServeDefault:
+    """Ray Serve's default autoscaling policy (ray 2.60.0), replayed tick by tick.
+
+    Modelled on ``python/ray/serve/autoscaling_policy.py``: ``replica_queue_length_autoscaling_
+    policy`` (``_core_replica_queue_length_policy``) wrapped as the controller wraps every policy
+    (``_apply_autoscaling_config``: ``_get_cold_start_scale_up_replicas``,
+    ``_apply_scaling_factors``, ``_apply_delay_logic``), then bounded as
+    ``python/ray/serve/_private/autoscaling_state.py``'s ``DeploymentAutoscalingState.
+    get_decision_num_replicas`` and ``apply_bounds`` do. Each tick, with ``running`` the ready
+    replicas, ``target`` the last decision and ``total`` the mean of the observed concurrency
+    (in service + queued: Ray's ``total_num_requests``) over the last ``look_back_period_s``:
+
+    * **0-replica fast path**: no replica running and requests waiting: ``max(ceil(
+      upscaling_factor), target)`` at once, no delay, the delay state untouched;
+    * else ``desired = running x total / (target_ongoing_requests x running)`` (``target`` when
+      nothing runs), moved from ``running`` by ``upscaling_factor``/``downscaling_factor``
+      (``ceil(running + factor x (desired - running))``, and one less when a scale-down would
+      otherwise stall);
+    * **delays**: a scale-up happens once every tick for ``upscale_delay_s`` (30 s) has wanted
+      more than ``target``, a scale-down once ``downscale_delay_s`` (600 s; from 1 to 0:
+      ``downscale_to_zero_delay_s`` if set) has wanted less (a change of direction restarts the
+      clock; below 1 only from 1); with nothing running and ``desired > 0``, at once;
+    * **bounds**: ``min_replicas <= answer <= max_replicas``; at time 0, ``initial_replicas``
+      (else ``min_replicas``) replicas are up, warm.
+
+    Defaults are Ray's, except ``max_replicas`` (Ray: 1, which would not scale at all; here
+    unbounded up to the simulation's replica limit) and ``tick_s`` (Ray's controller loop runs
+    every 0.1 s; here 1 s: the delays are measured in time, so a tick only rounds them up to
+    the next tick). Not modelled: the metrics pipeline's sampling and push lag (replicas and
+    handles record every 0.2 x ``look_back_period_s`` and push every 10 s; here the concurrency
+    is sampled at each tick and seen at once), ``target_capacity``, ``aggregation_function``
+    other than its default ``mean``. ``tests/unit/test_sim_ray_policy.py`` checks the decisions
+    against Ray's own functions.
+    """
+
+    tick_s: float | None
+
+    def __init__(self, target_ongoing_requests: Positive = 2.0, min_replicas: Count = 1,
+                 max_replicas: Count | None = None, initial_replicas: Count | None = None,
+                 upscale_delay_s: Seconds = 30.0, downscale_delay_s: Seconds = 600.0,
+                 downscale_to_zero_delay_s: Seconds | None = None,
+                 look_back_period_s: Positive = 30.0, upscaling_factor: Positive = 1.0,
+                 downscaling_factor: Positive = 1.0, tick_s: TickSeconds = 1.0) -> None:
+        self.target_ongoing_requests = target_ongoing_requests
+        self.min_replicas = min_replicas
+        self.max_replicas = max_replicas
+        self.initial_replicas = initial_replicas
+        self.upscale_delay_s = upscale_delay_s
+        self.downscale_delay_s = downscale_delay_s
+        self.downscale_to_zero_delay_s = downscale_to_zero_delay_s
+        self.look_back_period_s = look_back_period_s
+        self.upscaling_factor = upscaling_factor
+        self.downscaling_factor = downscaling_factor
+        self.tick_s = tick_s
+
+    def start(self, context: PolicyContext) -> int:
+        if not self.tick_s or self.tick_s <= 0:
+            raise ColdscopeError("the ray-default policy needs tick_s > 0")
+        top = self.max_replicas
+        if top is not None and top < self.min_replicas:
+            raise ColdscopeError(f"max_replicas ({top}) must be >= min_replicas "
+                                 f"({self.min_replicas}), as Ray requires")
+        first = self.min_replicas if self.initial_replicas is None else self.initial_replicas
+        if first < self.min_replicas or (top is not None and first > top):
+            raise ColdscopeError(f"initial_replicas ({first}) must lie between min_replicas "
+                                 f"and max_replicas, as Ray requires")
+        self.max_ = (1 << 62) if top is None else top
+        self.target_ = first  # Ray's target_num_replicas: the last decision
+        self.samples_: deque[tuple[float, int]] = deque()  # (time, concurrency)
+        self.sum_ = 0
+        self.counter_ = 0  # Ray's __decision_counters: > 0 wanting up, < 0 wanting down
+        self.since_: float | None = None  # Ray's __decision_timestamp
+        return first
+
+    def total_requests(self, obs: TickObservation) -> float:
+        """Ray's ``total_num_requests``: mean concurrency of the last look-back period."""
+        samples = self.samples_
+        samples.append((obs.time, obs.concurrency))
+        self.sum_ += obs.concurrency
+        horizon = obs.time - self.look_back_period_s
+        while samples[0][0] <= horizon:
+            self.sum_ -= samples.popleft()[1]
+        return self.sum_ / len(samples)
+
+    def desired(self, obs: TickObservation) -> int:
+        total = self.total_requests(obs)
+        running, target = obs.ready, self.target_
+        if running == 0 and total > 0:  # _get_cold_start_scale_up_replicas
+            decision = max(math.ceil(1 * self.upscaling_factor), target)
+        else:
+            if running == 0:  # _core_replica_queue_length_policy
+                wanted: float = target
+            else:
+                wanted = running * (total / (self.target_ongoing_requests * running))
+            scaled = self._scaling_factors(wanted, running)
+            if running == 0 and scaled > 0:  # _apply_default_params: no delay from zero
+                decision = scaled
+            else:
+                decision = self._delay(max(0, scaled), target, obs.time)
+        decision = max(self.min_replicas, min(self.max_, decision))  # apply_bounds
+        self.target_ = decision
+        return decision
+
+    def _scaling_factors(self, wanted: float, running: int) -> int:
+        """``_apply_scaling_factors``."""
+        if running == 0:
+            return math.ceil(wanted)
+        delta = wanted - running
+        factor = self.upscaling_factor if delta > 0 else self.downscaling_factor
+        scaled = math.ceil(running + factor * delta)
+        if math.ceil(float(wanted)) < running and scaled == running:
+            scaled -= 1
+        return scaled
+
+    def _delay(self, wanted: int, target: int, now: float) -> int:
+        """``_apply_delay_logic``: act once the same direction has been wanted long enough."""
+        decision = target
+        if wanted > target:
+            if self.counter_ < 0:
+                self.counter_, self.since_ = 0, None
+            self.counter_ += 1
+            if self.since_ is None:
+                self.since_ = now
+            if now - self.since_ + _RAY_DELAY_EPS_S >= self.upscale_delay_s:
+                self.counter_, self.since_ = 0, None
+                decision = wanted
+        elif wanted < target:
+            if self.counter_ > 0:
+                self.counter_, self.since_ = 0, None
+            self.counter_ -= 1
+            if target == 1:
+                delay = self.downscale_delay_s if self.downscale_to_zero_delay_s is None \
+                    else self.downscale_to_zero_delay_s
+            else:
+                delay = self.downscale_delay_s
+                wanted = max(1, wanted)
+            if self.since_ is None:
+                self.since_ = now
+            if now - self.since_ + _RAY_DELAY_EPS_S >= delay:
+                self.counter_, self.since_ = 0, None
+                decision = wanted
+        else:
+            self.counter_, self.since_ = 0, None
+        return decision
+
+
+#: Ray's ``_DELAY_ELAPSED_EPS_S``: a delay of D s has elapsed at D - 1e-6 s (float drift).
+_RAY_DELAY_EPS_S = 1e-6
 
 
 #: CLI names of the built-in policies (the CLI's --policy choices come from here).
@@ -251,6 +408,7 @@ POLICIES: dict[str, type] = {
     "reactive": Reactive,
     "warm-pool": WarmPool,
     "predictive": Predictive,
+    "ray-default": RayServeDefault,
     "fixed": FixedPool,
 }
 
