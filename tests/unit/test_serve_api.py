@@ -65,9 +65,9 @@ def test_predict_equals_the_cli(service: Service, startup_model: Path) -> None:
 
 
 @pytest.mark.parametrize("body, status, message", [
-    ({"model": "../vllm-cpu-0.32"}, 400, "outside every --model-root"),
-    ({"model": "/etc"}, 400, "outside every --model-root"),
-    ({"model": "no-such-model"}, 400, "no model at"),
+    ({"model": "../vllm-cpu-0.32"}, 400, "is missing or outside every --model-root"),
+    ({"model": "/etc"}, 400, "is missing or outside every --model-root"),
+    ({"model": "no-such-model"}, 400, "is missing or outside every --model-root"),
     ({"model": 3}, 400, "must be a path"),
     ({"num_layers": "many"}, 400, ""),
     ({"features": [1, 2]}, 400, "JSON object"),

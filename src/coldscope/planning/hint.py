@@ -30,6 +30,12 @@ from coldscope.util.errors import ColdscopeError
 
 #: Version of the :class:`ScaleHint` JSON.
 SCHEMA_VERSION: Final = 1
+#: Bounds that keep every answer finite and small: a replica serves at least one request in
+#: 1000 s, the SLA is 1 ms to a day, and no answer asks for more than a million replicas.
+MIN_REPLICA_RPS = 1e-3
+MAX_RATE_RPS = 1e6
+MIN_SLA_S, MAX_SLA_S = 1e-3, 86_400.0
+MAX_REPLICAS = 1_000_000
 
 
 class ScaleHintRequest(BaseModel):
@@ -37,7 +43,7 @@ class ScaleHintRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    rate_rps: float = Field(ge=0, le=1e6, allow_inf_nan=False,
+    rate_rps: float = Field(ge=0, le=MAX_RATE_RPS, allow_inf_nan=False,
                             description="requests per second now")
     sla_p99_ttft: str | float = Field(description="P99 TTFT SLA, a duration: 2s, 500ms")
     params: str | float | None = Field(None, description="parameter count: 70B, 7e10")
@@ -46,7 +52,8 @@ class ScaleHintRequest(BaseModel):
         None, description="the cold path (s), e.g. a startup model's interval; else from params")
     mitigate: list[str] = Field(default_factory=list, description="layers, with params only")
     gpu: str | None = None
-    replica_rps: float | None = Field(None, gt=0, le=1e6, allow_inf_nan=False,
+    replica_rps: float | None = Field(None, ge=MIN_REPLICA_RPS, le=MAX_RATE_RPS,
+                                      allow_inf_nan=False,
                                       description="requests/s one replica serves in SLA")
 
 
@@ -88,6 +95,18 @@ def warm_floor(rate_rps: float, cold_s: float, sla_s: float, warm_ttft_s: float,
     return 1 if share > P99_SHARE else 0
 
 
+def sla_seconds(value: str | float) -> float:
+    """The P99 TTFT SLA in seconds (``2s``, ``500ms``, 2.0), within MIN_SLA_S..MAX_SLA_S."""
+    from coldscope.planning.infra import parse_duration
+    sla = parse_duration(value, "sla_p99_ttft")
+    if sla <= 0:
+        raise ColdscopeError("sla_p99_ttft must be above 0")
+    if not MIN_SLA_S <= sla <= MAX_SLA_S:
+        raise ColdscopeError(f"sla_p99_ttft must be {MIN_SLA_S * 1000:g} ms to "
+                             f"{MAX_SLA_S / 3600:g} h, not {value!r}")
+    return sla
+
+
 def scale_hint(request: ScaleHintRequest) -> ScaleHint:
     """See the module doc. Bad input is a one-line ``ColdscopeError``."""
     from coldscope.planning import budget as bud
@@ -95,14 +114,11 @@ def scale_hint(request: ScaleHintRequest) -> ScaleHint:
         Traffic,
         load_profile,
         parse_count,
-        parse_duration,
         validate,
     )
     from coldscope.planning.mitigations import Stack, apply_layers, canonical
     from coldscope.planning.sla import evaluate
-    sla = parse_duration(request.sla_p99_ttft, "sla_p99_ttft")
-    if sla <= 0:
-        raise ColdscopeError("sla_p99_ttft must be above 0")
+    sla = sla_seconds(request.sla_p99_ttft)
     profile = load_profile(None, {"gpu": request.gpu} if request.gpu else {})
     if request.params is not None:
         size = bud.size_from_params(parse_count(request.params), request.dtype)
@@ -135,6 +151,10 @@ def scale_hint(request: ScaleHintRequest) -> ScaleHint:
         data["replica_rps"] = request.replica_rps
     traffic = validate(Traffic, data, "scale hint")
     mu = traffic.replica_rps * stack.throughput_factor
+    if request.rate_rps / mu > MAX_REPLICAS:
+        raise ColdscopeError(f"rate_rps / replica_rps asks for more than {MAX_REPLICAS:,} "
+                             f"replicas (rate {request.rate_rps:g} req/s, one replica "
+                             f"{mu:g} req/s); check both")
     capacity = math.ceil(request.rate_rps / mu - 1e-9) if request.rate_rps > 0 else 0
     floor = warm_floor(request.rate_rps, stack.budget.high, sla, profile.warm_ttft_s.high,
                        profile.economics.keep_alive_s, traffic.burstiness)

@@ -186,6 +186,7 @@ class PlanRequest(BaseModel):
 def plan(request: PlanRequest) -> PlanReport:
     """Resolve everything the request names (files, store, startup model), then plan."""
     from coldscope.planning import budget as bud
+    from coldscope.planning.hint import MAX_SLA_S, MIN_SLA_S
     from coldscope.planning.infra import (
         deep_merge,
         load_profile,
@@ -214,6 +215,9 @@ def plan(request: PlanRequest) -> PlanReport:
              if request.sla_p99_ttft is not None else None)
     if sla_s is not None and sla_s <= 0:
         raise ColdscopeError("--sla-p99-ttft must be above 0")
+    if sla_s is not None and not MIN_SLA_S <= sla_s <= MAX_SLA_S:  # scale-hint's bounds
+        raise ColdscopeError(f"--sla-p99-ttft must be {MIN_SLA_S * 1000:g} ms to "
+                             f"{MAX_SLA_S / 3600:g} h, not {request.sla_p99_ttft!r}")
     if request.cheapest and sla_s is None:
         raise ColdscopeError("--cheapest needs --sla-p99-ttft")
 

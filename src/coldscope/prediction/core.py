@@ -43,6 +43,12 @@ if TYPE_CHECKING:
 #: Model loading from a hot page cache when no bandwidth is given: the paper's figure 13 case 0
 #: (DRAM page cache, H100 node) measured 0.122 s per GB, i.e. about 8.2 GB/s.
 DEFAULT_PAGE_CACHE_BPS = 1e9 / 0.122
+#: Bounds of the settings a prediction is asked for (``predict`` and serve's /v1/predict), so
+#: that every answer stays finite: CUDA-graph capture sizes (vLLM captures at most a few
+#: hundred), and a storage read bandwidth of 1 MB/s to 10 TB/s.
+MAX_CAPTURE_SIZES = 100_000
+MIN_STORAGE_BPS = 1e6
+MAX_STORAGE_BPS = 1e13
 
 
 @dataclass(frozen=True)
@@ -266,6 +272,8 @@ def explain(file: StartupModelFile, features: ModelFeatures,
 def predict(file: StartupModelFile, features: ModelFeatures, capture_sizes: int | None = None,
             loading: LoadingSetting | None = None) -> Prediction:
     """Per-bucket seconds, total, and their ``level`` prediction intervals (see module doc)."""
+    if capture_sizes is not None and not 0 <= capture_sizes <= MAX_CAPTURE_SIZES:
+        raise ColdscopeError(f"capture sizes must be a whole number in 0-{MAX_CAPTURE_SIZES}")
     settings = settings_of(file, capture_sizes=capture_sizes)
     order = list(file.buckets)
     missing: set[str] = set()
@@ -401,8 +409,9 @@ def _reload(file: StartupModelFile, features: ModelFeatures, means: dict[str, fl
                 "--page-cache cold needs --storage-bandwidth (the read bandwidth of the storage "
                 "the weights come from, e.g. 2GB/s): this model's loading was measured "
                 f"with page cache {fitted_cache or 'unknown'}")
-    if bandwidth <= 0 or not math.isfinite(bandwidth):
-        raise ColdscopeError(f"storage bandwidth must be a positive number, not {bandwidth}")
+    if not MIN_STORAGE_BPS <= bandwidth <= MAX_STORAGE_BPS:  # NaN fails too
+        raise ColdscopeError(f"storage bandwidth must be {MIN_STORAGE_BPS:.0e}-"
+                             f"{MAX_STORAGE_BPS:.0e} bytes/s (1 MB/s-10 TB/s), not {bandwidth}")
     spec = file.buckets[MODEL_LOADING]
     fixed = 0.0
     if INTERCEPT in spec.terms:

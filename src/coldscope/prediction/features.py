@@ -21,16 +21,20 @@ loads it once. ``weight_bytes`` is the bytes of those parameters as stored.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
 import os
 import struct
+from collections.abc import Iterator
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from coldscope.util.errors import ColdscopeError
-from coldscope.util.safeio import loads_json, open_regular, read_text
+from coldscope.util.safeio import check_confined, loads_json, open_regular, read_text
 
 #: The one dtype table: bytes per element (parameter) of every dtype name coldscope reads -
 #: safetensors header names (upper case), torch / config names, and the short names users type
@@ -53,11 +57,25 @@ DTYPE_BYTES: dict[str, float] = {
 MAX_LAYERS = 10_000
 MAX_DIM = 10_000_000
 MAX_TENSOR_ELEMENTS = 10**14
-#: A safetensors header longer than this is refused before it is read (the safetensors format's
-#: own limit is 100 MB; real headers are a few MB at most).
-MAX_HEADER_BYTES = 100_000_000
+#: Tensors one safetensors file may hold. Real shards hold a few hundred to a few thousand (a
+#: whole 600B-parameter MoE holds about 150,000 across all its files); at this bound the worst
+#: header is read, parsed and counted in about half a second.
+MAX_HEADER_TENSORS = 50_000
+#: A safetensors header longer than this is refused before it is read: what 50,000 tensor
+#: entries with long names need (real entries take 100-200 B; the format's own limit, 100 MB,
+#: took 28 s to parse at 900,000 tensors).
+MAX_HEADER_BYTES = 16 * 2**20
+#: JSON values a header may hold (counted as its commas and colons before it is parsed): a
+#: tensor entry of 16 dimensions needs 24, so a header of 50,000 such tensors fits.
+MAX_HEADER_VALUES = 24 * MAX_HEADER_TENSORS
+#: Tensors all the safetensors files of one model may hold together.
+MAX_MODEL_TENSORS = 2_000_000
+#: Weight files an index may name (real models have at most a few hundred).
+MAX_WEIGHT_FILES = 10_000
 #: Dimensions of one tensor (real weights have 1-5; torch allows at most 64).
 MAX_TENSOR_DIMS = 16
+#: Bytes a tokenizer or compiled-graph figure may claim (1 TiB; real ones are MB to GB).
+MAX_FILE_BYTES = 2**40
 
 #: Estimated compiled-graph bytes per decoder layer when no compile cache is at hand: the median
 #: of the paper's dense models (models_config.json ``compiled_graph_sizes`` / ``layers``, 12
@@ -88,37 +106,72 @@ TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3_text", "falcon", "gpt2",
 
 Kind = Literal["dense", "moe", "hybrid"]
 
+#: Whether one-line errors may quote the values they found in a model's files. ``coldscope
+#: serve`` turns it off while a request's work runs (``values_withheld``): the files lie under
+#: its --model-root and are not the client's to read, so an answer names the field that is
+#: wrong, never what it holds. The CLI quotes them: its user is reading their own files.
+_QUOTE_VALUES: ContextVar[bool] = ContextVar("coldscope_quote_values", default=True)
+
+
+@contextlib.contextmanager
+def values_withheld() -> Iterator[None]:
+    """Within this block (this thread or task), errors about a model's files name the field
+    that is wrong and never quote its value or a number derived from it."""
+    token = _QUOTE_VALUES.set(False)
+    try:
+        yield
+    finally:
+        _QUOTE_VALUES.reset(token)
+
+
+def _shown(value: Any, before: str = " ", after: str = "") -> str:
+    """``before + repr(value) + after`` (the value cut to 60 characters) where errors may quote
+    values; nothing inside ``values_withheld``."""
+    return f"{before}{_brief(value)}{after}" if _QUOTE_VALUES.get() else ""
+
 
 class ModelFeatures(BaseModel):
     """What start-up depends on, per model. Sizes in bytes; counts are plain integers."""
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(description="model name (directory name or features JSON name)")
-    source: str = Field(description="what was read: safetensors | index | config | features")
-    model_type: str | None = None
+    # Every number is bounded (the module's MAX_* figures, far beyond any real model), so a
+    # prediction made from a features document stays finite and small.
+    name: str = Field(max_length=4096,
+                      description="model name (directory name or features JSON name)")
+    source: str = Field(max_length=64,
+                        description="what was read: safetensors | index | config | features")
+    model_type: str | None = Field(None, max_length=256)
     kind: Kind = Field("dense", description="dense | moe | hybrid (MoE/hybrid need own data)")
-    params: int = Field(ge=0, description="parameters the engine keeps (tied lm_head once)")
-    params_source: str = Field(description="safetensors | config | published | nominal")
-    weight_bytes: int = Field(ge=0, description="bytes of those parameters as stored")
-    dtype: str | None = None
-    bytes_per_param: float = Field(gt=0)
-    num_layers: int = Field(ge=1)
-    hidden_size: int | None = None
-    ffn_size: int | None = None
-    num_heads: int | None = None
-    num_kv_heads: int | None = None
-    head_dim: int | None = None
-    vocab_size: int | None = None
+    params: int = Field(ge=0, le=MAX_TENSOR_ELEMENTS,
+                        description="parameters the engine keeps (tied lm_head once)")
+    params_source: str = Field(max_length=64,
+                               description="safetensors | config | published | nominal")
+    weight_bytes: int = Field(ge=0, le=8 * MAX_TENSOR_ELEMENTS,
+                              description="bytes of those parameters as stored")
+    dtype: str | None = Field(None, max_length=64)
+    bytes_per_param: float = Field(gt=0, le=1024, allow_inf_nan=False)
+    num_layers: int = Field(ge=1, le=MAX_LAYERS)
+    hidden_size: int | None = Field(None, ge=0, le=MAX_DIM)
+    ffn_size: int | None = Field(None, ge=0, le=MAX_DIM)
+    num_heads: int | None = Field(None, ge=0, le=MAX_DIM)
+    num_kv_heads: int | None = Field(None, ge=0, le=MAX_DIM)
+    head_dim: int | None = Field(None, ge=0, le=MAX_DIM)
+    vocab_size: int | None = Field(None, ge=0, le=MAX_DIM)
     tie_word_embeddings: bool | None = None
     is_moe: bool = False
-    num_experts: int | None = None
-    num_active_experts: int | None = None
-    active_params: int | None = Field(None, description="parameters used per token (MoE)")
-    tokenizer_bytes: int | None = Field(None, description="bytes of the tokenizer file(s)")
-    graph_size: int | None = Field(None, description="bytes of compiled graphs")
-    graph_size_source: str | None = Field(None, description="measured | estimated | published")
-    checkpoint_bytes: int | None = Field(None, description="bytes of the weight files on disk")
+    num_experts: int | None = Field(None, ge=0, le=MAX_DIM)
+    num_active_experts: int | None = Field(None, ge=0, le=MAX_DIM)
+    active_params: int | None = Field(None, ge=0, le=MAX_TENSOR_ELEMENTS,
+                                      description="parameters used per token (MoE)")
+    tokenizer_bytes: int | None = Field(None, ge=0, le=MAX_FILE_BYTES,
+                                        description="bytes of the tokenizer file(s)")
+    graph_size: int | None = Field(None, ge=0, le=MAX_FILE_BYTES,
+                                   description="bytes of compiled graphs")
+    graph_size_source: str | None = Field(None, max_length=64,
+                                          description="measured | estimated | published")
+    checkpoint_bytes: int | None = Field(None, ge=0, le=8 * MAX_TENSOR_ELEMENTS,
+                                         description="bytes of the weight files on disk")
 
 
 def model_features(path: str | Path, compile_cache: str | Path | None = None) -> ModelFeatures:
@@ -137,6 +190,9 @@ def model_features(path: str | Path, compile_cache: str | Path | None = None) ->
 
 
 def _model_features(p: Path, compile_cache: str | Path | None) -> ModelFeatures:
+    # Inside serve's confinement a path outside the roots is refused before it is looked at,
+    # so the answer is the same whether or not something exists there.
+    check_confined(p, "model path")
     if not p.exists():
         raise ColdscopeError(f"no such model path: {p}")
     if p.is_dir():
@@ -167,47 +223,62 @@ def features_from_paper(entry: dict[str, Any], name: str,
     paper's models are fp16/bf16 checkpoints). ``hybrid`` (or entry key ``hybrid``) marks a
     Mamba-hybrid model, which the paper's features cannot tell apart.
     """
+    from pydantic import ValidationError
+
+    from coldscope.util.errors import validation_error
     entry = dict(entry)
-    name = str(entry.pop("name", name))
+    title = str(entry.pop("name", name))
+    # the entry's own name is quoted only where values may be (see ``values_withheld``)
+    where = repr(title if _QUOTE_VALUES.get() else name)
     exact = entry.pop("params", params)
     hybrid = bool(entry.pop("hybrid", hybrid))
     required = ("layers", "hidden_size", "vocab_size")
     missing = [k for k in required if k not in entry]
     if missing or ("size" not in entry and exact is None):
         raise ColdscopeError(
-            f"features JSON for {name!r} lacks {', '.join(missing) or 'size or params'}; expected "
+            f"features JSON for {where} lacks {', '.join(missing) or 'size or params'}; expected "
             "the paper's models_config.json per-model format (size, layers, hidden_size, ...)"
         )
     try:
-        count = int(exact) if exact is not None else int(round(float(entry["size"]) * 1e9))
+        if exact is not None:
+            count = _bounded(exact, "params", 0, MAX_TENSOR_ELEMENTS)
+        else:
+            count = round(_real(entry["size"], "size", 0, MAX_TENSOR_ELEMENTS / 1e9) * 1e9)
         moe = entry.get("moe")
+        if moe and not isinstance(moe, dict):
+            raise ColdscopeError("moe must be an object (n_experts, active_size, ...)")
         tokenizer_mib = entry.get("tokenizer_size")
         graph_kib = entry.get("compiled_graph_sizes")
-        layers = _bounded(entry["layers"], "layers", 1, MAX_LAYERS)
-        if count < 0 or count > MAX_TENSOR_ELEMENTS:
-            raise ColdscopeError(f"parameter count {count} of {name!r} is impossible")
         return ModelFeatures(
-            name=name, source="features", model_type=None,
+            name=title, source="features", model_type=None,
             kind="hybrid" if hybrid else ("moe" if moe else "dense"),
             params=count, params_source="published" if exact is not None else "nominal",
             weight_bytes=2 * count, dtype="bfloat16", bytes_per_param=2.0,
-            num_layers=layers, hidden_size=_bounded(entry["hidden_size"], "hidden_size", 1,
-                                                    MAX_DIM),
+            num_layers=_bounded(entry["layers"], "layers", 1, MAX_LAYERS),
+            hidden_size=_bounded(entry["hidden_size"], "hidden_size", 1, MAX_DIM),
             ffn_size=_opt_int(entry.get("ffn_dim"), "ffn_dim"),
             num_heads=_opt_int(entry.get("num_attention_heads"), "num_attention_heads"),
             num_kv_heads=_opt_int(entry.get("num_key_value_heads"), "num_key_value_heads"),
             vocab_size=_bounded(entry["vocab_size"], "vocab_size", 1, MAX_DIM), is_moe=bool(moe),
-            num_experts=_opt_int(moe.get("n_experts")) if moe else None,
-            num_active_experts=_opt_int(moe.get("n_active_experts")) if moe else None,
-            active_params=int(float(moe["active_size"]) * 1e9) if moe else None,
-            tokenizer_bytes=int(round(float(tokenizer_mib) * 2**20)) if tokenizer_mib else None,
-            graph_size=int(round(float(graph_kib) * 1024)) if graph_kib else None,
+            num_experts=_opt_int(moe.get("n_experts"), "moe.n_experts") if moe else None,
+            num_active_experts=(_opt_int(moe.get("n_active_experts"), "moe.n_active_experts")
+                                if moe else None),
+            active_params=(int(_real(moe.get("active_size"), "moe.active_size", 0,
+                                     MAX_TENSOR_ELEMENTS / 1e9) * 1e9) if moe else None),
+            tokenizer_bytes=(round(_real(tokenizer_mib, "tokenizer_size", 0,
+                                         MAX_FILE_BYTES / 2**20) * 2**20)
+                             if tokenizer_mib else None),
+            graph_size=(round(_real(graph_kib, "compiled_graph_sizes", 0, MAX_FILE_BYTES / 1024)
+                              * 1024) if graph_kib else None),
             graph_size_source="published" if graph_kib else None,
         )
+    except ValidationError as exc:  # its one line names the field and the bound, not the value
+        raise validation_error(exc, f"malformed features JSON for {where}") from None
     except ColdscopeError as exc:
-        raise ColdscopeError(f"malformed features JSON for {name!r}: {exc}") from None
-    except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as exc:
-        raise ColdscopeError(f"malformed features JSON for {name!r}: {exc}") from None
+        raise ColdscopeError(f"malformed features JSON for {where}: {exc}") from None
+    except (TypeError, ValueError, AttributeError, KeyError, OverflowError):
+        raise ColdscopeError(f"malformed features JSON for {where}: a field has the wrong "
+                             "type") from None
 
 
 def measure_graph_bytes(cache_dir: str | Path) -> int:
@@ -224,8 +295,12 @@ def measure_graph_bytes(cache_dir: str | Path) -> int:
 def read_safetensors_header(path: str | Path) -> dict[str, Any]:
     """The JSON header of a safetensors file: 8-byte little-endian length, then that much JSON.
 
-    Reads only those bytes, never the tensors, from a regular file only (``safeio``), and at
-    most ``MAX_HEADER_BYTES`` of header; the JSON is parsed with bounded nesting and numbers.
+    Reads only those bytes, never the tensors, from a regular file only (``safeio``). What it
+    costs is bounded before the JSON is parsed: at most ``MAX_HEADER_BYTES`` of header, holding
+    at most ``MAX_HEADER_TENSORS`` tensor entries and ``MAX_HEADER_VALUES`` JSON values (both
+    counted over the raw bytes at C speed), so the worst header accepted is parsed in well
+    under a second and a few tens of MB. No number from the file is quoted where values are
+    withheld (``values_withheld``).
     """
     p = Path(path)
     try:
@@ -236,25 +311,51 @@ def read_safetensors_header(path: str | Path) -> dict[str, Any]:
             (length,) = struct.unpack("<Q", head)
             size = os.fstat(f.fileno()).st_size
             if length > MAX_HEADER_BYTES:
-                raise ColdscopeError(f"safetensors header in {p} says {length} B, more than "
-                                     f"{MAX_HEADER_BYTES} B; refused")
+                raise ColdscopeError(f"safetensors header in {p}{_shown(length, ' says ', ' B,')}"
+                                     f" is longer than {MAX_HEADER_BYTES} B; refused")
             if length > size - 8:
                 raise ColdscopeError(
-                    f"truncated safetensors header in {p}: header says {length} B, "
-                    f"file has {size - 8} B after the length"
-                )
+                    f"truncated safetensors header in {p}: the header is longer than the file"
+                    + (f" (header says {length} B, file has {size - 8} B after the length)"
+                       if _QUOTE_VALUES.get() else ""))
             raw = f.read(length)
     except OSError as exc:
         raise ColdscopeError(f"cannot read {p}: {exc.strerror or exc}") from None
+    return _parse_header(raw, p)
+
+
+def _parse_header(raw: bytes, p: Path) -> dict[str, Any]:
+    """The header's JSON object, refused before parsing past the tensor and value bounds.
+    Plain ``json.loads``: its C parser bounds nesting by the recursion limit (a
+    RecursionError here), integers by the interpreter's digit limit, and NaN/Infinity are
+    refused; every number is checked per tensor afterwards (``_tensor_size``)."""
+    tensors = raw.count(b'"data_offsets"')  # names may say it too: over-counting only refuses
+    if tensors > MAX_HEADER_TENSORS:
+        raise ColdscopeError(f"safetensors header in {p} holds more than {MAX_HEADER_TENSORS} "
+                             "tensors; refused")
+    if raw.count(b",") + raw.count(b":") > MAX_HEADER_VALUES:
+        raise ColdscopeError(f"safetensors header in {p} holds more than {MAX_HEADER_VALUES} "
+                             "JSON values; refused")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ColdscopeError(f"malformed safetensors header in {p}: not UTF-8 ({exc.reason} "
                              f"at byte {exc.start})") from None
-    header = loads_json(text, f"safetensors header of {p}")
+    try:
+        header = json.loads(text, parse_constant=_not_finite)
+    except json.JSONDecodeError as exc:
+        raise ColdscopeError(f"malformed safetensors header in {p}: not valid JSON ({exc.msg} "
+                             f"at byte {exc.pos})") from None
+    except (ValueError, RecursionError):  # a number too long or not finite; nesting too deep
+        raise ColdscopeError(f"malformed safetensors header in {p}: not valid JSON (a number "
+                             "too long or not finite, or nesting too deep)") from None
     if not isinstance(header, dict):
         raise ColdscopeError(f"malformed safetensors header in {p}: not a JSON object")
     return header
+
+
+def _not_finite(constant: str) -> Any:
+    raise ValueError(f"{constant} is not a finite number")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -263,7 +364,7 @@ def read_safetensors_header(path: str | Path) -> dict[str, Any]:
 
 def _from_directory(directory: Path, index_path: Path | None = None) -> ModelFeatures:
     config_path = directory / "config.json"
-    if not config_path.is_file():
+    if not _is_file(config_path, "model file"):
         raise ColdscopeError(f"no config.json in {directory}")
     config = _read_json(config_path)
     uncounted: UncountableArchitecture | None = None
@@ -273,12 +374,12 @@ def _from_directory(directory: Path, index_path: Path | None = None) -> ModelFea
         # the safetensors headers can still count it: keep the config's shape, count the files
         uncounted = exc
         features = _shape_only(config, directory.name, exc.kind)
-    if index_path is None and (directory / "model.safetensors.index.json").is_file():
+    if index_path is None and _is_file(directory / "model.safetensors.index.json", "model file"):
         index_path = directory / "model.safetensors.index.json"
     index = _read_json(index_path) if index_path is not None else None
     files = _weight_files(directory, index)
     tied = bool(features.tie_word_embeddings)
-    complete = bool(files) and all(f.is_file() for f in files)
+    complete = bool(files) and all(_is_file(f, "safetensors file") for f in files)
     if uncounted is not None and not complete:
         raise uncounted
     if complete:
@@ -306,22 +407,29 @@ def _weight_files(directory: Path, index: dict[str, Any] | None) -> list[Path]:
         if not isinstance(weight_map, dict) or not weight_map:
             raise ColdscopeError(f"malformed index in {directory}: no weight_map")
         names = sorted({str(v) for v in weight_map.values()})
+        if len(names) > MAX_WEIGHT_FILES:
+            raise ColdscopeError(f"malformed index in {directory}: more than "
+                                 f"{MAX_WEIGHT_FILES} weight files")
         if not all(n.endswith(".safetensors") for n in names):
             return []  # a pytorch .bin index: no headers to read
         for n in names:  # weight files live in the model's directory, never beside or above it
-            if Path(n).is_absolute() or ".." in Path(n).parts:
-                raise ColdscopeError(f"malformed index in {directory}: weight file {n[:200]!r} "
-                                     "is outside the model directory")
+            if Path(n).is_absolute() or ".." in Path(n).parts or "\x00" in n:
+                raise ColdscopeError(f"malformed index in {directory}: weight file"
+                                     f"{_shown(n[:200])} is outside the model directory")
         return [directory / n for n in names]
     return sorted(directory.glob("*.safetensors"))
 
 
 def _count_safetensors(files: list[Path], tied: bool) -> tuple[int, int, int, str]:
-    params = weight_bytes = file_bytes = 0
+    params = weight_bytes = file_bytes = tensors = 0
     by_dtype: dict[str, int] = {}
     for path in files:
         header = read_safetensors_header(path)
         file_bytes += path.stat().st_size
+        tensors += len(header)
+        if tensors > MAX_MODEL_TENSORS:
+            raise ColdscopeError(f"the safetensors files in {path.parent} hold more than "
+                                 f"{MAX_MODEL_TENSORS} tensors together; refused")
         for name, info in header.items():
             if name == "__metadata__":
                 continue
@@ -337,39 +445,59 @@ def _count_safetensors(files: list[Path], tied: bool) -> tuple[int, int, int, st
             params += numel
             weight_bytes += nbytes
             by_dtype[dtype] = by_dtype.get(dtype, 0) + nbytes
+        del header  # one file's entries at a time
     if params == 0:
         raise ColdscopeError(f"no tensors in {files[0].parent}")
+    if params > MAX_TENSOR_ELEMENTS:
+        raise ColdscopeError(f"the safetensors files in {files[0].parent} hold more than "
+                             f"{MAX_TENSOR_ELEMENTS:.0e} parameters together, more than any "
+                             "real model")
     dominant = max(by_dtype, key=lambda k: by_dtype[k])
     return params, weight_bytes, file_bytes, _SAFETENSORS_TO_TORCH.get(dominant, dominant.lower())
 
 
 def _tensor_size(name: str, dtype: Any, shape: Any, start: Any, end: Any,
                  path: Path) -> tuple[int, int]:
-    """(elements, bytes) of one safetensors tensor entry, refusing impossible ones."""
-    where = f"tensor {_brief(name)} in {path}"
-    size = DTYPE_BYTES.get(dtype) if isinstance(dtype, str) and dtype.isupper() else None
+    """(elements, bytes) of one safetensors tensor entry, refusing impossible ones.
+
+    Called once per tensor of every header (up to ``MAX_HEADER_TENSORS`` per file), so the
+    accepted case is a few exact type tests (``type(x) is int`` also refuses booleans) and one
+    running product; the messages are built only on refusal."""
+    size = DTYPE_BYTES.get(dtype) if type(dtype) is str and dtype.isupper() else None
     if size is None:
-        raise ColdscopeError(f"{where} has unknown dtype {_brief(dtype)}")
+        raise ColdscopeError(f"tensor {_brief(name)} in {path} has an unknown dtype"
+                             f"{_shown(dtype)}")
     # The count of dimensions and each dimension are bounded before multiplying, so the product
     # (and any message quoting it) stays a small number whatever the header claims.
-    if not isinstance(shape, list) or len(shape) > MAX_TENSOR_DIMS or not all(
-            isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= MAX_TENSOR_ELEMENTS
-            for d in shape):
-        detail = (f"{len(shape)} dimensions, more than {MAX_TENSOR_DIMS}"
-                  if isinstance(shape, list) and len(shape) > MAX_TENSOR_DIMS
-                  else _brief(shape))
-        raise ColdscopeError(f"{where} has an impossible shape ({detail})")
-    numel = math.prod(shape)
+    if type(shape) is not list or len(shape) > MAX_TENSOR_DIMS:
+        detail = ("not a list of dimensions" if type(shape) is not list
+                  else f"{len(shape)} dimensions, more than {MAX_TENSOR_DIMS}"
+                  if _QUOTE_VALUES.get() else f"more than {MAX_TENSOR_DIMS} dimensions")
+        raise ColdscopeError(f"tensor {_brief(name)} in {path} has an impossible shape "
+                             f"({detail})")
+    numel = 1
+    for d in shape:
+        if type(d) is not int or not 0 <= d <= MAX_TENSOR_ELEMENTS:
+            raise ColdscopeError(f"tensor {_brief(name)} in {path} has an impossible shape "
+                                 f"({_brief(shape) if _QUOTE_VALUES.get() else 'a dimension'}"
+                                 f" is not a whole number in 0-{MAX_TENSOR_ELEMENTS:.0e})")
+        numel *= d
     if numel > MAX_TENSOR_ELEMENTS:
-        raise ColdscopeError(f"{where} claims {numel:.3g} elements, more than any real model")
-    if not all(isinstance(x, int) and not isinstance(x, bool) for x in (start, end)) \
-            or not 0 <= start <= end:
-        raise ColdscopeError(f"{where} has impossible data offsets "
-                             f"[{_brief(start)}, {_brief(end)}]")
-    if end - start != math.ceil(numel * size):
-        raise ColdscopeError(f"{where}: {numel} x {dtype} is {math.ceil(numel * size)} B but its "
-                             f"data offsets span {end - start} B")
-    return numel, end - start
+        claims = f"{numel:.3g} elements" if _QUOTE_VALUES.get() else "too many elements"
+        raise ColdscopeError(f"tensor {_brief(name)} in {path} claims {claims}, more than any "
+                             "real model")
+    if type(start) is not int or type(end) is not int or not 0 <= start <= end:
+        raise ColdscopeError(f"tensor {_brief(name)} in {path} has impossible data offsets"
+                             + (f" [{_brief(start)}, {_brief(end)}]" if _QUOTE_VALUES.get()
+                                else ""))
+    nbytes = end - start
+    if nbytes != math.ceil(numel * size):
+        raise ColdscopeError(
+            f"tensor {_brief(name)} in {path}: " +
+            (f"{numel} x {dtype} is {math.ceil(numel * size)} B but its data offsets span "
+             f"{nbytes} B" if _QUOTE_VALUES.get()
+             else "its data offsets do not span what its shape and dtype need"))
+    return numel, nbytes
 
 
 def _brief(value: Any, limit: int = 60) -> str:
@@ -383,8 +511,8 @@ _SAFETENSORS_TO_TORCH = {"BF16": "bfloat16", "F16": "float16", "F32": "float32",
 
 
 def _index_total_size(index: dict[str, Any], path: Path | None) -> int | None:
-    meta = index.get("metadata") or {}
-    total = meta.get("total_size")
+    meta = index.get("metadata")
+    total = meta.get("total_size") if isinstance(meta, dict) else None
     if total is None:
         return None
     try:
@@ -402,12 +530,19 @@ def _tied_duplicate_bytes(index: dict[str, Any], f: ModelFeatures) -> int:
 
 def _tokenizer_bytes(directory: Path) -> int | None:
     main = directory / "tokenizer.json"
-    if main.is_file():
+    if _is_file(main, "tokenizer file"):
         return main.stat().st_size
     others = [directory / n for n in ("tokenizer.model", "vocab.json", "merges.txt", "vocab.txt")]
     others += sorted(directory.glob("*.tiktoken"))
-    sizes = [p.stat().st_size for p in others if p.is_file()]
+    sizes = [p.stat().st_size for p in others if _is_file(p, "tokenizer file")]
     return sum(sizes) if sizes else None
+
+
+def _is_file(path: Path, what: str) -> bool:
+    """``path.is_file()``, refused first when it resolves outside serve's confinement
+    (``safeio.confined``): neither an answer nor a size may tell whether a file is there."""
+    check_confined(path, what)
+    return path.is_file()
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -432,17 +567,29 @@ def _opt_int(value: Any, name: str = "value", hi: int = MAX_DIM) -> int | None:
 def _bounded(value: Any, name: str, lo: int, hi: int) -> int:
     """``value`` as an integer in [lo, hi]: a config's number that is not one is an error, not
     a loop over 10^30 layers or a negative parameter count."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ColdscopeError(f"{name} must be a number, not {_brief(value)}")
-    try:
-        number = float(value)
-    except ValueError:
-        raise ColdscopeError(f"{name} must be a number, not {_brief(value)}") from None
-    except OverflowError:  # an integer of hundreds of digits
-        number = math.inf
+    number = _number(value, name)
     if not math.isfinite(number) or number != int(number) or not lo <= number <= hi:
-        raise ColdscopeError(f"{name} = {_brief(value)} is not an integer in {lo}-{hi:,}")
+        raise ColdscopeError(f"{name}{_shown(value, ' = ')} is not an integer in {lo}-{hi:,}")
     return int(number)
+
+
+def _real(value: Any, name: str, lo: float, hi: float) -> float:
+    """``value`` as a finite number in [lo, hi], or a one-line error naming ``name``."""
+    number = _number(value, name)
+    if not (math.isfinite(number) and lo <= number <= hi):
+        raise ColdscopeError(f"{name}{_shown(value, ' = ')} is not a number in {lo:g}-{hi:g}")
+    return number
+
+
+def _number(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ColdscopeError(f"{name} must be a number{_shown(value, ', not ')}")
+    try:
+        return float(value)
+    except ValueError:
+        raise ColdscopeError(f"{name} must be a number{_shown(value, ', not ')}") from None
+    except OverflowError:  # an integer of hundreds of digits
+        return math.inf
 
 
 # ---------------------------------------------------------------------------------------------
@@ -456,13 +603,14 @@ def _from_config(config: dict[str, Any], name: str, source: str) -> ModelFeature
     model_type = str(c.get("model_type") or "")
     if not model_type:
         raise ColdscopeError(f"config of {name!r} has no model_type")
-    hybrid = model_type in HYBRID_MODEL_TYPES or any(
-        str(t).lower() in ("mamba", "linear_attention") for t in c.get("layer_types") or []
+    layer_types = c.get("layer_types")
+    hybrid = model_type in HYBRID_MODEL_TYPES or isinstance(layer_types, list) and any(
+        str(t).lower() in ("mamba", "linear_attention") for t in layer_types
     )
     if hybrid or model_type not in SUPPORTED_MODEL_TYPES:
         what = "hybrid architecture" if hybrid else "unknown architecture"
         raise UncountableArchitecture(
-            f"{what} {model_type!r} for {name!r}: its parameters cannot be counted from the "
+            f"{what}{_shown(model_type)} for {name!r}: its parameters cannot be counted from the "
             "config; give the model directory with its safetensors files (config counts "
             f"support: {', '.join(sorted(SUPPORTED_MODEL_TYPES))})",
             kind="hybrid" if hybrid else "dense",
@@ -473,10 +621,13 @@ def _from_config(config: dict[str, Any], name: str, source: str) -> ModelFeature
     except ColdscopeError as exc:
         raise ColdscopeError(f"config of {name!r}: {exc}") from None
     except (KeyError, TypeError, ValueError, ZeroDivisionError, OverflowError) as exc:
-        raise ColdscopeError(f"config of {name!r} lacks or mangles a field: {exc}") from None
+        # a missing key is named; other messages may quote a value ("could not convert ...")
+        detail = f": {exc}" if _QUOTE_VALUES.get() or isinstance(exc, KeyError) else ""
+        raise ColdscopeError(f"config of {name!r} lacks or mangles a field{detail}") from None
     if total > MAX_TENSOR_ELEMENTS:
-        raise ColdscopeError(f"config of {name!r} describes {total:.3g} parameters, more than "
-                             f"any real model ({MAX_TENSOR_ELEMENTS:.0e}): check its sizes")
+        raise ColdscopeError(f"config of {name!r} describes{_shown(total, ' ', ',')} more "
+                             f"parameters than any real model ({MAX_TENSOR_ELEMENTS:.0e}): "
+                             "check its sizes")
     dtype = _config_dtype(config, text)
     bpp = _dtype_bytes(dtype) or 2.0
     return ModelFeatures(
@@ -538,8 +689,8 @@ def _dtype_bytes(name: str | None) -> float | None:
 
 
 def _config_dtype(config: dict[str, Any], text: dict[str, Any] | None) -> str | None:
-    quant = config.get("quantization_config") or {}
-    method = str(quant.get("quant_method", "")).lower()
+    quant = config.get("quantization_config")
+    method = str(quant.get("quant_method", "")).lower() if isinstance(quant, dict) else ""
     if method in ("mxfp4", "fp8"):
         return method
     for c in (config, text or {}):

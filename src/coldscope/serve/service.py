@@ -1,28 +1,39 @@
 """What ``coldscope serve`` does, apart from HTTP: watch logs, store runs, keep metrics, and
 answer predict / plan / runs / scale-hint questions with the same functions as the CLI.
 
-One ``Service`` per process, three kinds of threads: the watcher's polling thread finds
-start-ups; one storing thread builds each finished one's run, writes it (the only writer of the
-store) and updates the metrics; a few workers (``serve.workers``) do every request's file
-reading and computing, each call with a time limit, and open their own read connection per
-request (SQLite connections belong to one thread). The event loop itself never reads a file.
+One ``Service`` per process. The watcher's polling thread finds start-ups; one storing thread
+builds each finished one's run, writes it (the only writer of the store) and updates the
+metrics; a few worker threads (``serve.workers``) do every request's store reading and
+waiting, each call with a time limit, and open their own read connection per request (SQLite
+connections belong to one thread). The event loop itself never reads a file.
 
-What a request may make serve read: paths inside a ``--model-root`` once symbolic links are
-resolved; a model directory whose entries are all regular files or directories that resolve
-inside a root (checked before anything is read); and, while its work runs, every file opened
-through ``coldscope.util.safeio`` is checked against the roots again (``safeio.confined``), so a
-weight file linked elsewhere or an index entry ``../../x.safetensors`` is refused without a
-byte (or the size) of the outside file in the answer.
+Work that reads model files or computes from them (a prediction from a path, a plan, a scale
+hint from a model directory) runs in a process of its own (``Workers.isolated``): at most
+``--workers`` at once, its memory bounded by ``--request-memory`` and killed at
+``--request-timeout``. What it gets is a ``Sandbox`` (the roots, serve's own files, the loaded
+startup model) and the request; nothing else of serve.
+
+What a request may make serve read, one rule for every path it names (``model``, ``features``
+given as a string, the plan files): ``resolve_path``. A path must lie inside a
+``--model-root`` once symbolic links are resolved, and exist there; missing, outside or
+unresolvable is one and the same answer, so an answer never tells what lies outside. Without a
+``--model-root`` no path is accepted at all. A model directory's entries must all be regular
+files or directories that resolve inside a root (checked before anything is read); while the
+work runs, every file opened through ``coldscope.util.safeio`` is checked against the roots
+again (``safeio.confined``), and errors about a file's content name the field, never its
+value (``features.values_withheld``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
+import re
 import stat
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,18 +42,24 @@ from pydantic import ValidationError
 
 from coldscope.core.records import Run
 from coldscope.ingest.logfiles import percentile
-from coldscope.prediction.startup_model import predict_json
+from coldscope.prediction.core import MAX_CAPTURE_SIZES, MAX_STORAGE_BPS, MIN_STORAGE_BPS
+from coldscope.prediction.features import values_withheld
+from coldscope.prediction.startup_model import StartupModel, predict_json
 from coldscope.serve.metrics import StartupMetrics, model_path
 from coldscope.serve.runs import build_run
 from coldscope.serve.watcher import MAX_HELD_BYTES, LogWatcher, Startup
-from coldscope.serve.workers import Workers
+from coldscope.serve.workers import REQUEST_MEMORY_BYTES, Unavailable, Workers
 from coldscope.util.errors import ColdscopeError, validation_error
-from coldscope.util.safeio import confined, file_kind
+from coldscope.util.safeio import confined, file_kind, finite_or_none
 
 if TYPE_CHECKING:
     from coldscope.store.db import Store
 
 log = logging.getLogger("coldscope.serve")
+
+# Unavailable (HTTP 503) is the workers' too: a store that cannot be read, work past its bounds
+__all__ = ["NotConfigured", "NotFound", "Sandbox", "ServeConfig", "Service", "Unavailable",
+           "resolve_path"]
 
 MAX_PATH_CHARS = 4096
 #: Most entries a model directory may have (each is checked before anything is read).
@@ -57,10 +74,6 @@ class NotFound(ColdscopeError):
 
 class NotConfigured(ColdscopeError):
     """The question needs an option serve was not started with (HTTP 409)."""
-
-
-class Unavailable(ColdscopeError):
-    """The store cannot be read (HTTP 503)."""
 
 
 @dataclass
@@ -81,7 +94,8 @@ class ServeConfig:
     max_models: int = 64
     request_timeout: float = 30.0  # seconds one request's work may take (then 503)
     max_watch_bytes: int = MAX_HELD_BYTES  # text all running start-ups may hold together
-    workers: int = 4
+    workers: int = 4  # heavy requests at once, each in its own process (more: 503 at once)
+    request_memory: int = REQUEST_MEMORY_BYTES  # bytes one heavy request's process may add
 
 
 class Service:
@@ -96,9 +110,8 @@ class Service:
         for root in self.model_roots:
             if not root.is_dir():
                 raise ColdscopeError(f"--model-root {root} is not a directory")
-        self.startup_model = None
+        self.startup_model: StartupModel | None = None
         if config.startup_model:
-            from coldscope.prediction.startup_model import StartupModel
             self.startup_model = StartupModel.load(config.startup_model)
         self.watcher: LogWatcher | None = None
         if config.watch:
@@ -116,7 +129,13 @@ class Service:
         self._storer: threading.Thread | None = None
         self._errors = 0  # start-ups that could not be stored
         self._predictions: dict[str, dict[str, Any] | None] = {}
-        self.workers = Workers(config.workers)
+        # a thread for each heavy request's wait, and a few more for store queries
+        self.workers = Workers(config.workers + 4, processes=config.workers,
+                               memory_bytes=config.request_memory)
+        self.sandbox = Sandbox(tuple(self.model_roots), self.startup_model,
+                               Path(config.startup_model).absolute()
+                               if config.startup_model else None,
+                               self.store_path.absolute())
         self._stopping = threading.Event()
 
     # -- life ----------------------------------------------------------------------------------
@@ -125,6 +144,8 @@ class Service:
         """Start following the logs. Finished start-ups are then stored by their own thread,
         so a slow or locked store (a campaign writing) never stops the watcher's polling."""
         self._stopping.clear()
+        # the fork server loads coldscope once (about a second), off the lifespan's path
+        threading.Thread(target=self.workers.warm, name="coldscope-warm", daemon=True).start()
         if self.watcher is not None:
             self._queue = queue.Queue(maxsize=MAX_STORE_QUEUE)
             self._storer = threading.Thread(target=self._store_loop, name="coldscope-store",
@@ -224,8 +245,8 @@ class Service:
         prediction = None
         for candidate in (path, Path(path).name):
             try:  # on a worker, with a time limit: no model a log names can wedge this thread
-                prediction = self.workers.call(self.predict, {"model": candidate},
-                                               timeout=self.config.request_timeout,
+                prediction = self.workers.call(self._predict, {"model": candidate}, True,
+                                               timeout=2 * self.config.request_timeout,
                                                what=f"the prediction for {candidate!r}")
                 break
             except ColdscopeError:
@@ -237,179 +258,73 @@ class Service:
 
     # -- questions ---------------------------------------------------------------------------------
 
-    def resolve_model(self, path: str) -> Path:
-        """``path`` (absolute, or relative to a --model-root) if it lies inside a --model-root
-        once symlinks are resolved; a one-line error otherwise."""
-        if not self.model_roots:
-            raise NotConfigured("model paths are not accepted: start serve with --model-root")
-        if not path or len(path) > MAX_PATH_CHARS or "\x00" in path:
-            raise ColdscopeError("model path is empty, too long or has a NUL byte")
-        given = Path(path)
-        candidates = [given] if given.is_absolute() else [r / given for r in self.model_roots]
-        try:
-            resolved_all = [c.resolve() for c in candidates]
-        except (OSError, RuntimeError) as exc:  # a symbolic-link loop, a path too long
-            raise ColdscopeError(f"model path {path!r} cannot be resolved: {exc}") from None
-        inside = [c for c in resolved_all
-                  if any(c.is_relative_to(r) for r in self.model_roots)]
-        if not inside:
-            raise ColdscopeError(f"model path {path!r} is outside every --model-root")
-        for resolved in inside:
-            try:
-                exists = resolved.exists()
-            except OSError as exc:  # a name too long for the filesystem
-                raise ColdscopeError(f"model path {path[:200]!r} cannot be resolved: "
-                                     f"{exc.strerror}") from None
-            if exists:
-                self._check_files(resolved, path)
-                return resolved
-        raise ColdscopeError(f"no model at {path!r} under the --model-root(s)")
-
-    def _inside_roots(self, real: str) -> bool:
-        return any(Path(real).is_relative_to(r) for r in self.model_roots)
-
-    def _check_files(self, resolved: Path, given: str) -> None:
-        """Before anything is read: ``resolved`` is a regular file, or a directory whose
-        entries are all regular files or directories lying inside a --model-root once links
-        are resolved. Messages name the entry, never anything read from it."""
-        try:
-            mode = os.stat(resolved).st_mode
-        except OSError as exc:
-            raise ColdscopeError(f"model path {given!r} cannot be read: {exc.strerror}") from None
-        if stat.S_ISREG(mode):
-            return
-        if not stat.S_ISDIR(mode):
-            raise ColdscopeError(f"model path {given!r} is {file_kind(mode)}, not a regular "
-                                 "file or a directory; not read")
-        try:
-            with os.scandir(resolved) as entries:
-                for n, entry in enumerate(entries):
-                    if n >= MAX_MODEL_DIR_ENTRIES:
-                        raise ColdscopeError(f"model directory {given!r} has more than "
-                                             f"{MAX_MODEL_DIR_ENTRIES} entries; not read")
-                    real = os.path.realpath(entry.path)
-                    if not self._inside_roots(real):
-                        raise ColdscopeError(f"model {given!r}: {entry.name!r} lies outside "
-                                             "every --model-root; not read")
-                    try:
-                        mode = os.stat(real).st_mode
-                    except OSError:
-                        continue  # a dangling link: reading it later says it is missing
-                    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-                        raise ColdscopeError(f"model {given!r}: {entry.name!r} is "
-                                             f"{file_kind(mode)}, not a regular file; not read")
-        except OSError as exc:
-            raise ColdscopeError(f"model path {given!r} cannot be listed: {exc.strerror}") \
-                from None
-
-    def confined(self, *extra: str | Path) -> Any:
-        """A block in which every file opened through ``coldscope.util.safeio`` must lie inside a
-        --model-root, or be one of ``extra`` (serve's own files) or coldscope's own package
-        data (default profiles and the like)."""
-        return confined([*self.model_roots, *extra, _PACKAGE_DIR])
+    @staticmethod
+    def reads_files(body: Mapping[str, Any]) -> bool:
+        """Whether a /v1/predict body names a path (``model``, or ``features`` as a string): its
+        work then runs in a process of its own; a features document is answered at once."""
+        return "model" in body or isinstance(body.get("features"), str)
 
     def predict(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """``predict --json`` for a features document (as ``features --json`` prints it),
-        ``{"features": {...}}`` or ``{"model": PATH}`` under a model root; the options
-        ``capture_sizes``, ``storage_bandwidth`` (bytes/s) and ``page_cache`` (hot | cold) as
-        the CLI's."""
+        ``{"features": {...}}``, or ``{"model": PATH}`` / ``{"features": PATH}`` under a model
+        root; the options ``capture_sizes``, ``storage_bandwidth`` (bytes/s) and ``page_cache``
+        (hot | cold) as the CLI's, with its bounds."""
+        return self._predict(body, False)
+
+    def _predict(self, body: Mapping[str, Any], wait: bool) -> dict[str, Any]:
         if self.startup_model is None:
             raise NotConfigured("no startup model loaded: start serve with --startup-model")
         body = dict(body)
-        options = {k: body.pop(k) for k in _PREDICT_OPTIONS if k in body}
-        capture_sizes = options.get("capture_sizes")
-        if capture_sizes is not None and (not isinstance(capture_sizes, int) or
-                                          isinstance(capture_sizes, bool) or capture_sizes < 0):
-            raise ColdscopeError("capture_sizes must be a non-negative integer")
-        bandwidth = options.get("storage_bandwidth")
-        if bandwidth is not None and (isinstance(bandwidth, bool) or
-                                      not isinstance(bandwidth, int | float) or bandwidth <= 0):
-            raise ColdscopeError("storage_bandwidth must be a positive number (bytes/s)")
-        if set(body) == {"model"}:
-            if not isinstance(body["model"], str):
-                raise ColdscopeError("model must be a path (a string)")
-            target: Any = str(self.resolve_model(body["model"]))
-            with self.confined():
-                return predict_json(self.startup_model, target, **options)
-        elif set(body) == {"features"}:
-            target = body["features"]
-        else:
-            target = body  # a features document as `coldscope features --json` prints it
-        if not isinstance(target, Mapping | str):
-            raise ColdscopeError("features must be a JSON object")
-        return predict_json(self.startup_model, target, **options)
+        options = _predict_options(body)
+        if len(body) == 1 and self.reads_files(body):
+            (name, given), = body.items()
+            check_path_name(self.model_roots, given, name)  # before a process is started
+            return self.workers.isolated(_predict_job, self.sandbox, name, given, options,
+                                         timeout=self.config.request_timeout, what="predict",
+                                         wait=wait)
+        target = body["features"] if set(body) == {"features"} else body
+        if not isinstance(target, Mapping):
+            raise ColdscopeError("features must be a JSON object (a features document) or a "
+                                 "path under a --model-root")
+        return _finite(predict_json(self.startup_model, target, **options))
 
     def plan(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """``plan --json`` for plan options given by their CLI names. Files named in the body
-        must lie under a --model-root; the startup model and the store are serve's own."""
-        from coldscope.planning import PlanRequest, plan
+        """``plan --json`` for plan options given by their CLI names, in a process of its own.
+        Files named in the body must lie under a --model-root (``resolve_path``); the startup
+        model and the store are serve's own."""
         options = dict(body)
-        for key in ("startup_model", "store"):
+        for key in ("startup_model", "store", "no_store"):
             if key in options:
                 raise ColdscopeError(f"{key} is serve's own (--{key.replace('_', '-')}); "
                                      "it cannot be set per request")
         for key in _PLAN_FILES:
             if options.get(key) is not None:
-                if not isinstance(options[key], str):
-                    raise ColdscopeError(f"{key} must be a path (a string)")
-                options[key] = str(self.resolve_model(options[key]))
-        if self.config.startup_model and options.get("model") is not None:
-            options["startup_model"] = self.config.startup_model
-        if self.store_path.exists():
-            options["store"] = str(self.store_path)
-        else:
-            options["no_store"] = True  # what the CLI does when the default store is absent
-        try:
-            request = PlanRequest(**options)
-        except ValidationError as exc:
-            raise validation_error(exc, "plan request") from None
-        own = [p for p in (self.config.startup_model,) if p]
-        with self.confined(*own):
-            return plan(request).to_json()
+                check_path_name(self.model_roots, options[key], key)
+        return self.workers.isolated(_plan_job, self.sandbox, options,
+                                     timeout=self.config.request_timeout, what="plan")
 
     def scale_hint(self, model: str, rate: float, sla: str, *, gpu: str | None = None,
                    replica_rps: float | None = None,
                    params: str | None = None) -> dict[str, Any]:
         """The warm replicas the planner's SLA rule asks for now
-        (``coldscope.planning.scale_hint``),
-        and the start-up it used: the startup model's prediction for ``model`` (a directory
-        under a --model-root) when there is one, else the observed start-ups of ``model`` in
-        the store (median to P90), else the planner's budget for ``params``."""
-        from coldscope.planning import ScaleHintRequest, scale_hint
-        startup, source = None, None
-        if self.startup_model is not None and self.model_roots:
-            try:
-                path = self.resolve_model(model)
-            except ColdscopeError:
-                path = None
-            if path is not None:
-                from coldscope.prediction.features import model_features
-                with self.confined():
-                    features = model_features(path)
-                prediction = predict_json(self.startup_model, features)
-                startup = _interval_dict(prediction["interval"])
-                source = (f"startup model prediction for {path.name} (its "
-                          f"{prediction.get('level', 0.9):.0%} interval)")
-                params = params or str(features.params)
-        if startup is None:
-            observed = self.observed_startup(model)
-            if observed is not None:
-                startup = {"low": observed["low"], "high": observed["high"]}
-                source = (f"observed: median to P90 of {observed['n']} stored start-up(s) of "
-                          f"{Path(model).name}")
-        if startup is None and params is None:
-            raise ColdscopeError(f"no start-up known for model {model!r}: no prediction (needs "
-                                 "--startup-model and the model under a --model-root), no "
-                                 "stored start-up of it, and no params given")
-        try:
-            request = ScaleHintRequest(rate_rps=rate, sla_p99_ttft=sla, startup_s=startup,
-                                       gpu=gpu, replica_rps=replica_rps, params=params)
+        (``coldscope.planning.scale_hint``), and the start-up it used: the startup model's
+        prediction for ``model`` (a directory under a --model-root) when there is one, else
+        the observed start-ups of ``model`` in the store (median to P90), else the planner's
+        budget for ``params``. A prediction reads model files: then in a process of its own."""
+        from coldscope.planning import ScaleHintRequest
+        from coldscope.planning.hint import sla_seconds
+        query = {"rate_rps": rate, "sla_p99_ttft": sla, "gpu": gpu,
+                 "replica_rps": replica_rps, "params": params}
+        try:  # the numbers are checked before anything is read or started
+            ScaleHintRequest(**query)
         except ValidationError as exc:
             raise validation_error(exc, "scale-hint query") from None
-        hint = scale_hint(request).model_dump(mode="json")
-        if source is not None:
-            hint["startup_source"] = source
-        return hint
+        sla_seconds(sla)
+        if self.startup_model is not None and self.model_roots:
+            return self.workers.isolated(_scale_hint_job, self.sandbox, model, query,
+                                         timeout=self.config.request_timeout,
+                                         what="scale-hint")
+        return _scale_hint_job(self.sandbox, model, query)
 
     def runs(self, status: str | None = None, cache: str | None = None,
              label: str | None = None) -> dict[str, Any]:
@@ -456,23 +371,235 @@ class Service:
 
     def observed_startup(self, model: str) -> dict[str, float] | None:
         """{low: median, high: P90} of the stored time to ready of ``model`` (by name)."""
+        return _observed_startup(self.store_path, model)
 
-        if not self.store_path.exists():
-            return None
-        with self._reader() as store:
+
+# -- the one rule for request paths --------------------------------------------------------------
+
+def check_path_name(roots: Sequence[Path], given: Any, name: str) -> None:
+    """What can be told of a request path without looking at the filesystem: it is a string
+    of a sane length, and serve has a --model-root to look under."""
+    if not isinstance(given, str):
+        raise ColdscopeError(f"{name} must be a path (a string)")
+    if not roots:
+        raise ColdscopeError(f"{name} names a path, and serve reads paths only under a "
+                             "--model-root: start serve with --model-root DIR")
+    if not given or len(given) > MAX_PATH_CHARS or "\x00" in given:
+        raise ColdscopeError(f"{name} path is empty, longer than {MAX_PATH_CHARS} characters "
+                             "or has a NUL byte")
+
+
+def resolve_path(roots: Sequence[Path], given: Any, name: str) -> Path:
+    """The one rule for every path a request names (field ``name``): ``given`` (absolute, or
+    relative to a --model-root) once symbolic links are resolved must lie inside a root and
+    exist there. Missing, outside, a link leading out, a link loop: one answer, word for word,
+    so that it tells nothing of what lies outside the roots. A path inside is then checked
+    before anything is read (``_check_files``)."""
+    check_path_name(roots, given, name)
+    p = Path(given)
+    for candidate in ([p] if p.is_absolute() else [r / p for r in roots]):
+        try:
+            resolved = candidate.resolve()
+            if any(resolved.is_relative_to(r) for r in roots) and resolved.exists():
+                _check_files(roots, resolved, given, name)
+                return resolved
+        except (OSError, RuntimeError, ValueError):  # a link loop, a name too long
+            continue
+    raise ColdscopeError(f"{name} path {given!r} is missing or outside every --model-root")
+
+
+def _inside_roots(roots: Sequence[Path], real: str) -> bool:
+    return any(Path(real).is_relative_to(r) for r in roots)
+
+
+def _check_files(roots: Sequence[Path], resolved: Path, given: str, name: str) -> None:
+    """Before anything is read: ``resolved`` is a regular file, or a directory whose entries
+    are all regular files or directories lying inside a --model-root once links are
+    resolved. Messages name the entry, never anything read from it."""
+    try:
+        mode = os.stat(resolved).st_mode
+    except OSError as exc:
+        raise ColdscopeError(f"{name} path {given!r} cannot be read: {exc.strerror}") from None
+    if stat.S_ISREG(mode):
+        return
+    if not stat.S_ISDIR(mode):
+        raise ColdscopeError(f"{name} path {given!r} is {file_kind(mode)}, not a regular "
+                             "file or a directory; not read")
+    try:
+        with os.scandir(resolved) as entries:
+            for n, entry in enumerate(entries):
+                if n >= MAX_MODEL_DIR_ENTRIES:
+                    raise ColdscopeError(f"{name} directory {given!r} has more than "
+                                         f"{MAX_MODEL_DIR_ENTRIES} entries; not read")
+                real = os.path.realpath(entry.path)
+                if not _inside_roots(roots, real):
+                    raise ColdscopeError(f"{name} {given!r}: {entry.name!r} lies outside "
+                                         "every --model-root; not read")
+                try:
+                    mode = os.stat(real).st_mode
+                except OSError:
+                    continue  # a dangling link inside the root: reading it says it is missing
+                if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                    raise ColdscopeError(f"{name} {given!r}: {entry.name!r} is "
+                                         f"{file_kind(mode)}, not a regular file; not read")
+    except OSError as exc:
+        raise ColdscopeError(f"{name} path {given!r} cannot be listed: {exc.strerror}") \
+            from None
+
+
+# -- the work of heavy requests, in a process of its own (``Workers.isolated``) --------------------
+
+@dataclass(frozen=True)
+class Sandbox:
+    """What a heavy request's process knows of serve: the roots it may read under, serve's
+    own files, and the startup model it loaded (pickled over, a few tens of kB)."""
+
+    roots: tuple[Path, ...]
+    startup_model: StartupModel | None
+    startup_model_path: Path | None
+    store_path: Path
+
+    @contextlib.contextmanager
+    def bounds(self) -> Iterator[None]:
+        """Files opened only inside the roots (or serve's own, or coldscope's package data);
+        errors naming a file's field, never its value."""
+        own = [self.startup_model_path] if self.startup_model_path else []
+        with confined([*self.roots, *own, _PACKAGE_DIR]), values_withheld():
+            yield
+
+
+def _predict_job(sandbox: Sandbox, name: str, given: str,
+                 options: dict[str, Any]) -> dict[str, Any]:
+    """/v1/predict for a path: the model at ``given`` under a root, predicted."""
+    assert sandbox.startup_model is not None
+    with sandbox.bounds():
+        target = resolve_path(sandbox.roots, given, name)
+        return _finite(predict_json(sandbox.startup_model, str(target), **options))
+
+
+def _plan_job(sandbox: Sandbox, options: dict[str, Any]) -> dict[str, Any]:
+    """/v1/plan: every file option resolved by the one rule, then ``plan`` as the CLI's."""
+    from coldscope.planning import PlanRequest, plan
+    with sandbox.bounds():
+        for key in _PLAN_FILES:
+            if options.get(key) is not None:
+                options[key] = str(resolve_path(sandbox.roots, options[key], key))
+        named = [options[key] for key in _PLAN_FILES if options.get(key) is not None]
+        if sandbox.startup_model_path is not None and options.get("model") is not None:
+            options["startup_model"] = str(sandbox.startup_model_path)
+        if sandbox.store_path.exists():
+            options["store"] = str(sandbox.store_path)
+        else:
+            options["no_store"] = True  # what the CLI does when the default store is absent
+        try:
+            request = PlanRequest(**options)
+        except ValidationError as exc:
+            raise validation_error(exc, "plan request") from None
+        try:
+            return _finite(plan(request).to_json())
+        except ColdscopeError as exc:
+            raise ColdscopeError(_withhold_quotes(str(exc), named)) from None
+
+
+def _scale_hint_job(sandbox: Sandbox, model: str, query: dict[str, Any]) -> dict[str, Any]:
+    """/v1/scale-hint (``Service.scale_hint``): the start-up from a prediction, the store or
+    ``params``, then ``planning.scale_hint``."""
+    from coldscope.planning import ScaleHintRequest, scale_hint
+    startup, source, params = None, None, query.get("params")
+    if sandbox.startup_model is not None and sandbox.roots:
+        with sandbox.bounds():
+            try:
+                path: Path | None = resolve_path(sandbox.roots, model, "model")
+            except ColdscopeError:
+                path = None  # not a model under a root: the store or params answer
+            if path is not None:
+                from coldscope.prediction.features import model_features
+                features = model_features(path)
+                prediction = predict_json(sandbox.startup_model, features)
+                startup = _interval_dict(prediction["interval"])
+                source = (f"startup model prediction for {path.name} (its "
+                          f"{prediction.get('level', 0.9):.0%} interval)")
+                params = params or str(features.params)
+    if startup is None:
+        observed = _observed_startup(sandbox.store_path, model)
+        if observed is not None:
+            startup = {"low": observed["low"], "high": observed["high"]}
+            source = (f"observed: median to P90 of {observed['n']:.0f} stored start-up(s) of "
+                      f"{Path(model).name}")
+    if startup is None and params is None:
+        raise ColdscopeError(f"no start-up known for model {model!r}: no prediction (needs "
+                             "--startup-model and the model under a --model-root), no "
+                             "stored start-up of it, and no params given")
+    try:
+        request = ScaleHintRequest(**{**query, "params": params, "startup_s": startup})
+    except ValidationError as exc:
+        raise validation_error(exc, "scale-hint query") from None
+    hint = scale_hint(request).model_dump(mode="json")
+    if source is not None:
+        hint["startup_source"] = source
+    return _finite(hint)
+
+
+def _observed_startup(store_path: Path, model: str) -> dict[str, float] | None:
+    """{low: median, high: P90, n} of the stored time to ready of ``model`` (by name)."""
+    from coldscope.store.db import Store
+    if not store_path.exists():
+        return None
+    try:
+        with Store(store_path, create=False) as store:
             runs = store.runs("ok")
-        name = Path(model).name
-        ttrs = [r.time_to_ready_s for r in runs
-                if r.time_to_ready_s is not None and
-                (r.model.name == name or Path(r.model.path or "").name == name)]
-        if not ttrs:
-            return None
-        return {"low": percentile(ttrs, 0.5), "high": percentile(ttrs, 0.9), "n": len(ttrs)}
+    except ColdscopeError as exc:
+        raise Unavailable(str(exc)) from None
+    name = Path(model).name
+    ttrs = [r.time_to_ready_s for r in runs
+            if r.time_to_ready_s is not None and
+            (r.model.name == name or Path(r.model.path or "").name == name)]
+    if not ttrs:
+        return None
+    return {"low": percentile(ttrs, 0.5), "high": percentile(ttrs, 0.9), "n": len(ttrs)}
+
+
+def _predict_options(body: dict[str, Any]) -> dict[str, Any]:
+    """The predict options popped from ``body``, each checked against the CLI's bounds (so
+    every answer stays finite): capture_sizes, storage_bandwidth, page_cache."""
+    options = {k: body.pop(k) for k in _PREDICT_OPTIONS if k in body}
+    sizes = options.get("capture_sizes")
+    if sizes is not None and (type(sizes) is not int or not 0 <= sizes <= MAX_CAPTURE_SIZES):
+        raise ColdscopeError(f"capture_sizes must be a whole number in 0-{MAX_CAPTURE_SIZES}")
+    bandwidth = options.get("storage_bandwidth")
+    if bandwidth is not None and (type(bandwidth) not in (int, float) or not
+                                  MIN_STORAGE_BPS <= bandwidth <= MAX_STORAGE_BPS):
+        raise ColdscopeError(f"storage_bandwidth must be a number of bytes/s in "
+                             f"{MIN_STORAGE_BPS:.0e}-{MAX_STORAGE_BPS:.0e} (1 MB/s-10 TB/s)")
+    if options.get("page_cache") not in (None, "hot", "cold"):
+        raise ColdscopeError("page_cache must be hot or cold")
+    return options
+
+
+def _withhold_quotes(message: str, paths: Sequence[str]) -> str:
+    """A planner error about one of the files a request named, with what it quotes from the
+    file elided: the readers of profiles, traffic, traces and tiers quote the values they
+    refuse (a GPU name, a CSV header line), and the file is not the client's to read. The
+    field each names (a key, a column) stays."""
+    for path in paths:
+        at = message.find(path)
+        if at >= 0:
+            head, tail = message[:at + len(path)], message[at + len(path):]
+            return head + _QUOTED.sub("'...'", tail)
+    return message
+
+
+def _finite(answer: dict[str, Any]) -> dict[str, Any]:
+    """An answer as JSON may hold it: a number that overflowed is null, as the CLI writes it."""
+    result: dict[str, Any] = finite_or_none(answer)
+    return result
 
 
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]  # src/coldscope
 _PREDICT_OPTIONS = ("capture_sizes", "storage_bandwidth", "page_cache")
 _PLAN_FILES = ("model", "profile", "traffic", "trace", "tiers")
+#: A quoted value in a message: 'x', "x" or a list [...] of them.
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"|\[[^\]]*\]")
 
 
 def _interval_dict(value: Any) -> dict[str, float]:
