@@ -278,3 +278,87 @@ def test_hostile_bytes_never_break_the_watcher(tmp_path_factory: pytest.TempPath
         assert all(s.status == "running" for s in w.running())
 
     check()
+
+
+def test_the_memory_bound_holds_for_memory_as_measured(tmp_path: Path) -> None:
+    """Short and non-ASCII lines cost a Python string 50 to 80 bytes of object each and up to
+    4 bytes a character: counted as characters, 800 such logs held 7 times their count."""
+    import gc
+    import tracemalloc
+
+    head = _upto_ready(CPU / "serve_cold.log")[:30]  # engine start lines: confirmed, running
+    body = head + ["x"] * 2000 + ["\U0001F600 " + "y" * 100] * 200 + ["\xff\x00 odd"]
+    files = 100
+    for i in range(files):
+        (tmp_path / f"r{i:03}.log").write_text("\n".join(body) + "\n")
+    bound = 2 * 1024 * 1024  # each start-up holds about 31 KB: about 65 fit
+    done: list[str | None] = []  # their reasons only: the Startups are the storing side's
+    warm = _watcher([tmp_path], [], max_held_bytes=10**9)
+    warm.poll_once()  # imports and compiled patterns, outside the count
+    warm.stop()
+    del warm
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        w = LogWatcher([str(tmp_path)], on_finish=lambda s: done.append(s.reason),
+                       scan_interval=0, max_held_bytes=bound)
+        for _ in range(3):
+            w.poll_once()
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    running = w.running()
+    dropped = [r for r in done if r == f"the watcher's memory bound was reached ({bound} bytes)"]
+    assert len(running) + len(dropped) == files == len(done) + len(running)
+    assert 40 < len(running) < files  # the bound bit, and what it kept is what fits
+    assert w.drops() == {"max_files": 0, "memory": len(dropped)}
+    # what the watcher holds, measured: the start-ups within the bound, and each followed
+    # file's own bookkeeping (its open file object, tail and stream: about 6 KB here)
+    assert held <= bound + files * 8 * 1024, held
+    assert all(s.lines == body for s in running)  # held compactly, given back exactly
+
+
+def test_a_burst_of_new_files_is_read_a_bounded_amount_per_poll(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import coldscope.serve.watcher as watcher
+
+    src = _upto_ready(CPU / "serve_cold.log")
+    size = len(("\n".join(src) + "\n").encode())
+    monkeypatch.setattr(watcher, "MAX_POLL_BYTES", 3 * size)  # three start-ups a poll
+    for i in range(10):
+        (tmp_path / f"r{i}.log").write_text("\n".join(src) + "\n")
+    done: list[Startup] = []
+    w = _watcher([tmp_path], done)
+    finished = []
+    for _ in range(4):
+        w.poll_once()
+        finished.append(len(done))
+    assert finished == [3, 6, 9, 10]  # each poll goes on where the last one stopped
+    assert sorted(s.replica for s in done) == [f"r{i}" for i in range(10)]
+    assert all(s.lines == src and s.status == "ok" for s in done)
+
+
+def test_files_past_the_file_bound_are_counted_once_and_never_followed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import coldscope.serve.watcher as watcher
+
+    monkeypatch.setattr(watcher, "MAX_FILES", 3)
+    src = _upto_ready(CPU / "serve_warm.log")
+    for i in range(5):
+        (tmp_path / f"r{i}.log").write_text("\n".join(src) + "\n")
+    done: list[Startup] = []
+    w = _watcher([tmp_path], done)
+    w.poll_once()
+    w.poll_once()  # scanned again: the same two left out, not counted again
+    assert w.drops() == {"max_files": 2, "memory": 0}
+    for i in (5, 6):
+        (tmp_path / f"r{i}.log").write_text("\n".join(src) + "\n")
+    w.poll_once()
+    assert w.drops()["max_files"] == 4
+    followed = {s.replica for s in done}
+    assert len(followed) == 3 and len(w.tails) == 3
+    (tmp_path / "r3.log").unlink()  # a left-out file that goes: nothing to count again
+    w.poll_once()
+    assert w.drops()["max_files"] == 4 and {s.replica for s in done} == followed

@@ -45,7 +45,15 @@ from coldscope.util.errors import ColdscopeError
 @click.option("--request-timeout", default=30.0, show_default=True,
               type=click.FloatRange(0.1, 3600),
               help="Seconds one request's work (file reads, prediction, plan) may take; "
-                   "then 503.")
+                   "then 503, and work that reads model files is stopped.")
+@click.option("--workers", default=4, show_default=True, type=click.IntRange(1, 64),
+              help="Requests that read model files (predict from a path, plan, scale hints "
+                   "from a model) served at once, each in a process of its own; one more "
+                   "gets 503 at once.")
+@click.option("--request-memory", default=1024 * 1024 * 1024, show_default=True,
+              type=click.IntRange(64 * 1024 * 1024),
+              help="Memory, in bytes, one such request's process may add to what it starts "
+                   "with (then 503).")
 @click.option("--max-header-bytes", default=16 * 1024, show_default=True,
               type=click.IntRange(1024, 1024 * 1024),
               help="Largest request line and headers, in bytes (then 400).")
@@ -53,6 +61,10 @@ from coldscope.util.errors import ColdscopeError
               type=click.FloatRange(0.1, 600),
               help="Seconds a client may take to send a request's headers (then the "
                    "connection is closed).")
+@click.option("--body-timeout", default=10.0, show_default=True,
+              type=click.FloatRange(0.1, 600),
+              help="Seconds a client may take to send a request's body once its headers are "
+                   "in (then 408 and the connection is closed).")
 @click.option("--max-watch-bytes", default=256 * 1024 * 1024, show_default=True,
               type=click.IntRange(1024 * 1024),
               help="Log text all running start-ups may hold together, in bytes (past it the "
@@ -64,8 +76,10 @@ from coldscope.util.errors import ColdscopeError
 def serve(host: str, port: int, store_path: str | None, startup_model: str | None,
           watch: tuple[str, ...], glob: str, replica_label: str | None, timeout: float,
           poll_interval: float, model_roots: tuple[str, ...], token_file: str | None,
-          max_body: int, request_timeout: float, max_header_bytes: int, header_timeout: float,
-          max_watch_bytes: int, max_replicas: int, log_level: str) -> None:
+          max_body: int, request_timeout: float, workers: int, request_memory: int,
+          max_header_bytes: int, header_timeout: float,
+          body_timeout: float, max_watch_bytes: int, max_replicas: int,
+          log_level: str) -> None:
     """Serve start-up metrics, stored runs, predictions, plans and scale hints over HTTP,
     watching engine logs for start-ups (Ctrl-C stops it)."""
     import re
@@ -93,15 +107,16 @@ def serve(host: str, port: int, store_path: str | None, startup_model: str | Non
                          glob=glob, replica_label=replica_label, timeout=timeout,
                          poll_interval=poll_interval, model_roots=list(model_roots),
                          token=token, max_body_bytes=max_body, max_replicas=max_replicas,
-                         request_timeout=request_timeout, max_watch_bytes=max_watch_bytes)
+                         request_timeout=request_timeout, max_watch_bytes=max_watch_bytes,
+                         workers=workers, request_memory=request_memory)
     service = Service(config)
     app = create_app(service)
     # h11 (not httptools): the only uvicorn protocol that bounds header size; ours adds a
-    # header-read timeout. A graceful shutdown waits 2 s at most for requests in flight, so
-    # SIGTERM ends serve within a few seconds whatever they do.
+    # header-read and a body-read timeout. A graceful shutdown waits 2 s at most for requests
+    # in flight, so SIGTERM ends serve within a few seconds whatever they do.
     server = uvicorn.Server(uvicorn.Config(
         app, host=host, port=port, log_level=log_level, access_log=False, lifespan="on",
-        http=bounded_h11(header_timeout, max_header_bytes),
+        http=bounded_h11(header_timeout, max_header_bytes, body_timeout),
         h11_max_incomplete_event_size=max_header_bytes,
         timeout_graceful_shutdown=2))
     server.run()

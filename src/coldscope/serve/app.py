@@ -3,14 +3,15 @@
 Every JSON answer is what the matching CLI command prints with ``--json`` (the handlers call
 the same functions). Safety is one small ASGI layer in front of everything, the OpenAPI pages
 included: a bearer token when one is configured (compared in constant time) and a bound on
-request bodies (413 past it, whether or not the client sent Content-Length). Bad input is a 400
-with ``{"error": "<one line>"}``, the CLI's one-line message.
+request bodies (413 past it, whether or not the client sent Content-Length, and the connection
+closed: what the client still sends is not read). Bad input is a 400 with
+``{"error": "<one line>"}``, the CLI's one-line message.
 
 No handler reads a file or computes on the event loop: predict from a model path, plan,
 scale-hint, runs and start-ups run on the service's workers with ``--request-timeout`` (a 503
 past it), so ``/metrics`` and ``/healthz`` answer whatever a request is doing; only a prediction
 from a features document in the body (no file, a fraction of a millisecond) stays on the loop.
-Request headers are bounded in size and in the time they may take to arrive
+Request headers are bounded in size, and headers and bodies in the time they may take to arrive
 (``coldscope.serve.protocol``).
 """
 
@@ -69,7 +70,8 @@ class Guard:
             return
         length = headers.get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_body):
-            await _reply(send, 413, {"error": f"request body over {self.max_body} bytes"})
+            await _reply(send, 413, {"error": f"request body over {self.max_body} bytes"},
+                         [_CLOSE])
             return
         seen = 0
         too_large = False
@@ -95,9 +97,15 @@ class Guard:
                 await send(message)
             elif not replied:
                 replied = True
-                await _reply(send, 413, {"error": f"request body over {self.max_body} bytes"})
+                await _reply(send, 413, {"error": f"request body over {self.max_body} bytes"},
+                             [_CLOSE])
 
         await self.app(scope, bounded_receive, bounded_send)
+
+
+#: A 413's header: the server closes the connection after it instead of reading (and
+#: discarding) the rest of a body that may never end.
+_CLOSE = (b"connection", b"close")
 
 
 #: Routes timed by name; any other path is timed as "other" (a bounded label set).
@@ -165,7 +173,7 @@ def create_app(service: Service) -> FastAPI:
             description="a features document (`coldscope features --json`), "
                         "{\"features\": {...}}, or {\"model\": PATH} under a --model-root; "
                         "optional capture_sizes")]) -> JSONResponse:
-        if "model" not in body:
+        if not service.reads_files(body):
             # a features document: well under a millisecond of CPU, no file; a thread hop
             # would double the latency at hundreds of requests per second
             return JSONResponse(service.predict(body))
@@ -215,10 +223,12 @@ def create_app(service: Service) -> FastAPI:
 
     @app.get("/metrics", summary="Prometheus metrics")
     async def metrics() -> Response:
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+        # on the loop: the watcher's part is a snapshot and a few counts (no lock), and the
+        # per-replica histograms are kept rendered (``StartupMetrics.render``), so this costs
+        # milliseconds at the label bounds whatever the watcher and the store are doing
+        from prometheus_client import CONTENT_TYPE_LATEST
 
-        return Response(generate_latest(service.metrics.registry),
-                        media_type=CONTENT_TYPE_LATEST)
+        return Response(service.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz", summary="liveness")
     async def healthz() -> dict[str, Any]:

@@ -123,11 +123,12 @@ class Service:
         self.metrics = StartupMetrics(max_replicas=config.max_replicas,
                                       max_models=config.max_models,
                                       in_progress=self._in_progress,
-                                      errors=self.errors)
+                                      errors=self.errors, dropped=self.dropped)
         self._stored = 0
         self._queue: queue.Queue[Startup | None] | None = None
         self._storer: threading.Thread | None = None
         self._errors = 0  # start-ups that could not be stored
+        self._not_queued = 0  # finished start-ups dropped: MAX_STORE_QUEUE already waited
         self._predictions: dict[str, dict[str, Any] | None] = {}
         # a thread for each heavy request's wait, and a few more for store queries
         self.workers = Workers(config.workers + 4, processes=config.workers,
@@ -185,6 +186,13 @@ class Service:
         """Errors logged and survived: the watcher's, and start-ups that could not be stored."""
         return (self.watcher.errors if self.watcher else 0) + self._errors
 
+    def dropped(self) -> dict[str, int]:
+        """What a bound made serve give up, by reason: the watcher's (``max_files``,
+        ``memory``) and finished start-ups not stored as too many waited (``store_queue``)."""
+        counts = self.watcher.drops() if self.watcher is not None else {}
+        counts["store_queue"] = self._not_queued
+        return counts
+
     @property
     def stored(self) -> int:
         """Runs this process stored from watched logs."""
@@ -206,7 +214,7 @@ class Service:
             try:
                 self._queue.put_nowait(s)  # a finished Startup is never changed again
             except queue.Full:  # the store is stuck: never make the watcher wait for it
-                self._errors += 1
+                self._not_queued += 1
                 log.error("start-up of %s (%s) not stored: %d start-ups already wait to be "
                           "stored", s.replica, s.path, MAX_STORE_QUEUE)
         else:

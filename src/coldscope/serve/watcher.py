@@ -28,12 +28,21 @@ File events handled:
   truncated or replaced).
 
 Bounds: each poll reads at most ``MAX_READ_BYTES`` of each file (a 2 GB file is caught up over
-many polls, never in one), lines are cut at ``MAX_LINE_BYTES``, one start-up holds at most
-``MAX_STARTUP_LINES`` / ``MAX_STARTUP_BYTES``, at most ``MAX_FILES`` files are followed, and the
-text held for all running start-ups together is kept under ``max_held_bytes`` (the biggest
-running start-up is failed past it). The polling thread holds its lock only while it polls; what
-HTTP handlers ask (``running()``) is a snapshot published after each poll, so a slow poll never
-makes ``/metrics`` wait.
+many polls, never in one) and ``MAX_POLL_BYTES`` of all files together (the next poll goes on
+where this one stopped, so a burst of new files costs a bounded amount of work per poll and is
+caught up over several); lines are cut at ``MAX_LINE_BYTES``; one start-up holds at most
+``MAX_STARTUP_LINES`` / ``MAX_STARTUP_BYTES``; at most ``MAX_FILES`` files are followed (a file
+past them is never followed, and counted in ``dropped``); and the memory all running start-ups
+hold together is kept under ``max_held_bytes`` (the biggest running start-up is failed past it,
+and counted). A start-up's lines are held as one UTF-8 buffer, and what is counted against
+the bound is that buffer's allocation plus the start-up's own objects: memory as measured, not
+characters. A half-written last line is not held at all: it stays in the file and is read again
+once the file grows. Directories are listed at most every ``scan_interval`` seconds and never
+more than a fifth of the time, however many files they hold.
+
+The polling thread holds its lock only while it polls; what HTTP handlers ask (``running()``,
+``drops()``) is published after each poll or is a plain count, so a slow poll never makes
+``/metrics`` wait.
 
 A start-up begins at a file's first line, or — after the previous one finished — at the next
 line an engine says opens a start-up (for vLLM: the API server's version banner or the engine's
@@ -50,6 +59,7 @@ import logging
 import os
 import re
 import stat
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -76,12 +86,19 @@ MAX_UNCONFIRMED_LINES = 10_000
 MAX_UNCONFIRMED_BYTES = 4 * 1024 * 1024
 #: Most bytes read from one file per poll (the rest is read on the next polls).
 MAX_READ_BYTES = 1024 * 1024
+#: Most bytes read from all files together per poll (about a tenth of a second of reading
+#: engine lines here; the files not reached are read first on the next poll).
+MAX_POLL_BYTES = 8 * 1024 * 1024
 #: Most bytes read from a file that was just rotated or deleted (its last words).
 MAX_DRAIN_BYTES = 16 * 1024 * 1024
-#: Most files followed at once (more are logged once and left alone).
+#: Most files followed at once (a file found past them is never followed: logged, and
+#: counted in ``drops()``, once).
 MAX_FILES = 4096
-#: Default bound on the text all running start-ups hold together.
+#: Default bound on the memory all running start-ups hold together.
 MAX_HELD_BYTES = 256 * 1024 * 1024
+#: Memory one start-up costs besides its text (its object, its set of start-line kinds, the
+#: text buffer's header), rounded up from tracemalloc's count (about 700 bytes).
+STARTUP_OVERHEAD_BYTES = 1024
 #: Seconds a followed file may be missing (a rotation's gap) before it is forgotten.
 FORGET_AFTER_S = 30.0
 
@@ -92,7 +109,7 @@ def classify(line: str) -> str | None:
     return engines.startup_boundary(line)
 
 
-@dataclass
+@dataclass(slots=True)
 class Startup:
     """One start-up seen in one replica's log: its lines so far and where it stands.
 
@@ -100,6 +117,11 @@ class Startup:
     ``started_wall`` is the wall-clock time the first line was read. ``confirmed`` becomes
     True once a line shows it is an engine start-up (a start or ready line); unconfirmed
     text (a file that is not an engine log) is never reported or stored.
+
+    The lines are held in ``text``, UTF-8, each followed by a newline, and ``lines`` decodes
+    them when asked. A list of ``str`` cost a 50 to 80-byte object per line and up to 4 bytes a
+    character (one emoji makes its whole line 4 bytes a character): 100 logs of 2,000 one-letter
+    and 200 emoji lines each, counted as 2.1 MB of characters, held 9.4 MB (tracemalloc).
     """
 
     replica: str
@@ -107,14 +129,35 @@ class Startup:
     seq: int
     first_seen: float
     started_wall: float
-    lines: list[str] = field(default_factory=list)
+    text: bytearray = field(default_factory=bytearray)
+    count: int = 0  # lines held
     last_line_at: float = 0.0
     confirmed: bool = False
     kinds: set[str] = field(default_factory=set)
     status: str = "running"
     reason: str | None = None
-    size: int = 0
     finished_at: float | None = None
+
+    @property
+    def lines(self) -> list[str]:
+        """The lines so far (a new list each call; a running start-up's text is copied first,
+        as the polling thread may be adding to it)."""
+        return bytes(self.text).decode("utf-8", "surrogatepass").split("\n")[:-1]
+
+    @property
+    def size(self) -> int:
+        """Bytes of text held (UTF-8, newlines included)."""
+        return len(self.text)
+
+    def add(self, line: str) -> None:
+        self.text += line.encode("utf-8", "surrogatepass")  # exactly ``line`` when decoded
+        self.text.append(0x0A)
+        self.count += 1
+
+    def memory(self) -> int:
+        """Bytes of memory this start-up holds: its text buffer as allocated (growth room
+        included) and its own objects."""
+        return sys.getsizeof(self.text) + STARTUP_OVERHEAD_BYTES
 
     @property
     def elapsed(self) -> float:
@@ -135,8 +178,8 @@ class _Stream:
         self.foreign = False  # not an engine log: stop reading the file
 
     def held(self) -> int:
-        """Bytes of text this stream holds (its running or unconfirmed start-up)."""
-        return self.current.size if self.current is not None else 0
+        """Bytes of memory this stream holds (its running or unconfirmed start-up)."""
+        return self.current.memory() if self.current is not None else 0
 
     def _begin(self, now: float) -> Startup:
         self.seq += 1
@@ -146,6 +189,7 @@ class _Stream:
 
     def _finish(self, s: Startup, status: str, reason: str | None, now: float) -> None:
         s.status, s.reason, s.finished_at = status, reason, now
+        s.text = s.text[:]  # no growth room in a finished start-up waiting to be stored
         # The stream lets go of the lines: the storing side owns them now.
         self.current, self.done = None, True
         if s.confirmed:
@@ -164,8 +208,7 @@ class _Stream:
             self._finish(cur, "failed", "a new start-up began before this one became ready",
                          now)
             cur = self._begin(now)
-        cur.lines.append(line)
-        cur.size += len(line)
+        cur.add(line)
         cur.last_line_at = now
         if kind is not None and kind.startswith(START_PREFIX):
             cur.kinds.add(kind)
@@ -180,11 +223,11 @@ class _Stream:
         elif kind == FAILED and cur.confirmed:
             self._finish(cur, "failed", f"the log says so: {line.strip()[:300]}", now)
         elif not cur.confirmed:
-            if len(cur.lines) >= MAX_UNCONFIRMED_LINES or cur.size >= MAX_UNCONFIRMED_BYTES:
+            if cur.count >= MAX_UNCONFIRMED_LINES or cur.size >= MAX_UNCONFIRMED_BYTES:
                 # not an engine log: forget the text and stop reading the file
                 self.current, self.foreign = None, True
-        elif len(cur.lines) >= MAX_STARTUP_LINES or cur.size >= MAX_STARTUP_BYTES:
-            self._finish(cur, "failed", f"no ready line in {len(cur.lines)} lines "
+        elif cur.count >= MAX_STARTUP_LINES or cur.size >= MAX_STARTUP_BYTES:
+            self._finish(cur, "failed", f"no ready line in {cur.count} lines "
                                         f"({cur.size} bytes)", now)
 
     def check_timeout(self, now: float) -> None:
@@ -205,14 +248,19 @@ class _Stream:
 
 
 class _Tail:
-    """An open file being followed, and how far it has been read."""
+    """An open file being followed, and how far it has been read.
+
+    ``pos`` is the end of the last complete line fed (where the next read starts); ``end`` is
+    how far the file has been looked at (``pos`` plus a half-written last line, which stays in
+    the file instead of in memory and is read again once the file grows past ``end``).
+    """
 
     def __init__(self, path: str, stream: _Stream, report: Callable[[str], None]):
         self.path, self.stream, self.report = path, stream, report
         self.fh: IO[bytes] | None = None
         self.ident: tuple[int, int] | None = None
         self.pos = 0
-        self.buf = b""
+        self.end = 0
         self.error: str | None = None  # the last error logged, so each is logged once
         self.retired: set[tuple[int, int]] = set()  # files this tail followed before rotation
         self.gone_since: float | None = None  # when the path was first found missing
@@ -225,7 +273,7 @@ class _Tail:
                 self.fh.close()
             except OSError:
                 pass
-        self.fh, self.ident, self.pos, self.buf = None, None, 0, b""
+        self.fh, self.ident, self.pos, self.end = None, None, 0, 0
 
     def _problem(self, message: str) -> None:
         if self.error != message:
@@ -233,79 +281,87 @@ class _Tail:
             self.error = message
 
     def _read(self, now: float) -> int:
-        """Read one slice of what was appended; feed complete lines. Returns the bytes read."""
+        """Read one slice from ``pos``; feed its complete lines. Returns the bytes read."""
         assert self.fh is not None
         try:
             chunk = os.pread(self.fh.fileno(), MAX_READ_BYTES, self.pos)
         except OSError as exc:
             self._problem(f"cannot read {self.path}: {exc.strerror}")
             return 0
-        if not chunk:
-            return 0
-        self.pos += len(chunk)
-        data = self.buf + chunk
-        parts = data.split(b"\n")
-        self.buf = parts.pop()
-        if len(self.buf) > MAX_LINE_BYTES:  # a line with no end in sight: cut it here
-            parts.append(self.buf)
-            self.buf = b""
-        for raw in parts:
-            self.stream.feed(raw[:MAX_LINE_BYTES].decode("utf-8", "replace"), now)
+        self.end = self.pos + len(chunk)
+        complete = chunk.rfind(b"\n") + 1  # bytes of whole lines; what follows waits
+        cut = len(chunk) - complete > MAX_LINE_BYTES  # a line with no end in sight: cut it
+        start = 0
+        # one line at a time, no list of them: a slice of short lines would be a million
+        # objects at once
+        while start < complete or (cut and start == complete):
+            stop = chunk.find(b"\n", start) if start < complete else len(chunk)
+            raw = chunk[start:min(stop, start + MAX_LINE_BYTES)]
+            start = stop + 1
+            self.stream.feed(raw.decode("utf-8", "replace"), now)
             if self.stream.foreign:
-                self.buf = b""
                 log.warning("%s is not an engine log (no engine start line in its first %d "
                             "lines or %d bytes); no longer read", self.path,
                             MAX_UNCONFIRMED_LINES, MAX_UNCONFIRMED_BYTES)
-                break
+                self.pos = self.end
+                return len(chunk)
+        self.pos = self.end if cut else self.pos + complete
         return len(chunk)
 
-    def _drain(self, now: float) -> None:
-        """The last words of a file that was rotated or deleted, within a bound."""
+    def _drain(self, now: float) -> int:
+        """The last words of a file that was rotated or deleted, within a bound. Returns the
+        bytes read."""
         read = 0
         while self.fh is not None and not self.stream.foreign and read < MAX_DRAIN_BYTES:
-            n = self._read(now)
-            if n == 0:
+            before = self.pos
+            read += self._read(now)
+            if self.pos == before:  # nothing more, or only a line that never ended
                 break
-            read += n
+        return read
 
-    def poll(self, now: float) -> None:
+    def poll(self, now: float) -> int:
+        """Follow the path one step (rotation, truncation, deletion, one slice of what was
+        appended). Returns the bytes read."""
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
             if self.gone_since is None:
                 self.gone_since = now
+            read = 0
             if self.fh is not None:
-                self._drain(now)  # what the writer wrote before the rename / deletion
+                read = self._drain(now)  # what the writer wrote before the rename / deletion
                 self.close()
                 log.warning("%s is gone (deleted or rotated); waiting for it to reappear",
                             self.path)
-            return
+            return read
         except OSError as exc:
             self._problem(f"cannot stat {self.path}: {exc.strerror}")
-            return
+            return 0
         self.gone_since = None
         ident = (st.st_dev, st.st_ino)
+        read = 0
         if self.fh is not None and ident != self.ident:
-            self._drain(now)  # rotated: finish the old file, then follow the new one
+            read = self._drain(now)  # rotated: finish the old file, then follow the new one
             self.close()
             self.stream.reset()
             log.info("%s was rotated; following the new file", self.path)
         if self.fh is None:
             if not stat.S_ISREG(st.st_mode):  # never opened: a FIFO would block the open
                 self._problem(f"{self.path} is not a regular file; not followed")
-                return
+                return read
             try:
                 self.fh = open_regular(self.path, "log")  # O_NONBLOCK + fstat
             except ColdscopeError as exc:
                 self._problem(f"{exc}; not followed")
-                return
-            self.ident, self.pos, self.buf, self.error = ident, 0, b"", None
-        elif st.st_size < self.pos:
+                return read
+            self.ident, self.pos, self.end, self.error = ident, 0, 0, None
+        elif st.st_size < self.end:
             log.info("%s was truncated; reading it again from the start", self.path)
-            self.pos, self.buf = 0, b""
+            self.pos = self.end = 0
             self.stream.reset()
-        if st.st_size > self.pos and not self.stream.foreign:
-            self._read(now)  # one bounded slice per poll: the rest on the next polls
+        if st.st_size > self.end and not self.stream.foreign:
+            read += self._read(now)  # one bounded slice per poll: the rest on the next polls
+        return read
 
 
 def replica_name(path: str, pattern: re.Pattern[str] | None) -> str:
@@ -326,6 +382,11 @@ class LogWatcher:
     it is ready or failed (status ``ok`` / ``failed``, with ``reason``). Both are called from
     the polling thread; exceptions they raise are logged, never fatal.
     ``clock`` is injectable so tests can drive time.
+
+    ``drops()`` counts what a bound made the watcher give up, by reason: ``max_files`` (a file
+    never followed, ``MAX_FILES`` being followed already) and ``memory`` (a start-up whose text
+    was dropped at ``max_held_bytes``: stored as failed with that reason, or, not yet an
+    engine's, forgotten).
     """
 
     def __init__(self, targets: Iterable[str | Path], *, on_finish: Callable[[Startup], None],
@@ -350,6 +411,10 @@ class LogWatcher:
         self.errors = 0
         self._scan_errors: set[str] = set()
         self._retired: set[tuple[int, int]] = set()
+        self._dropped = {"max_files": 0, "memory": 0}
+        self._unfollowed: set[str] = set()  # paths left out at MAX_FILES, each counted once
+        self._scan_took = 0.0  # seconds the last directory scan took (on ``clock``)
+        self._next = 0  # where the next poll starts reading, in ``tails`` order
 
     # -- callbacks, guarded --------------------------------------------------------------------
 
@@ -388,12 +453,16 @@ class LogWatcher:
             log.error("%s", message)
 
     def _scan(self) -> None:
-        followed = {t.ident for t in self.tails.values() if t.ident is not None}
         # Inodes once followed under another name (rotated files, x.log -> x.log.1): they are
         # not new replicas. Forgotten once no file has them, so a reused inode is new again.
         self._retired |= {i for t in self.tails.values() for i in t.retired}
-        present: set[tuple[int, int]] = set()
-        for path in self._files():
+        followed = {t.ident for t in self.tails.values() if t.ident is not None}
+        present = set(followed)
+        paths = self._files()
+        left_out: list[str] = []
+        for path in paths:
+            if path in self.tails or path in self._unfollowed:
+                continue  # followed (its tail stats it every poll), or never to be
             try:
                 st = os.stat(path)
             except FileNotFoundError:
@@ -404,8 +473,6 @@ class LogWatcher:
             else:
                 ident = (st.st_dev, st.st_ino)
                 present.add(ident)
-            if path in self.tails:
-                continue
             if ident is None and path not in self.targets:
                 continue
             if ident is not None and (ident in followed or ident in self._retired):
@@ -415,13 +482,18 @@ class LogWatcher:
                 self._report(f"{path} is not a regular file; not followed")
                 continue
             if len(self.tails) >= MAX_FILES:
-                self._report(f"more than {MAX_FILES} files to follow; {path} and later ones "
-                             "are not followed")
-                break
+                left_out.append(path)
+                continue
             stream = _Stream(replica_name(path, self.replica_label), path, self.timeout,
                              lambda s: self._guard(self._on_finish, s),
                              lambda s: self._guard(self._on_start, s))
             self.tails[path] = _Tail(path, stream, self._report)
+        if left_out:
+            self._unfollowed.update(left_out)
+            self._dropped["max_files"] += len(left_out)
+            log.warning("%d more files to follow than the %d followed already, %s first; "
+                        "they are not followed", len(left_out), MAX_FILES, left_out[0])
+        self._unfollowed.intersection_update(paths)
         self._retired &= present
         for t in self.tails.values():
             t.retired.clear()
@@ -429,23 +501,35 @@ class LogWatcher:
     # -- polling -------------------------------------------------------------------------------
 
     def poll_once(self) -> None:
-        """One pass: discover files (every ``scan_interval``), read one bounded slice of each
-        file's appends, apply timeouts, forget files gone for good, bound the text held."""
+        """One pass: discover files (every ``scan_interval``, and at most a fifth of the
+        time), read one bounded slice of each file's appends until ``MAX_POLL_BYTES`` are read
+        (the next pass begins with the files this one did not reach), apply timeouts, forget
+        files gone for good, bound the memory held."""
         with self._lock:
             now = self.clock()
-            if now - self._last_scan >= self.scan_interval:
+            # scan_interval 0 asks for a scan every pass (the tests' deterministic mode)
+            due = max(self.scan_interval, 4 * self._scan_took) if self.scan_interval > 0 else 0
+            if now - self._last_scan >= due:
                 self._last_scan = now
                 self._scan()
-            for tail in list(self.tails.values()):
-                try:
-                    tail.poll(now)
-                except Exception:
-                    self.errors += 1
-                    log.exception("following %s failed", tail.path)
+                self._scan_took = self.clock() - now
+            tails = list(self.tails.values())
+            first = self._next % len(tails) if tails else 0
+            budget, reached = MAX_POLL_BYTES, len(tails)
+            for n, tail in enumerate(tails[first:] + tails[:first]):
+                if budget <= 0:
+                    reached = min(reached, n)
+                else:
+                    try:
+                        budget -= tail.poll(now)
+                    except Exception:
+                        self.errors += 1
+                        log.exception("following %s failed", tail.path)
                 tail.stream.check_timeout(now)
                 if tail.gone_since is not None and now - tail.gone_since > FORGET_AFTER_S \
                         and tail.path not in self.targets:
                     self._forget(tail, now)
+            self._next = first + reached
             self._bound_memory(now)
             self._running = tuple(s for t in self.tails.values()
                                   if (s := t.stream.running()) is not None)
@@ -461,7 +545,7 @@ class LogWatcher:
         log.info("%s has been gone for %g s; forgotten", tail.path, FORGET_AFTER_S)
 
     def _bound_memory(self, now: float) -> None:
-        """Keep the text all streams hold under ``max_held_bytes``: past it the biggest
+        """Keep the memory all streams hold under ``max_held_bytes``: past it the biggest
         holder's start-up is failed (a running one) or forgotten (text not yet an engine's)."""
         held = {t.path: t.stream.held() for t in self.tails.values()}
         total = sum(held.values())
@@ -471,14 +555,19 @@ class LogWatcher:
             cur = stream.current
             if cur is None:
                 break
-            self._report(f"the watched start-ups hold {total} bytes of text, more than "
+            self._report(f"the watched start-ups hold {total} bytes, more than "
                          f"{self.max_held_bytes}: {path}'s is dropped")
+            self._dropped["memory"] += 1
             if cur.confirmed:
                 stream._finish(cur, "failed", f"the watcher's memory bound was reached "
                                               f"({self.max_held_bytes} bytes)", now)
             else:
                 stream.current = None
             total -= held.pop(path)
+
+    def drops(self) -> dict[str, int]:
+        """What the bounds made the watcher give up so far, by reason (see the class)."""
+        return dict(self._dropped)
 
     def running(self) -> list[Startup]:
         """Start-ups recognised and not yet ready, failed or timed out, as of the last poll
