@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from coldscope.cli.common import echo, json_option, print_json, show, store_option
+from coldscope.prediction.formulas import MAX_CAPTURE_SIZES
 from coldscope.util.errors import ColdscopeError
 from coldscope.util.safeio import check_output_target
 
@@ -52,8 +53,8 @@ def features_cmd(path: str, compile_cache: str | None, as_json: bool) -> None:
               help="Model kinds to train on, comma-separated (dense, moe, hybrid).")
 @click.option("--level", type=click.FloatRange(0.5, 0.99), default=0.9, show_default=True,
               help="Coverage of the prediction intervals.")
-@click.option("--capture-sizes", type=click.IntRange(min=0), default=None,
-              help="CUDA-graph capture sizes of the measured runs (paper: 67).")
+@click.option("--capture-sizes", type=click.IntRange(min=0, max=MAX_CAPTURE_SIZES),
+              default=None, help="CUDA-graph capture sizes of the measured runs (paper: 67).")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default="startup-model.json",
               show_default=True, help="Startup model JSON to write.")
 @json_option
@@ -132,7 +133,8 @@ def _with_storage(f: Any) -> Any:
 @click.argument("path", type=click.Path())
 @click.option("--startup-model", "startup_model", required=True,
               type=click.Path(dir_okay=False), help="Startup model JSON (fit or calibrate).")
-@click.option("--capture-sizes", type=click.IntRange(min=0, max=100_000), default=None,
+@click.option("--capture-sizes", type=click.IntRange(min=0, max=MAX_CAPTURE_SIZES),
+              default=None,
               help="CUDA-graph capture sizes (default: those of the training runs).")
 @_compile_cache_option
 @_with_storage

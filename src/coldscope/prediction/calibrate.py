@@ -43,17 +43,21 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 from coldscope.core.stages import UNATTRIBUTED
 from coldscope.prediction import core
 from coldscope.prediction.core import Observation
 from coldscope.prediction.formulas import INTERCEPT, term_value
 from coldscope.prediction.modelfile import (
+    MAX_MAGNITUDE,
     Calibration,
     StageTransfer,
     StartupModelFile,
     StorageSetting,
+    model_file_error,
 )
-from coldscope.util.errors import ColdscopeError
+from coldscope.util.errors import ColdscopeError, validation_error
 
 if TYPE_CHECKING:
     from coldscope.prediction.features import ModelFeatures
@@ -258,6 +262,13 @@ def calibrate(base: StartupModelFile, observations: Sequence[Observation], *,
     if not obs:
         raise ColdscopeError("no calibration runs: none of the runs is of a "
                              f"{'/'.join(kinds)} model like the base model's training set")
+    for o in obs:  # durations: finite, bounded, and a stage's not negative
+        for name, v in [("time to ready", o.total_s), *o.buckets.items()]:
+            if v is not None:
+                _check_seconds(v, f"calibration run of {o.model}: {name}")
+                if v < 0 and name != UNATTRIBUTED:
+                    raise ColdscopeError(f"calibration run of {o.model}: {name} is {v:.4g} s; "
+                                         "a duration cannot be negative")
     buckets = list(base.buckets)
     rows = _aggregate(obs, buckets)
     n = len(rows)
@@ -266,6 +277,9 @@ def calibrate(base: StartupModelFile, observations: Sequence[Observation], *,
     settings = core.settings_of(base)
     base_means = {r.model: {b: sum(c.values()) for b, c in
                             core.explain(base, r.features).items()} for r in rows}
+    for m, means in base_means.items():
+        for b, v in means.items():
+            _check_seconds(v, f"the base model's {b} for {m}")
     driven = set(size_driven(base))
     stages: dict[str, StageTransfer] = {}
     warnings: list[str] = []
@@ -297,6 +311,8 @@ def calibrate(base: StartupModelFile, observations: Sequence[Observation], *,
             per = {m: y - p for m, p, y in known}
             value = statistics.fmean(per.values())
             kind = "offset"
+        for m, v in [*per.items(), ("all calibration models", value)]:
+            _check_seconds(v, f"the {kind} of {b} from {m}", kind)
         spread = statistics.stdev(per.values()) if len(per) > 1 else 0.0
         identified, note = True, ""
         if kind == "ratio":
@@ -327,15 +343,31 @@ def calibrate(base: StartupModelFile, observations: Sequence[Observation], *,
                         "(coldscope calibrate --suggest --store)")
     env = dict(environment)
     storage = env.get("storage")
-    calibration = Calibration(
-        base_source=base_source, base_environment=dict(base.environment),
-        base_storage=base.storage, source=source, models=[r.model for r in rows],
-        replicates=[r.runs for r in rows], environment=env, stages=stages,
-        disagreement_t=z, warnings=warnings)
-    data = base.model_dump()
-    data.update(environment=env, calibration=calibration.model_dump(),
-                storage=StorageSetting.model_validate(storage).model_dump() if storage else None)
-    return StartupModelFile.model_validate(data)
+    try:
+        setting = StorageSetting.model_validate(storage).model_dump() if storage else None
+    except ValidationError as exc:
+        raise validation_error(exc, "the storage setting of the calibration runs") from None
+    try:
+        calibration = Calibration(
+            base_source=base_source, base_environment=dict(base.environment),
+            base_storage=base.storage, source=source, models=[r.model for r in rows],
+            replicates=[r.runs for r in rows], environment=env, stages=stages,
+            disagreement_t=z, warnings=warnings)
+        data = base.model_dump()
+        data.update(environment=env, calibration=calibration.model_dump(), storage=setting)
+        return StartupModelFile.model_validate(data)
+    except ValidationError as exc:  # not expected (each part is checked above): one line still
+        raise model_file_error(exc, "made by calibrate") from None
+
+
+def _check_seconds(value: float, what: str, kind: str = "") -> None:
+    """Refuse a number calibration cannot carry: not finite, or beyond ``MAX_MAGNITUDE`` (a
+    startup model file holds no larger number, and within it every sum, mean and spread here
+    stays finite)."""
+    if not (math.isfinite(value) and abs(value) <= MAX_MAGNITUDE):
+        unit = "" if kind == "ratio" else " s"
+        raise ColdscopeError(f"cannot calibrate: {what} is {value:.4g}{unit}, beyond the "
+                             f"{MAX_MAGNITUDE:g} a startup model holds")
 
 
 # -- which models to run ------------------------------------------------------------------------

@@ -6,6 +6,7 @@ side (``predict.core``), so neither has to import the other's module to name a f
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from statistics import NormalDist
@@ -16,6 +17,10 @@ from coldscope.util.errors import ColdscopeError
 if TYPE_CHECKING:
     from coldscope.prediction.features import ModelFeatures
 INTERCEPT = "1"
+
+#: The most CUDA-graph capture sizes a prediction or a startup model's settings may name
+#: (vLLM captures a few hundred at most; the bound keeps a ``*_x_capture`` term finite).
+MAX_CAPTURE_SIZES = 100_000
 
 
 @dataclass(frozen=True)
@@ -114,3 +119,42 @@ def t_quantile(p: float, dof: int) -> float:
     g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
     g4 = (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160
     return z + g1 / n + g2 / n**2 + g3 / n**3 + g4 / n**4
+
+
+def t_tail(t: float, dof: int) -> float:
+    """``P(T >= t)`` for Student's t with ``dof`` degrees of freedom: ``I_x(dof/2, 1/2) / 2``
+    with ``x = dof / (dof + t^2)`` for ``t >= 0`` (one minus that below), the regularized
+    incomplete beta by its continued fraction (Numerical Recipes 6.4), to about 1e-12."""
+    if dof < 1:
+        raise ValueError("dof must be >= 1")
+    if math.isinf(t):
+        return 0.0 if t > 0 else 1.0
+    half = 0.5 * _incomplete_beta(dof / 2, 0.5, dof / (dof + t * t))
+    return half if t >= 0 else 1.0 - half
+
+
+def _incomplete_beta(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta ``I_x(a, b)``, 0 <= x <= 1."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    if x > (a + 1) / (a + b + 2):  # the continued fraction converges fast below this
+        return 1.0 - _incomplete_beta(b, a, 1.0 - x)
+    log_front = (math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+                 + a * math.log(x) + b * math.log1p(-x))
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    f = d
+    for m in range(1, 300):
+        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            f *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return math.exp(log_front) * f / a

@@ -76,11 +76,21 @@ class StartupModel:
             environment: Mapping[str, Any] | None = None,
             settings: Mapping[str, Any] | None = None,
             source: str = "") -> StartupModel:
-        """Fit every bucket on ``observations``; returns ``self``. See ``predict.fit``."""
+        """Fit every bucket on ``observations``; returns ``self``. See ``predict.fit``.
+
+        The fitted file passes the checks every loaded file passes (``predict.modelfile``);
+        training data that would make one it does not (a setting no formula uses, durations
+        beyond its number bound) is one line, as a bad file is."""
+        from pydantic import ValidationError
+
         from coldscope.prediction.fit import FitOptions, fit_startup_model
+        from coldscope.prediction.modelfile import model_file_error
         options = FitOptions(self.formulas, tuple(self.kinds), float(self.level))
-        self.file_ = fit_startup_model(options, observations, environment or {},
-                                       settings or {}, source)
+        try:
+            self.file_ = fit_startup_model(options, observations, environment or {},
+                                           settings or {}, source)
+        except ValidationError as exc:
+            raise model_file_error(exc, f"fitted on {source or 'these runs'}") from None
         return self
 
     # -- persistence --------------------------------------------------------------------------
