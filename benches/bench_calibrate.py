@@ -34,8 +34,9 @@ MSE_TARGET, MAX_TARGET = 0.3, 1.0
 
 def main() -> int:
     sys.path.insert(0, str(ROOT / "src"))
+    from coldscope.core.clock import clock_resolution
     from coldscope.prediction import core
-    from coldscope.prediction.calibrate import calibrate, clock_resolution, suggest
+    from coldscope.prediction.calibrate import calibrate, suggest
     from coldscope.prediction.paper import (
         PAPER_CAPTURE_SIZES,
         observations_from_paper,

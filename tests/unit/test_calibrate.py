@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from coldscope.core.clock import clock_resolution
 from coldscope.prediction import core
-from coldscope.prediction.calibrate import calibrate, clock_resolution, suggest
+from coldscope.prediction.calibrate import calibrate, suggest
 from coldscope.prediction.features import ModelFeatures
 from coldscope.prediction.fit import Observation
 from coldscope.prediction.paper import observations_from_paper, paper_environment, paper_storage

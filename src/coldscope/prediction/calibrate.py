@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from coldscope.core.clock import clock_resolution
 from coldscope.core.stages import UNATTRIBUTED
 from coldscope.prediction import core
 from coldscope.prediction.core import Observation
@@ -61,19 +62,13 @@ from coldscope.util.errors import ColdscopeError, validation_error
 
 if TYPE_CHECKING:
     from coldscope.prediction.features import ModelFeatures
+
 #: A calibration model identifies a size-driven bucket when its size part is at least this
 #: fraction of the size part at the training set's median features.
 IDENTIFY_FRACTION = 0.3
 
 #: Two calibration models closer than this in weight bytes and layer count are near-duplicates.
 DUPLICATE_TOLERANCE = 0.1
-
-#: Clock grids a measured duration can lie on (seconds), coarsest first; a stage whose values
-#: all lie on one of them was timed on that clock (vLLM's default log format has 1 s
-#: timestamps; a mean of k such runs lies on a 1/k s grid). Finer than 10 ms is "exact".
-CLOCK_GRIDS = (1.0, 0.5, 0.25, 0.2, 0.1, 0.05, 0.02, 0.01)
-#: The chance allowed of taking finely timed values for a coarse clock.
-CLOCK_FALSE_ALARM = 1e-3
 
 
 def size_part(file: StartupModelFile, bucket: str, features: ModelFeatures,
@@ -98,24 +93,6 @@ def median_size_part(file: StartupModelFile, bucket: str) -> float:
                for t, c in zip(spec.terms, spec.coef, strict=True) if t != INTERCEPT)
 
 
-def clock_resolution(values: Sequence[float]) -> float | None:
-    """The coarsest of ``CLOCK_GRIDS`` every value lies on (seconds); None when finer, or when
-    the values are too few to tell a clock from chance.
-
-    Values timed to 10 ms land on a grid ``g`` by chance with probability ``0.01 / g`` each, so
-    ``d`` distinct values all on it by chance: ``(0.01 / g) ** d``. A grid counts only where
-    that is at most ``CLOCK_FALSE_ALARM`` (e.g. two distinct values for 1 s, three for 0.1 s);
-    repeated values are one piece of evidence (four models whose tokenizer takes 0.25 s each
-    say nothing about a 0.25 s clock)."""
-    vals = {round(abs(v), 9) for v in values if v}
-    for grid in CLOCK_GRIDS:
-        if all(abs(v / grid - round(v / grid)) < 1e-6 * max(1.0, v / grid) for v in vals):
-            if vals and (CLOCK_GRIDS[-1] / grid) ** len(vals) <= CLOCK_FALSE_ALARM:
-                return grid
-            return None  # on this grid, but it could be chance; finer grids say less
-    return None
-
-
 @dataclass(frozen=True)
 class ClockError:
     """What a coarse clock does to one ratio bucket (see ``clock_error``)."""
@@ -134,7 +111,7 @@ def clock_error(file: StartupModelFile, bucket: str, runs: Mapping[str, Sequence
                 ratio: float) -> ClockError | None:
     """The error a coarse clock puts into a ratio bucket's prediction at the training median,
     in the new machine's seconds; None when ``runs`` (model -> that bucket's seconds in each
-    of its runs) are finer than ``CLOCK_GRIDS``.
+    of its runs) are finer than ``core.clock.CLOCK_GRIDS``.
 
     Error propagation: a duration between two timestamps rounded to ``q`` is off by the
     difference of two uniform errors, standard deviation ``q / sqrt(6)``; a model's mean of

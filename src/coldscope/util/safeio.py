@@ -312,30 +312,34 @@ def read_text(path: str | Path, *, limit: int | None = None, what: str = "file")
 
 # --- structured text --------------------------------------------------------------------------
 
+#: A JSON string, escapes included (unrolled: one C-level scan, no backtracking per char).
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
 def _depth_ok(text: str, limit: int = MAX_NESTING) -> bool:
-    """A cheap upper bound on JSON nesting (brackets outside strings are not told apart; an
-    over-estimate only refuses absurd inputs, which is the point)."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            if depth > deepest:
-                deepest = depth
-                if deepest > limit:
-                    return False
-        elif ch in "]}":
-            depth -= 1
-    return True
+    """A cheap upper bound on JSON nesting (an unterminated string's brackets still count; an
+    over-estimate only refuses absurd inputs, which is the point). Strings and everything but
+    brackets are cut out by regular expressions and the running depth is summed by numpy,
+    where a Python loop over the characters took 32 s for 40 MB."""
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    return len(brackets) <= limit or _max_depth(brackets) <= limit
+
+
+def _max_depth(brackets: str, chunk: int = 1 << 22) -> int:
+    """The deepest running sum of a string of brackets (opening +1, closing -1), in chunks
+    with numpy: an adversarial 40 MB of brackets in a fraction of a second."""
+    import numpy as np
+
+    raw = np.frombuffer(brackets.encode("ascii"), dtype=np.uint8)
+    deepest = level = 0
+    for start in range(0, len(raw), chunk):
+        part = raw[start:start + chunk]
+        steps = np.where((part == ord("[")) | (part == ord("{")), 1, -1).astype(np.int64)
+        sums = np.cumsum(steps)
+        deepest = max(deepest, level + int(sums.max()))
+        level += int(sums[-1])
+    return deepest
 
 
 def _int_literal(s: str) -> int:
@@ -348,18 +352,26 @@ def _no_constant(s: str) -> float:
     raise ValueError(f"{s} is not a finite number")
 
 
+def _finite_float(s: str) -> float:
+    value = float(s)
+    if not math.isfinite(value):  # 1e999 parses to inf
+        raise ValueError(f"{s[:40]} is not a finite number")
+    return value
+
+
 def loads_json(text: str, source: str) -> Any:
     """Parse JSON with bounded nesting, bounded integer literals and no NaN/Infinity."""
     if not _depth_ok(text):
         raise ColdscopeError(f"{source}: nested deeper than {MAX_NESTING} levels; refused")
     try:
-        data = json.loads(text, parse_int=_int_literal, parse_constant=_no_constant)
+        # every number is checked as it is parsed: no second walk over the data
+        data = json.loads(text, parse_int=_int_literal, parse_float=_finite_float,
+                          parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise ColdscopeError(f"{source}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
     except (ValueError, RecursionError) as exc:
         raise ColdscopeError(f"{source}: not valid JSON ({str(exc).splitlines()[0][:120]})") \
             from None
-    check_finite(data, source)
     return data
 
 
