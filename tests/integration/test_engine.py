@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -216,4 +217,9 @@ def test_profile_imports_attributes_import_time_per_process(tmp_path):
     assert "top imports" in shown and "torch" in shown
     # three engine processes each importing torch and vLLM (about 10 s each here)
     [repeated] = [f for f in run["findings"] if f["id"] == "repeated_imports"]
-    assert "imports by package (self time): api_server torch " in repeated["evidence"]
+    # each process's costliest packages, in the order of their self time: torch and vllm
+    # trade places from run to run under load (vllm 4.8 s, torch 3.8 s in one busy run)
+    by_role = re.search(r"imports by package \(self time\): api_server ([^;]*);",
+                        repeated["evidence"])
+    assert by_role is not None, repeated["evidence"]
+    assert {"torch", "vllm"} <= {part.split()[0] for part in by_role.group(1).split(", ")}
