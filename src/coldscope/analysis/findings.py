@@ -127,7 +127,8 @@ def facts_from_log(lines: Iterable[str],
                    read: tuple[Engine, LogReading] | None = None) -> RunFacts:
     """Facts of a log read on its own: the timeline the log shows, cache state unknown.
     ``read`` is ``engines.read_log(lines)`` when the caller has it already."""
-    lines = list(lines)
+    # a sequence is looked up, not copied (a saved log's lines by their own numbers)
+    lines = lines if isinstance(lines, Sequence) and not isinstance(lines, str) else list(lines)
     read = read or engines.read_log(lines)
     engine: Engine | None = None
     facts: LogFacts | None = None

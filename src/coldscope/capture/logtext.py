@@ -14,9 +14,11 @@ timestamp is removed, never used as the log's clock (each engine reads its own).
 
 from __future__ import annotations
 
+import bisect
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import overload
 
 from coldscope.util.safeio import clean_text
 
@@ -82,8 +84,134 @@ class CleanLines:
         return out
 
 
+#: The most one start-up's clock may move forward between two of its stamped lines, and the
+#: most its time to ready may be, in seconds. No start-up takes longer (the slowest in our
+#: real logs: 32 minutes between two lines, 39 minutes in all), so a stamp that moves further
+#: (a line a year later, a year 9999) was not written by the clock the start-up ran on: the
+#: engines' readers report such a start-up failed, naming the line, and never ``ok``.
+MAX_CLOCK_STEP_S = 6 * 3600.0
+MAX_STARTUP_S = 24 * 3600.0
+
+
+def clock_step_error(step_s: float, line: int, stamp: str, before: str, before_line: int
+                     ) -> str:
+    """Why a start-up whose clock moves ``step_s`` seconds forward at 1-based ``line``
+    (stamped ``stamp``; the stamped line before it: ``before`` at ``before_line``) is not
+    read as ok."""
+    return (f"the log's clock jumps {step_s:,.0f} s forward at line {line} ({stamp}, after "
+            f"{before} at line {before_line}): more than a start-up takes "
+            f"({MAX_CLOCK_STEP_S / 3600:g} h between two lines); its stamps cannot all be true")
+
+
+def startup_length_error(ttr_s: float, line: int) -> str:
+    """Why a start-up whose time to ready is ``ttr_s`` seconds at 1-based ``line`` (its ready
+    line) is not read as ok."""
+    what = "less than nothing" if ttr_s < 0 else \
+        f"more than a start-up takes ({MAX_STARTUP_S / 3600:g} h)"
+    return (f"time to ready would be {ttr_s:,.0f} s at line {line}: {what}; the log's stamps "
+            "cannot all be true")
+
+
+class NumberedLines(list[str]):
+    """The lines of a log that a reader reads, with the file's own line numbers.
+
+    A saved log is read with its long runs of blank lines left out (``ingest.logfiles``: a
+    megabyte of newlines costs nothing to hold), so the list's indexes are no longer the
+    file's lines: ``numbers[i]`` is the 0-based line of the file that ``self[i]`` is, and
+    ``file_lines`` how many lines the file has in all. Readers that quote line numbers
+    (``normalise``'s ``source``, SGLang's events) number the lines by ``numbers``
+    (``line_numbers``), so every quote is the line the user sees; a plain list is numbered 0,
+    1, 2, ... A slice (``part``) keeps the numbers; ``list``'s own slicing does not."""
+
+    numbers: Sequence[int]
+    file_lines: int  # not ``count``: list.count is a method
+
+    def __init__(self, lines: Iterable[str] = (), numbers: Sequence[int] | None = None,
+                 count: int | None = None) -> None:
+        super().__init__(lines)
+        # a range when the lines follow one another (no memory per line)
+        self.numbers = range(len(self)) if numbers is None else numbers
+        if len(self.numbers) != len(self):
+            raise ValueError(f"{len(self)} lines but {len(self.numbers)} line numbers")
+        self.file_lines = (self.numbers[-1] + 1 if self.numbers else 0) if count is None else count
+
+    def part(self, start: int | None = None, stop: int | None = None) -> NumberedLines:
+        """``self[start:stop]`` with its line numbers; ``file_lines`` ends after its last line
+        (the whole of it: itself)."""
+        lines, numbers = self[start:stop], self.numbers[start:stop]
+        if len(lines) == len(self):
+            return self
+        return NumberedLines(lines, numbers, numbers[-1] + 1 if numbers else 0)
+
+    def then(self, other: NumberedLines) -> NumberedLines:
+        """These lines followed by ``other``'s (with their numbers and ``other``'s file_lines)."""
+        if not self:
+            return other
+        return NumberedLines([*self, *other], [*self.numbers, *other.numbers], other.file_lines)
+
+    def by_number(self) -> Sequence[str]:
+        """The file's lines indexed by their own numbers (0-based): a line left out reads as
+        an empty one. For code that quotes ``lines[n]`` with a line number a reader gave."""
+        return _ByNumber(self)
+
+
+class _ByNumber(Sequence[str]):
+    """``NumberedLines.by_number``: ``file_lines`` lines, looked up by bisection, nothing copied."""
+
+    def __init__(self, lines: NumberedLines) -> None:
+        self._lines = lines
+
+    def __len__(self) -> int:
+        return self._lines.file_lines
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        numbers = self._lines.numbers
+        at = bisect.bisect_left(numbers, index)
+        return self._lines[at] if at < len(numbers) and numbers[at] == index else ""
+
+
+def line_numbers(lines: Sequence[object]) -> Sequence[int]:
+    """The file's own 0-based line number of each of ``lines`` (``NumberedLines.numbers``;
+    0, 1, 2, ... for any other sequence)."""
+    return lines.numbers if isinstance(lines, NumberedLines) else range(len(lines))
+
+
 COLOUR = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 """A terminal colour or cursor sequence (CSI) as engines print them in their logs."""
+
+
+#: A character ``safeio.clean_text`` removes or that opens a sequence it removes (every such
+#: sequence opens with a C0 or C1 control).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+#: The first characters of a line that may need more than its trailing whitespace removed:
+#: a collector's prefix (a digit, a month's capital), a tail separator, a byte-order mark.
+_CLEANING_STARTS = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ=\ufeff")
+
+
+def is_plain(text: str) -> bool:
+    """Whether cleaning ``text`` can change nothing but its trailing whitespace: no control
+    character (colours, carriage-return redraws), and a first character no collector's
+    prefix, tail separator or byte-order mark begins with. One search: most lines are."""
+    return not text or text[0] not in _CLEANING_STARTS and not _CONTROL.search(text)
+
+
+def cleaned(text: str) -> str:
+    """``safeio.clean_text(text)``, with one search for the common line that has nothing to
+    clean."""
+    return clean_text(text) if _CONTROL.search(text) else text
 
 
 def without_colours(text: str) -> str:
@@ -113,6 +241,9 @@ def split_lines(text: str) -> list[str]:
 def strip_outer_prefix(text: str) -> tuple[str, bool]:
     """``text`` without a collector's timestamp prefix (docker/kubectl ``--timestamps``, CRI
     files, journald), and whether one was there. The engine's own stamp, after it, is kept."""
+    first = text[:1]
+    if not ("0" <= first <= "9" or "A" <= first <= "Z"):  # every prefix opens so
+        return text, False
     for pattern in _OUTER_PREFIXES:
         m = pattern.match(text)
         if m:
@@ -143,12 +274,19 @@ def normalise(lines: Iterable[object], *, drop_repeats: bool = True) -> CleanLin
     """
     if isinstance(lines, str | bytes | bytearray):
         lines = split_lines(as_text(lines))
+    numbers = lines.numbers if isinstance(lines, NumberedLines) else None  # the file's own
     kept: list[str] = []
     source: list[int] = []
     dropped: dict[str, int] = {}
     prefixed = 0
     partial = ""
     for i, raw in enumerate(lines):
+        if numbers is not None:
+            i = numbers[i]
+        if raw.__class__ is str and not partial and is_plain(raw):  # nothing to clean
+            kept.append(raw.rstrip())
+            source.append(i)
+            continue
         text = as_text(raw).lstrip("\ufeff")
         if m := _CRI_PARTIAL.match(text):  # joined with the pieces that follow
             partial += text[m.end():]
@@ -159,7 +297,7 @@ def normalise(lines: Iterable[object], *, drop_repeats: bool = True) -> CleanLin
         prefixed += had_prefix
         pieces = redraws(text)
         for n, piece in enumerate(pieces):
-            clean = clean_text(piece).rstrip()
+            clean = cleaned(piece).rstrip()
             if n and not clean.strip():
                 dropped["blank_redraw"] = dropped.get("blank_redraw", 0) + 1
                 continue
@@ -172,26 +310,41 @@ def normalise(lines: Iterable[object], *, drop_repeats: bool = True) -> CleanLin
     return without_repeats(result) if drop_repeats else result
 
 
-def without_repeats(clean: CleanLines) -> CleanLines:
+def without_repeats(clean: CleanLines, keep: Sequence[int] | None = None) -> CleanLines:
     """``clean`` without lines that carry a time of day and repeat an earlier kept line
-    exactly (the first one stays)."""
-    seen: set[str] = set()
-    lines: list[str] = []
-    source: list[int] = []
-    repeats = 0
-    for text, src in zip(clean.lines, clean.source, strict=True):
-        if text in seen:
-            repeats += 1
-            continue
-        if _TIME_OF_DAY.search(text):
-            seen.add(text)
-        lines.append(text)
-        source.append(src)
+    exactly (the first one stays). ``keep``: ``first_copies(clean.lines)``, when the caller
+    has it already."""
+    keep = first_copies(clean.lines) if keep is None else keep
     dropped = dict(clean.dropped)
+    repeats = len(clean.lines) - len(keep)
     if repeats:
         dropped["repeat"] = dropped.get("repeat", 0) + repeats
-    return CleanLines(tuple(lines), tuple(source), dropped, clean.prefixed)
+    return CleanLines(tuple(clean.lines[i] for i in keep), tuple(clean.source[i] for i in keep),
+                      dropped, clean.prefixed)
 
 
-__all__ = ["CleanLines", "normalise", "redraws", "split_lines", "strip_outer_prefix",
+def first_copies(lines: Sequence[str]) -> Sequence[int]:
+    """The indexes ``without_repeats`` keeps: every line but those that carry a time of day
+    and repeat an earlier kept line exactly (a ``range`` when that is every line)."""
+    seen: set[str] = set()
+    repeats: list[int] = []
+    for i, text in enumerate(lines):
+        if text in seen:
+            repeats.append(i)
+        elif text and _TIME_OF_DAY.search(text):
+            seen.add(text)
+    if not repeats:
+        return range(len(lines))
+    out: list[int] = []
+    at = 0
+    for i in repeats:
+        out.extend(range(at, i))
+        at = i + 1
+    out.extend(range(at, len(lines)))
+    return out
+
+
+__all__ = ["MAX_CLOCK_STEP_S", "MAX_STARTUP_S", "CleanLines", "NumberedLines", "cleaned",
+           "clock_step_error", "first_copies", "is_plain", "line_numbers", "normalise",
+           "redraws", "split_lines", "startup_length_error", "strip_outer_prefix",
            "without_repeats"]

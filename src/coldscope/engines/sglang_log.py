@@ -35,13 +35,25 @@ states its seconds):
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from coldscope.capture.logtext import redraws, strip_outer_prefix
+from coldscope.capture.logtext import (
+    MAX_CLOCK_STEP_S,
+    MAX_STARTUP_S,
+    NumberedLines,
+    cleaned,
+    clock_step_error,
+    is_plain,
+    line_numbers,
+    redraws,
+    startup_length_error,
+    strip_outer_prefix,
+)
 from coldscope.core.stages import (
     BOOTSTRAP,
     CUDA_GRAPH_CAPTURE,
@@ -51,7 +63,6 @@ from coldscope.core.stages import (
     TORCH_COMPILE,
 )
 from coldscope.core.timeline import Span, Timeline, from_durations, reconcile, subtract
-from coldscope.util.safeio import clean_text
 
 #: The source name of stages timed on the log's own clock between lines (as vLLM's reading).
 LOG_CLOCK = "log-clock"
@@ -94,6 +105,30 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("fatal", FATAL_RX),
     )
 )
+
+
+def _any_rule(anchored: bool) -> re.Pattern[str]:
+    """One pattern for the ``RULES`` that open with ``^`` (``anchored``, without it: tried at
+    the message's start only), or for the others."""
+    parts = []
+    for _, rx in RULES:
+        if rx.pattern.startswith("^") != anchored:
+            continue
+        # (groups made plain; word boundaries left out: they only narrow a match, and one
+        # in front of an alternative makes the search try it at every character)
+        body = re.sub(r"\(\?P<\w+>", "(?:", rx.pattern.removeprefix("^")).replace(r"\b", "")
+        parts.append(("(?i:{})" if rx.flags & re.IGNORECASE else "(?:{})").format(body))
+    return re.compile("|".join(parts))
+
+
+#: Whether any of ``RULES`` can match a message (``_may_mean``): most lines are passed over
+#: with two quick looks instead of a search per rule.
+_ANY_OPENING, _ANY_INSIDE = _any_rule(anchored=True), _any_rule(anchored=False)
+
+
+def _may_mean(msg: str) -> bool:
+    return _ANY_OPENING.match(msg) is not None or _ANY_INSIDE.search(msg) is not None
+
 #: The release as a log states it (a container banner ``SGLang Version 0.5.11+05fb6a52``, a
 #: package list ``sglang==0.5.7``, ``sglang version: X``); never a path such as
 #: ``/src/sglang_0.5.7/``.
@@ -102,7 +137,9 @@ VERSION = re.compile(r"(?:\bSGLang[ _]?[Vv]ersion[:=]?\s*v?|\bsglang(?:==|\s+ver
 #: The banner as a container prints it: the whole line is ``SGLang Version X``.
 BANNER_LINE = re.compile(r"SGLang[ _]?[Vv]ersion[:=]?\s*v?\d+\.\d+(?:\.\d+)?(?:[\w.+-]*\w)?")
 #: A tqdm bar's last frame of the piecewise pass's compile: ``58/58 [00:08<00:00``.
-COMPILE_BAR = re.compile(r"Compiling num tokens.*?\|\s*(?P<n>\d+)/(?P=n)\s*"
+#: (From the first "Compiling num tokens" of the frame only: a later one would read the same,
+#: and trying each would cost the square of a crafted line's length.)
+COMPILE_BAR = re.compile(r"^(?>.*?Compiling num tokens).*?\|\s*(?P<n>\d+)/(?P=n)\s*"
                          r"\[(?:(?P<h>\d+):)?(?P<m>\d+):(?P<sec>\d+)<")
 TRACEBACK = re.compile(r"^Traceback \(most recent call last\):")
 EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit)\b.*")
@@ -111,6 +148,10 @@ ARG = re.compile(r"\b(?P<k>model_path|served_model_name|device|skip_server_warmu
                  r"enable_torch_compile|disable_cuda_graph|tp_size|speculative_algorithm|"
                  r"speculative_draft_model_path|cuda_graph_bs|disable_piecewise_cuda_graph)="
                  r"(?P<v>'[^']*'|\[[^\]]*\]|[^,)]+)")
+
+#: How much of the ``server_args=ServerArgs(...)`` line the arguments are read from (the
+#: longest real one: 12 kB).
+ARGS_CHARS = 64 * 1024
 
 READY_TEXT = "The server is fired up and ready to roll!"
 _QUOTE_MAX = 200
@@ -140,7 +181,18 @@ class SGLangEvidence:
     first_own: tuple[int, float] | None = None
     args: dict[str, str] = field(default_factory=dict)
     version: str | None = None
-    line_clock: list[float | None] = field(default_factory=list)
+    line_clock: dict[int, float] = field(default_factory=dict)
+    """The time of each line with an own stamp (the last one on it), by line number; lines
+    without one are not in it."""
+    line_count: int = 0
+    """How many lines the log has (line numbers run from 0 to ``line_count - 1``)."""
+    _stamped: list[int] | None = field(default=None, repr=False, compare=False)
+
+    def stamped_lines(self) -> list[int]:
+        """The numbers of the lines in ``line_clock``, in order (read once, then kept)."""
+        if self._stamped is None or len(self._stamped) != len(self.line_clock):
+            self._stamped = sorted(self.line_clock)
+        return self._stamped
     warnings: list[tuple[int, str, str, str]] = field(default_factory=list)
     """(line, level, where, message) of WARNING/ERROR/CRITICAL own lines."""
 
@@ -175,35 +227,75 @@ def clean_lines(lines: Sequence[str]) -> list[str]:
     live spans look arrival times up by them."""
     out = []
     for line in lines:
+        if line.__class__ is str and is_plain(line):  # (most lines)
+            out.append(line.rstrip("\r\n"))
+            continue
         text, _ = strip_outer_prefix(str(line).lstrip("\ufeff"))
-        out.append("\n".join(clean_text(piece) for piece in redraws(text)))
+        out.append("\n".join(cleaned(piece) for piece in redraws(text)))
     return out
 
 
 def _stamp_time(m: re.Match[str]) -> float | None:
-    try:
-        when = dt.datetime.strptime(f"{m.group('date')} {m.group('time')[:8]}",
-                                    "%Y-%m-%d %H:%M:%S")
-    except ValueError:
+    """A stamp's Unix seconds, read as UTC; None when it is not a real time."""
+    whole = _unix_seconds(f"{m.group('date')} {m.group('time')[:8]}")
+    if whole is None:
         return None
     frac = m.group("time")[9:]
-    return when.replace(tzinfo=dt.UTC).timestamp() + (float("0." + frac) if frac else 0.0)
+    return float(whole) + (float("0." + frac) if frac else 0.0)
+
+
+def _unix_seconds(text: str) -> int | None:
+    """``YYYY-MM-DD HH:MM:SS`` as Unix seconds (UTC): what ``datetime.strptime`` reads, with
+    its arithmetic done here (it is read for every stamped line); None when not a real
+    time."""
+    if not text.isascii():  # other digits: as strptime reads them
+        try:
+            when = dt.datetime.strptime(text, "%Y-%m-%d %H:%M:%S")
+        except ValueError:
+            return None
+        return int(when.replace(tzinfo=dt.UTC).timestamp())
+    try:
+        year, month, day = int(text[0:4]), int(text[5:7]), int(text[8:10])
+        hour, minute, second = int(text[11:13]), int(text[14:16]), int(text[17:19])
+    except ValueError:
+        return None
+    if not (year >= 1 and 1 <= month <= 12 and hour < 24 and minute < 60 and second < 60):
+        return None
+    leap = year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
+    if not 1 <= day <= (29 if month == 2 and leap else _DAYS_IN[month - 1]):
+        return None
+    # days from 1970-01-01 in the proleptic Gregorian calendar (H. Hinnant's algorithm)
+    y = year - (month <= 2)
+    era, yoe = divmod(y, 400)
+    doy = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    days = era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
+    return days * 86400 + hour * 3600 + minute * 60 + second
+
+
+_DAYS_IN = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
 
 def parse_sglang_log(lines: Sequence[str]) -> SGLangEvidence:
-    """Evidence from a saved or followed SGLang log (raw lines; cleaned here)."""
-    return _parse_clean(clean_lines(lines))
+    """Evidence from a saved or followed SGLang log (raw lines; cleaned here). Line numbers
+    are the log's own (``logtext.line_numbers``: a ``NumberedLines``' numbers, else the
+    indexes), so every quote is the line the user sees."""
+    count = lines.file_lines if isinstance(lines, NumberedLines) else len(lines)
+    return _parse_clean(clean_lines(lines), line_numbers(lines), count)
 
 
-def _parse_clean(lines: Sequence[str]) -> SGLangEvidence:
-    ev = SGLangEvidence(line_clock=[None] * len(lines))
+def _parse_clean(lines: Sequence[str], numbers: Sequence[int], count: int) -> SGLangEvidence:
+    ev = SGLangEvidence(line_count=count)
     in_traceback = False
     seen: set[tuple[str, str]] = set()  # (stamp with tags, message) of the events read
-    for i, line in enumerate(lines):
+    for at, line in enumerate(lines):
+        if not line:
+            continue
+        i = numbers[at]
         for seg in line.split("\n"):
             if not seg.strip():
                 continue
-            if ev.version is None and (v := VERSION.search(seg)):
+            if ev.version is None and ("SGLang" in seg or "sglang" in seg) and \
+                    (v := VERSION.search(seg)):
                 ev.version = v.group("v")
                 # the container's banner is a line of its own; quoted in prose it proves nothing
                 ev.banner = (v.group(0).lower().startswith("sglang version")
@@ -229,7 +321,7 @@ def _parse_clean(lines: Sequence[str]) -> SGLangEvidence:
                                         msg.strip()))
             if TRACEBACK.match(msg):
                 in_traceback = True
-            for name, rx in RULES:
+            for name, rx in RULES if _may_mean(msg) else ():
                 r = rx.search(msg)
                 if r is None:
                     continue
@@ -243,7 +335,10 @@ def _parse_clean(lines: Sequence[str]) -> SGLangEvidence:
                 phase = (groups.get("phase") or "").strip() or None
                 ev.events.append(Event(i, name, t, secs, rank, phase, msg.strip()))
                 if name == "server_args" and not ev.args:
-                    ev.args = {a.group("k"): a.group("v").strip("'") for a in ARG.finditer(msg)}
+                    # (the first ARGS_CHARS of the line: an unclosed bracket or quote makes
+                    # each argument after it look to the end of the line)
+                    ev.args = {a.group("k"): a.group("v").strip("'")
+                               for a in ARG.finditer(msg, 0, ARGS_CHARS)}
                 if name == "fatal" and "Traceback" in msg:
                     in_traceback = True
                 break
@@ -295,7 +390,7 @@ def _window(ev: SGLangEvidence, notes: list[str]) -> tuple[int, int]:
     line (a second start-up: a restart, or another server's log appended)."""
     starts = ev.named("server_args")
     start = ev.first_own[0] if ev.first_own is not None else 0
-    end = len(ev.line_clock)
+    end = ev.line_count
     if len(starts) > 1:
         end = starts[1].line_no
         notes.append(f"the log holds {len(starts)} start-ups (server_args lines at "
@@ -352,7 +447,7 @@ def sglang_spans(ev: SGLangEvidence, clock: Callable[[Event], float | None], *,
     """Spans (source ``"log"``) of the start-up in lines ``[start, end)``, on ``clock`` (a
     line's time: its stamp for a saved log, its arrival for a followed one)."""
     notes = [] if notes is None else notes
-    end = len(ev.line_clock) if end is None else end
+    end = ev.line_count if end is None else end
     events = [e for e in ev.events if start <= e.line_no < end
               and (ready is None or e.line_no <= ready.line_no)]
     rank = _pick_rank(events, notes)
@@ -434,8 +529,8 @@ def sglang_spans(ev: SGLangEvidence, clock: Callable[[Event], float | None], *,
     if host is not None:
         server = next((x for x in events if x.line_no > host.line_no
                        and x.name in ("server_process", "app_startup_complete")), None)
-        last = max((x for x in range(host.line_no, server.line_no if server else end)
-                    if ev.line_clock[x] is not None), default=None)
+        stop = server.line_no if server else end
+        last = max((x for x in ev.line_clock if host.line_no <= x < stop), default=None)
         if last is not None:
             tl = clock(Event(last, "line", ev.line_clock[last]))
             add(f"{KV_CACHE_PROFILING}/host_cache", at(host), tl)
@@ -530,6 +625,9 @@ def sglang_reading(ev: SGLangEvidence) -> SGLangReading:
         return SGLangReading(None, "the log's clock runs backwards between its first line "
                              f"(line {start + 1}) and its ready line (line {ready.line_no + 1})",
                              notes, ready, start, end)
+    untrue = _untrue_clock(ev, start, ready, ttr)
+    if untrue is not None:
+        return SGLangReading(None, untrue, notes, ready, start, end)
     if ev.first("server_args") is None:
         notes.append("the log does not show the start (no server_args line): bootstrap is "
                      "unknown and time to ready runs from its first line")
@@ -553,13 +651,54 @@ def sglang_reading(ev: SGLangEvidence) -> SGLangReading:
     return SGLangReading(tl, None, notes, ready, start, end)
 
 
+#: The most the clock may step back below the latest stamp before it, in seconds: the
+#: processes (ranks, nodes) stamp their own lines with their own clocks, whole seconds.
+BACK_TOLERANCE_S = 60.0
+
+
+def _untrue_clock(ev: SGLangEvidence, start: int, ready: Event, ttr: float) -> str | None:
+    """Why the start-up's clock, from its first own line to its ready line, cannot be true
+    (a step forward past ``logtext.MAX_CLOCK_STEP_S`` -- a stamp in another year is one,
+    unless at the turn of the year --, a step back past ``BACK_TOLERANCE_S``, a time to
+    ready past ``logtext.MAX_STARTUP_S``), naming the line; None when it can."""
+    stamped = ev.stamped_lines()
+    lo = bisect.bisect_left(stamped, start)
+    hi = bisect.bisect_right(stamped, ready.line_no)
+    before: tuple[float, int] | None = None
+    peak: tuple[float, int] | None = None
+    for x in stamped[lo:hi]:
+        t = ev.line_clock[x]
+        if before is not None and t - before[0] > MAX_CLOCK_STEP_S:
+            return clock_step_error(t - before[0], x + 1, _when(t), _when(before[0]),
+                                    before[1] + 1)
+        if peak is not None and t < peak[0] - BACK_TOLERANCE_S:
+            return (f"the log's clock goes back {peak[0] - t:,.0f} s at line {x + 1} "
+                    f"({_when(t)}, after {_when(peak[0])} at line {peak[1] + 1}): more than "
+                    f"its processes' clocks differ ({BACK_TOLERANCE_S:g} s); its lines are "
+                    "out of order")
+        before = (t, x)
+        if peak is None or t > peak[0]:
+            peak = (t, x)
+    if not 0 <= ttr <= MAX_STARTUP_S:
+        return startup_length_error(ttr, ready.line_no + 1)
+    return None
+
+
+def _when(t: float) -> str:
+    """A stamp as SGLang prints it (``2026-06-08 01:57:04``), from its Unix seconds."""
+    try:
+        return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, OSError, ValueError):
+        return f"{t:.0f}"
+
+
 def _partial(ev: SGLangEvidence, start: int, end: int, notes: list[str]) -> Timeline | None:
     """The stages a start-up that never became ready got through (no time to ready, so no
     ``unattributed`` either), cut at its last own line."""
     if ev.first_own is None:
         return None
     t0 = ev.first_own[1]
-    last = max((t for t in ev.line_clock[start:end] if t is not None), default=None)
+    last = max((t for x, t in ev.line_clock.items() if start <= x < end), default=None)
     if last is None or last <= t0:
         return None
 
@@ -574,10 +713,9 @@ def _partial(ev: SGLangEvidence, start: int, end: int, notes: list[str]) -> Time
 
 def _line_time(ev: SGLangEvidence, line_no: int) -> float | None:
     """An unstamped line's time: the last own stamp at or before it."""
-    for i in range(min(line_no, len(ev.line_clock) - 1), -1, -1):
-        if ev.line_clock[i] is not None:
-            return ev.line_clock[i]
-    return None
+    stamped = ev.stamped_lines()
+    at = bisect.bisect_right(stamped, line_no)
+    return ev.line_clock[stamped[at - 1]] if at else None
 
 
 def describe(ev: SGLangEvidence) -> dict[str, Any]:

@@ -22,9 +22,9 @@ seconds since the engine's launch.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from pathlib import Path
 from typing import TypedDict
 
@@ -172,6 +172,19 @@ def _rules(*pairs: tuple[str, str]) -> tuple[Rule, ...]:
 
 _SECONDS = r"(?P<s>\d+(?:\.\d+)?)"
 
+
+def _from_first(literal: str) -> str:
+    """A pattern's opening ``literal`` (a regex) as its first occurrence in the line: the
+    rest of the pattern is tried from there only, not again from every later occurrence. The
+    same lines match, with the same groups (what follows a later occurrence also follows the
+    first), and a line that repeats the literal costs its length, not its square."""
+    return rf"^(?>.*?{literal}){_FIRST}"
+
+
+#: Marks the end of a ``_from_first`` opening (a regex comment: it matches nothing).
+_FIRST = "(?#first)"
+
+
 #: Printed by the paper's harness, not by vLLM; every family may carry it.
 _HARNESS = _rules((HARNESS_END, rf"^initialize_engine took {_SECONDS} seconds"))
 
@@ -195,17 +208,18 @@ _V1 = (
         (ENGINE_CORE_START, r"Initializing a V1 LLM engine \(v"),
         # "Starting to load model M..."; the V2 model runner (0.28+): "Loading model from scratch"
         (MODEL_LOADING_START, r"Starting to load model|Loading model from scratch"),
-        (DOWNLOAD, rf"Time spent downloading weights for .*?: {_SECONDS} seconds"),
+        (DOWNLOAD,
+         _from_first("Time spent downloading weights for ") + rf".*?: {_SECONDS} seconds"),
         (WEIGHTS, rf"Loading weights took {_SECONDS} seconds"),
         (MODEL_LOADING_END, r"Loading weights took"),
         (MODEL_LOADING, rf"Model loading took [\d.]+ Gi?B(?: memory)? and {_SECONDS} seconds"),
         (MODEL_LOADING_END, r"Model loading took"),
         (DYNAMO, rf"Dynamo bytecode transform time: {_SECONDS} s"),
-        (INDUCTOR, rf"Compiling a graph for .*? takes {_SECONDS} s"),
+        (INDUCTOR, _from_first("Compiling a graph for ") + rf".*? takes {_SECONDS} s"),
         (
             GRAPH_LOAD,
-            rf"Directly load the compiled graph\(s\) for .*? from the cache, "
-            rf"took {_SECONDS} s",
+            _from_first(r"Directly load the compiled graph\(s\) for ")
+            + rf".*? from the cache, took {_SECONDS} s",
         ),
         (TORCH_COMPILE, rf"torch\.compile (?:takes|took) {_SECONDS} s in total"),
         (MEMORY_PROFILING_END, rf"Memory profiling takes {_SECONDS} seconds"),
@@ -216,8 +230,8 @@ _V1 = (
         ),
         # "Starting vLLM API server 0 on" (up to 0.17), "Starting vLLM server on" (0.18+)
         (SERVER_START, r"Starting vLLM (?:API )?server (?:\d+ )?on"),
-        (INIT_COMPILATION,
-         rf"init engine \(profile.*?\) took [\d.]+ s \(compilation: {_SECONDS} s\)"),
+        (INIT_COMPILATION, _from_first(r"init engine \(profile")
+         + rf".*?\) took [\d.]+ s \(compilation: {_SECONDS} s\)"),
         (STARTUP_PLAN, r"Applying persisted startup plan|skipped memory profiling"),
         (APP_STARTUP_COMPLETE, r"Application startup complete"),
     )
@@ -280,10 +294,19 @@ _HEADER = re.compile(
     r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+"
     r"(?P<ts>\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?)\s+(?:\[[^\]]*\]|\S+\])\s?(?P<msg>.*)$"
 )
+#: ``_PREFIX`` then ``_HEADER`` after it, each where it matches, in one match (it always
+#: matches; a part that does not is empty): a line is taken apart in one pass.
+_ANATOMY = re.compile(f"(?:{_PREFIX.pattern})?(?:{_HEADER.pattern.removeprefix('^')})?")
+
+#: Up to a line's first block letter (the banner's): patterns that read the banner start
+#: there, at the beginning of the line, so that a line of many block letters is read once, not
+#: again from each of them (which costs the square of its length).
+_FIRST_BLOCK = _from_first("\u2588")
 
 _VERSION_PATTERNS = (
     re.compile(r"Initializing an? (?:V1 )?LLM engine \(v(?P<v>\d+\.\d+[\w.+\-]*)\)"),
-    re.compile(r"\u2588.*\bversion\s+(?P<v>\d+\.\d+[\w.+\-]*)"),  # the 0.11+ ASCII-art banner
+    # the 0.11+ ASCII-art banner; from its first block letter only (``_FIRST_BLOCK``)
+    re.compile(_FIRST_BLOCK + r".*\bversion\s+(?P<v>\d+\.\d+[\w.+\-]*)"),
     re.compile(r"vLLM API server version (?P<v>\d+\.\d+[\w.+\-]*)"),
 )
 _V0_ENGINE = re.compile(r"Initializing an LLM engine \(v")
@@ -291,7 +314,8 @@ _ENFORCE_EAGER = re.compile(r"\benforce_eager=(?P<b>True|False)\b")
 _EAGER_WARNING = re.compile(r"Enforce eager set, disabling torch\.compile")
 _DEVICE = re.compile(r"\bdevice_config=(?P<d>[a-z]+)")
 _PLATFORM = re.compile(r"Automatically detected platform (?P<d>[a-z]+)")
-_CAPTURE_SIZES = re.compile(r"""["']cudagraph_capture_sizes["']:\s*\[(?P<l>[^\]]*)\]""")
+_CAPTURE_SIZES = re.compile(_from_first(r"""["']cudagraph_capture_sizes["']:\s*\[""")
+                            + r"(?P<l>[^\]]*)\]")
 _COMPILE_LEVEL = re.compile(
     r"""["'](?:level|mode)["']:\s*(?:<CompilationMode\.\w+:\s*)?(?P<n>\d)"""
 )
@@ -303,7 +327,9 @@ _CACHE_MISS = re.compile(
 #: Lines whose wording the paper's parser (``profile_log.py``) misreads: it reads 0 or nothing.
 _PAPER_BLIND_SPOTS = {
     "model_loading_unit": re.compile(r"Model loading took [\d.]+ (?:GB|GiB memory) and"),
-    "init_engine_unit": re.compile(r"init engine \(profile.*took [\d.]+ s\b"),
+    # (from the first "init engine (profile" only, for the same reason as _FIRST_BLOCK)
+    "init_engine_unit": re.compile(_from_first(r"init engine \(profile")
+                                   + r".*took [\d.]+ s\b"),
     "init_model_wording": re.compile(r"(?<!NEW: )Initializing model took"),
     "compile_total_wording": re.compile(r"torch\.compile took [\d.]+ s in total"),
     "capture_whole_seconds": re.compile(r"Graph capturing finished in \d+ secs"),
@@ -312,10 +338,109 @@ _PAPER_BLIND_SPOTS = {
 #: ``import vllm``), the API server's banner, version and arguments, the V0 engine's first line.
 _START = re.compile(
     r"No plugins for group|Automatically detected platform|vLLM API server version"
-    r"|non-default args|\u2588.*\bversion\s|Initializing an LLM engine \(v"
+    r"|non-default args|Initializing an LLM engine \(v"
 )
+#: The banner's version line (block letters, then ``version``), from its first block letter.
+_BANNER_VERSION = re.compile(_FIRST_BLOCK + r".*\bversion\s")
+
+
+def _is_start(message: str) -> bool:
+    """Whether a message is one a vLLM process prints as it starts (``_START``, the banner)."""
+    return _START.search(message) is not None or (
+        "\u2588" in message and _BANNER_VERSION.search(message) is not None)
 #: The paper's timestamp pattern, searched anywhere in a line (its first line must have one).
 _PAPER_STAMP = re.compile(r"\d{2}-\d{2}\s\d{2}:\d{2}:\d{2}")
+
+
+def _any_of(patterns: Iterable[str]) -> re.Pattern[str]:
+    """One pattern that matches a text where any of ``patterns`` does, or more: a line none
+    of a table's patterns can match is passed over with one search instead of one per
+    pattern, which is most lines of a long log. Each alternative of each pattern stands for
+    its opening literal alone (every text it matches holds that; a ``_from_first`` pattern
+    for the literal it opens with); an alternative that opens otherwise stands as it is."""
+    plain: list[str] = []
+    for p in patterns:
+        if _FIRST in p:
+            p = p[p.index("^(?>.*?") + len("^(?>.*?"):p.index(_FIRST) - 1]
+        for alternative in _alternatives(p):
+            # an anchor or a look-behind in front only narrows a match
+            alternative = _OPENING_ASSERTION.sub("", alternative)
+            literal = _opening_literal(alternative)
+            if not literal and (m := _OPENING_CLASS.match(alternative)):
+                literal = _opening_literal(alternative[m.end():])  # what follows ["']
+            plain.append(re.escape(literal) if len(literal) >= 3 else
+                         _NAMED_GROUP.sub("(?:", alternative))
+    return re.compile("|".join(f"(?:{p})" for p in dict.fromkeys(plain)))
+
+
+def _alternatives(pattern: str) -> list[str]:
+    """The top-level alternatives of a pattern (``a|b(c|d)`` -> ``a``, ``b(c|d)``)."""
+    out, depth, start, i, in_class = [], 0, 0, 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            if pattern[i + 1:i + 2] == "]":  # a "]" first in a class is a literal
+                i += 1
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            out.append(pattern[start:i])
+            start = i + 1
+        i += 1
+    out.append(pattern[start:])
+    return out
+
+
+def _opening_literal(alternative: str) -> str:
+    """The literal text every match of ``alternative`` opens with ("" when it opens with
+    something else): its characters up to the first one a pattern reads specially, less the
+    last when a quantifier follows it."""
+    out: list[str] = []
+    i = 0
+    while i < len(alternative):
+        c = alternative[i]
+        if c == "\\" and i + 1 < len(alternative):
+            nxt = alternative[i + 1]
+            if nxt.isalnum():  # \d, \b, \s, a back-reference: not a literal
+                break
+            out.append(nxt)
+            i += 2
+        elif c in ".^$*+?{}[]()|":
+            if c in "*?{" and out:
+                out.pop()
+            break
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+_NAMED_GROUP = re.compile(r"\(\?P<\w+>")
+_OPENING_ASSERTION = re.compile(r"^(?:\^|\\b|\(\?<[!=][^()]*\))+")
+#: A character class (no quantifier after it) that a pattern opens with.
+_OPENING_CLASS = re.compile(r"^\[[^\]\\]+\](?![*+?{])")
+
+
+#: Per rule table: whether any of its rules can match a message.
+_ANY_RULE = {id(rules): _any_of(r.pattern.pattern for r in rules)
+             for rules in (*FAMILIES.values(), _UNKNOWN)}
+#: Whether a message can say any of the facts ``_evidence`` looks for besides the rules.
+_FACT_PATTERNS = [p.pattern for p in (_ENFORCE_EAGER, _EAGER_WARNING, _DEVICE, _CAPTURE_SIZES,
+                                      _CACHE_HIT, _CACHE_MISS, *_PAPER_BLIND_SPOTS.values())]
+_ANY_FACT = _any_of([*_FACT_PATTERNS, "compilation_config="])
+#: Per rule table: whether a message can mean anything at all (a rule or a fact).
+_ANYTHING = {id(rules): _any_of([*(r.pattern.pattern for r in rules), *_FACT_PATTERNS,
+                                 "compilation_config="])
+             for rules in (*FAMILIES.values(), _UNKNOWN)}
+#: Whether a message can name a version (``_VERSION_PATTERNS``).
+_ANY_VERSION = _any_of(p.pattern for p in _VERSION_PATTERNS)
 
 
 def _process_of(tag: str) -> str:
@@ -325,14 +450,63 @@ def _process_of(tag: str) -> str:
         return "engine_core"
     if "Worker" in tag:
         return "worker"
-    return tag.lower()
+    return sys.intern(tag.lower())
 
 
+
+
+#: Days before each month, and days in it, in a leap year (vLLM's stamps print no year).
+_DAYS_BEFORE = (0, 31, 60, 91, 121, 152, 182, 213, 244, 274, 305, 335)
+_DAYS_IN = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
 
 def _wallclock_seconds(text: str) -> float | None:
-    """Seconds of an ``MM-DD HH:MM:SS[.fff]`` stamp within a leap year (the year is not
-    printed); None when it is not a real date."""
+    """Seconds of an ``MM-DD HH:MM:SS[.ffffff]`` stamp within a leap year (the year is not
+    printed); None when it is not a real date. What ``datetime.strptime`` of it in the year
+    2000, less 2000-01-01, gives, without its cost (it is read for every stamped line)."""
+    if not text.isascii():  # other digits: as strptime reads them
+        return _strptime_seconds(text)
+    whole = _SECONDS_OF.get(text[:14])
+    if whole is None:
+        whole = _whole_seconds(text[:14])
+        if len(_SECONDS_OF) > 4096:  # (lines share their second: a few are enough)
+            _SECONDS_OF.clear()
+        _SECONDS_OF[text[:14]] = whole
+    if whole < 0:
+        return None
+    fraction = text[14:]
+    micro = 0
+    if fraction:
+        if fraction[0] != "." or not 1 <= len(fraction) - 1 <= 6 or not fraction[1:].isdigit():
+            return None
+        micro = int(fraction[1:].ljust(6, "0"))
+    return (whole * 10**6 + micro) / 10**6
+
+
+#: ``_whole_seconds`` of the stamps seen lately.
+_SECONDS_OF: dict[str, int] = {}
+
+
+def _whole_seconds(text: str) -> int:
+    """Whole seconds of ``MM-DD HH:MM:SS`` within a leap year; -1 when it is not a real
+    date."""
+    if len(text) < 14 or text[2] != "-" or text[5] != " " or text[8] != ":" or \
+            text[11] != ":":
+        return -1
+    try:
+        month, day = int(text[0:2]), int(text[3:5])
+        hour, minute, second = int(text[6:8]), int(text[9:11]), int(text[12:14])
+    except ValueError:
+        return -1
+    if not (1 <= month <= 12 and 1 <= day <= _DAYS_IN[month - 1] and hour < 24 and minute < 60
+            and second < 60):
+        return -1
+    days = _DAYS_BEFORE[month - 1] + day - 1
+    return days * 86400 + hour * 3600 + minute * 60 + second
+
+
+def _strptime_seconds(text: str) -> float | None:
+    from datetime import datetime
     fmt = "%Y-%m-%d %H:%M:%S.%f" if "." in text else "%Y-%m-%d %H:%M:%S"
     try:
         stamp = datetime.strptime("2000-" + text, fmt)
@@ -341,28 +515,58 @@ def _wallclock_seconds(text: str) -> float | None:
     return (stamp - datetime(2000, 1, 1)).total_seconds()
 
 
-@dataclass
+@dataclass(slots=True)
 class _Line:
+    """One line taken apart: the text, the process (role), its pid and its tag, where in the
+    text the message (after the process tag and the level/time header) and the stamp
+    (``MM-DD HH:MM:SS[.fff]``) are, and the stamp's seconds (``_wallclock_seconds``). The
+    message and the stamp are cut from the text when asked for, so that a long log holds
+    each line's text once. Never changed once made (not frozen: made faster)."""
+
     text: str
-    message: str
     process: str | None
     pid: int | None
-    wallclock: str | None
     tag: str | None = None
+    at: int = 0
+    stamp_at: int = 0
+    stamp_end: int = 0
+    seconds: float | None = None
+
+    @property
+    def message(self) -> str:
+        return self.text[self.at:] if self.at else self.text
+
+    @property
+    def wallclock(self) -> str | None:
+        return self.text[self.stamp_at:self.stamp_end] if self.stamp_end else None
+
+
+#: A blank line taken apart (shared: a log may hold many, and lines are never changed).
+_BLANK = _Line("", None, None)
 
 
 def _split(raw: object) -> _Line:
-    text = without_colours(as_text(raw)).rstrip("\r\n")
-    rest, process, pid, tag = text, None, None, None
-    m = _PREFIX.match(rest)
-    if m:
-        tag = m.group("tag")
+    if raw == "":
+        return _BLANK
+    return _split_clean(without_colours(as_text(raw)).rstrip("\r\n"))
+
+
+def _split_clean(text: str) -> _Line:
+    """``_split`` of a line ``logtext.normalise`` cleaned (no colours, no trailing
+    whitespace). The prefix and header patterns are tried only where they can match (their
+    first character)."""
+    if not text:
+        return _BLANK
+    m = _ANATOMY.match(text)
+    assert m is not None  # (every part is optional)
+    process = pid = tag = None
+    if m.start("tag") >= 0:
+        tag = sys.intern(m.group("tag"))
         process, pid = _process_of(tag), int(m.group("pid"))
-        rest = rest[m.end() :]
-    h = _HEADER.match(rest)
-    if h:
-        return _Line(text, h.group("msg"), process, pid, h.group("ts"), tag)
-    return _Line(text, rest, process, pid, None, tag)
+    if m.start("ts") < 0:
+        return _Line(text, process, pid, tag, m.end())
+    return _Line(text, process, pid, tag, m.start("msg"), m.start("ts"), m.end("ts"),
+                 _wallclock_seconds(m.group("ts")))
 
 
 def _shows_start(parsed: Sequence[_Line], clock: Sequence[float | None]) -> int | None:
@@ -381,7 +585,7 @@ def _shows_start(parsed: Sequence[_Line], clock: Sequence[float | None]) -> int 
     for ln, t in zip(parsed[first:], clock[first:], strict=True):
         if t is None or t > 1.0 or ln.process not in (None, "api_server"):
             break
-        if _START.search(ln.message):
+        if _is_start(ln.message):
             return first
     return None
 
@@ -394,25 +598,34 @@ def parse_vllm_log(lines: Iterable[str]) -> LogEvidence:
     """
     if isinstance(lines, str | bytes):
         lines = as_text(lines).splitlines()
-    parsed = [_split(raw) for raw in lines]
+    return _evidence([_split(raw) for raw in lines])
 
+
+def _evidence(parsed: Sequence[_Line]) -> LogEvidence:
+    """``parse_vllm_log`` of lines already taken apart (``_split``), each line once."""
     version = None
     v0_engine = False
     for ln in parsed:
         # a version counts from the engine's own line (its time or process prefix, or the
         # banner's block letters), never from prose that quotes one (a README, a ticket)
-        if ln.wallclock is None and ln.process is None and "\u2588" not in ln.message:
+        if not ln.stamp_end and ln.process is None and "\u2588" not in ln.text:
+            continue
+        msg = ln.message
+        if not _ANY_VERSION.search(msg):
             continue
         for pat in _VERSION_PATTERNS:
-            m = pat.search(ln.message)
+            m = pat.search(msg)
             if m:
                 version = m.group("v")
-                v0_engine = bool(_V0_ENGINE.search(ln.message))
+                v0_engine = bool(_V0_ENGINE.search(msg))
                 break
         if version:
             break
     family = family_of(version, v0_engine)
     rules = FAMILIES.get(family, _UNKNOWN)
+    any_rule = _ANY_RULE[id(rules)].search
+    any_fact = _ANY_FACT.search
+    anything = _ANYTHING[id(rules)].search
 
     records: list[LogRecord] = []
     engine_started = False
@@ -421,30 +634,34 @@ def parse_vllm_log(lines: Iterable[str]) -> LogEvidence:
     blind: set[str] = set()
     clock: list[float | None] = []
     origin = previous = None
+    now: float | None = None  # the clock of the last stamped line, shared by the lines after
     year_offset = 0.0
     first_wallclock = None
 
     for i, ln in enumerate(parsed):
         # The log's own clock, robust to a year boundary (the year is never printed).
-        seconds = _wallclock_seconds(ln.wallclock) if ln.wallclock else None
+        wallclock = ln.wallclock
+        seconds = ln.seconds
         if seconds is not None:
             seconds += year_offset
             if previous is not None and seconds < previous - 180 * 86400:
                 year_offset += 366 * 86400
                 seconds += 366 * 86400
             if origin is None:
-                origin, first_wallclock = seconds, ln.wallclock
+                origin, first_wallclock = seconds, wallclock
             previous = seconds
-        clock.append(None if origin is None or previous is None
-                     else round(previous - origin, 6))
+            now = round(previous - origin, 6)
+        clock.append(now)
 
         msg = ln.message
         if not msg:
             continue
         if not engine_started and ln.process == "engine_core":
             engine_started = True
-            records.append(LogRecord(i, ENGINE_CORE_START, None, ln.process, ln.pid, ln.wallclock))
-        for rule in rules:
+            records.append(LogRecord(i, ENGINE_CORE_START, None, ln.process, ln.pid, wallclock))
+        if not anything(msg):  # (most lines of a long log)
+            continue
+        for rule in rules if any_rule(msg) else ():
             m = rule.pattern.search(msg)
             if not m:
                 continue
@@ -454,9 +671,11 @@ def parse_vllm_log(lines: Iterable[str]) -> LogEvidence:
                 engine_started = True
             s = m.groupdict().get("s")
             records.append(
-                LogRecord(i, rule.name, float(s) if s else None, ln.process, ln.pid, ln.wallclock)
+                LogRecord(i, rule.name, float(s) if s else None, ln.process, ln.pid, wallclock)
             )
 
+        if not any_fact(msg):
+            continue
         if enforce_eager is None and (m := _ENFORCE_EAGER.search(msg)):
             enforce_eager = m.group("b") == "True"
         eager_warning = eager_warning or bool(_EAGER_WARNING.search(msg))
@@ -1036,7 +1255,7 @@ _INIT_ENGINE_LINE = re.compile(r"init engine \(profile")
 _MODEL_PATTERNS = (
     re.compile(r"\bmodel='(?P<m>[^']+)'"),                  # the engine config
     re.compile(r"""['"]model['"]:\s*['"](?P<m>[^'"]+)['"]"""),  # non-default args
-    re.compile(r"\u2588.*\bmodel\s+(?P<m>\S+)\s*$"),        # the 0.11+ banner
+    re.compile(_FIRST_BLOCK + r".*\bmodel\s+(?P<m>\S+)\s*$"),  # the 0.11+ banner
 )
 _QUOTE = 200
 
@@ -1073,14 +1292,26 @@ def _clip(text: str, limit: int = _QUOTE) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
-def _leading_repeats(clean: CleanLines, parsed: Sequence[_Line]) -> int:
+def _leading_repeats(clean: CleanLines, parsed: Sequence[_Line],
+                     secs: Sequence[float | None]) -> int:
     """How many leading lines are a block whose every timed line comes again later, out of
     time order (a summary a harness printed before the full log): the largest ``i`` such that
     each timed line before ``i`` has a copy at or after ``i`` and the block holds a line later
-    than the first timed line after it; 0 when there is none."""
+    than the first timed line after it; 0 when there is none. ``secs``: each line's stamp in
+    seconds (None: no stamp)."""
+    first = next((i for i, p in enumerate(parsed) if p.wallclock), None)
+    if first is None:
+        return 0
+    # The block cannot reach past the last copy of its first timed line (the loop below
+    # looks one line further): only the texts of the timed lines up to there need their last
+    # copy looked up (one pass, not a table of every line of the log).
+    text0 = clean.lines[first]
+    bound = max(i for i in range(first, len(parsed)) if clean.lines[i] == text0)
+    wanted = {clean.lines[i] for i in range(first, min(bound + 2, len(parsed)))
+              if parsed[i].wallclock}
     last: dict[str, int] = {}
     for i, (text, p) in enumerate(zip(clean.lines, parsed, strict=True)):
-        if p.wallclock:
+        if p.wallclock and text in wanted:
             last[text] = i
     best, reach, timed = 0, len(parsed), False
     for i, (text, p) in enumerate(zip(clean.lines, parsed, strict=True)):
@@ -1093,9 +1324,8 @@ def _leading_repeats(clean: CleanLines, parsed: Sequence[_Line]) -> int:
             break
     # Only a block out of time order is a summary; a line an engine itself prints twice at
     # the same time (a banner's blank line) is not.
-    times = [_wallclock_seconds(p.wallclock) if p.wallclock else None for p in parsed]
-    block = [t for t in times[:best] if t is not None]
-    after = next((t for t in times[best:] if t is not None), None)
+    block = [t for t in secs[:best] if t is not None]
+    after = next((t for t in secs[best:] if t is not None), None)
     return best if block and after is not None and max(block) > after else 0
 
 
@@ -1105,7 +1335,7 @@ _LATE_FLUSH_LINES = 20
 
 
 def _drop_out_of_order(clean: CleanLines, parsed: Sequence[_Line]
-                       ) -> tuple[list[int], list[str], str | None]:
+                       ) -> tuple[Sequence[int], list[str], str | None]:
     """(kept indexes, notes, refusal) where the log's clock goes back.
 
     A leading block whose timed lines all come again later, out of time order, is a harness's
@@ -1113,10 +1343,14 @@ def _drop_out_of_order(clean: CleanLines, parsed: Sequence[_Line]
     before it is one printed after it: either is skipped. A short run of lines stamped earlier
     than the lines ahead of it (up to ``_LATE_FLUSH_LINES`` timed lines, until the clock is
     back where it was or the log ends) is output flushed late: kept, with a note. Any other
-    step back is refused: the lines cannot be put in order."""
-    secs = [_wallclock_seconds(p.wallclock) if p.wallclock else None for p in parsed]
-    lead = _leading_repeats(clean, parsed)
-    keep = list(range(lead, len(parsed)))
+    step back is refused: the lines cannot be put in order.
+
+    One pass: each line is looked at a bounded number of times whatever the log holds (the
+    texts before a step back are collected once, as the pass goes, not again per step)."""
+    secs = [p.seconds for p in parsed]
+    lead = _leading_repeats(clean, parsed, secs)
+    n = len(parsed)
+    skipped: list[tuple[int, int]] = []  # [a, b) ranges left out
     notes: list[str] = []
     if lead:
         notes.append(f"lines {clean.source[0] + 1}-{clean.source[lead - 1] + 1} skipped: a "
@@ -1127,44 +1361,55 @@ def _drop_out_of_order(clean: CleanLines, parsed: Sequence[_Line]
         return t is not None and peak is not None and \
             peak - 180 * 86400 < t < peak - _BACK_TOLERANCE
 
-    pos, peak = 0, None
-    for _ in range(len(keep) + 1):
-        jump = None
-        while pos < len(keep):
-            t = secs[keep[pos]]
+    def kept() -> Sequence[int]:
+        if not skipped:
+            return range(lead, n)
+        out: list[int] = []
+        at = lead
+        for a, b in skipped:
+            out.extend(range(at, a))
+            at = b
+        out.extend(range(at, n))
+        return out
+
+    texts_before: set[str] = set()  # texts of the kept lines before ``upto``
+    upto = lead
+    pos, peak = lead, None
+    while True:
+        while pos < n:
+            t = secs[pos]
             if back(t, peak):
-                jump = pos
                 break
             if t is not None:
                 peak = t if peak is None else max(peak, t)
             pos += 1
-        if jump is None:
-            return keep, notes, None
-        before, after = keep[:jump], keep[jump:]
-        line = clean.source[after[0]] + 1
-        texts_before = {clean.lines[i] for i in before}
-        end = 0
-        while end < len(after) and (secs[after[end]] is None
-                                    or clean.lines[after[end]] in texts_before):
+        if pos >= n:
+            return kept(), notes, None
+        jump = pos
+        line = clean.source[jump] + 1
+        texts_before.update(clean.lines[upto:jump])
+        upto = jump
+        end = jump
+        while end < n and (secs[end] is None or clean.lines[end] in texts_before):
             end += 1
-        if end and any(secs[i] is not None for i in after[:end]):
-            notes.append(f"lines {line}-{clean.source[after[end - 1]] + 1} skipped: they repeat "
+        if end > jump and any(secs[i] is not None for i in range(jump, end)):
+            notes.append(f"lines {line}-{clean.source[end - 1] + 1} skipped: they repeat "
                          "earlier lines out of order (a summary printed after them)")
-            keep = before + after[end:]
+            skipped.append((jump, end))
+            pos = upto = end
             continue
-        late, timed = 0, 0
-        while late < len(after) and (secs[after[late]] is None or back(secs[after[late]], peak)):
-            timed += secs[after[late]] is not None
+        late, timed = jump, 0
+        while late < n and (secs[late] is None or back(secs[late], peak)):
+            timed += secs[late] is not None
             late += 1
         if timed <= _LATE_FLUSH_LINES:
-            notes.append(f"lines {line}-{clean.source[after[late - 1]] + 1} are stamped before "
+            notes.append(f"lines {line}-{clean.source[late - 1] + 1} are stamped before "
                          "the lines ahead of them (output flushed late): kept in place")
-            pos = jump + late
+            pos = late
             continue
-        return keep, notes, (f"the log's clock goes back to {parsed[after[0]].wallclock} at line "
-                             f"{line} for {timed} timed lines and they are not a repeat: its "
-                             "lines are out of order")
-    return keep, notes, None
+        return kept(), notes, (f"the log's clock goes back to {parsed[jump].wallclock} at "
+                               f"line {line} for {timed} timed lines and they are not a "
+                               "repeat: its lines are out of order")
 
 
 def _engine_mask(parsed: Sequence[_Line]) -> tuple[list[bool], int | None, str | None]:
@@ -1178,7 +1423,7 @@ def _engine_mask(parsed: Sequence[_Line]) -> tuple[list[bool], int | None, str |
     for ln in parsed:
         if ln.pid is None:
             continue
-        if ln.process == "api_server" and _START.search(ln.message):
+        if ln.process == "api_server" and _is_start(ln.message):
             if api_pid is None:
                 api_pid = ln.pid
             elif ln.pid != api_pid:
@@ -1198,7 +1443,10 @@ def _engine_mask(parsed: Sequence[_Line]) -> tuple[list[bool], int | None, str |
     return other, api_pid, note
 
 
-def _model_of(lines: Sequence[str]) -> str | None:
+def _model_of(parsed: Sequence[_Line]) -> str | None:
+    """The model the lines' messages name (the first pattern of ``_MODEL_PATTERNS`` that any
+    line matches, its first line)."""
+    lines = [p.message for p in parsed if "model" in p.text]  # every pattern names it
     for pattern in _MODEL_PATTERNS:
         for text in lines:
             if m := pattern.search(text):
@@ -1360,6 +1608,34 @@ def _fit(stages: dict[str, float], ttr: float, coarse: bool,
     return stages, notes, None
 
 
+def _untrue_clock(ev: LogEvidence, parsed: Sequence[_Line], ready: int, ttr: float | None,
+                  source: Sequence[int]) -> str | None:
+    """Why the start-up's clock, from its first stamped line to its ready line, cannot be
+    true (a step forward past ``logtext.MAX_CLOCK_STEP_S``, a time to ready past
+    ``logtext.MAX_STARTUP_S``), naming the line; None when it can. Steps back are
+    ``_drop_out_of_order``'s; one of more than 180 days is read as a new year, so a stamp
+    that leaves the log's year is a step forward here."""
+    from coldscope.capture.logtext import (
+        MAX_CLOCK_STEP_S,
+        MAX_STARTUP_S,
+        clock_step_error,
+        startup_length_error,
+    )
+    before: tuple[float, int] | None = None
+    for i in range(min(ready + 1, len(parsed))):
+        t = ev.line_clock[i]
+        if not parsed[i].wallclock or t is None:
+            continue
+        if before is not None and t - before[0] > MAX_CLOCK_STEP_S:
+            j = before[1]
+            return clock_step_error(t - before[0], source[i] + 1, parsed[i].wallclock or "",
+                                    parsed[j].wallclock or "", source[j] + 1)
+        before = (t, i)
+    if ttr is not None and not 0 <= ttr <= MAX_STARTUP_S:
+        return startup_length_error(ttr, source[ready] + 1)
+    return None
+
+
 def read_startup(lines: Iterable[object]) -> Startup:
     """One vLLM start-up from a saved log (the lines in order; a whole text is split).
 
@@ -1371,23 +1647,27 @@ def read_startup(lines: Iterable[object]) -> Startup:
     it prints none, fitted so that they never exceed time to ready (``_fit``); the rest is
     ``unattributed``. A start-up without its ready line has a ``failure`` quoted from the log.
     """
-    from coldscope.capture.logtext import normalise, split_lines, without_repeats
+    from coldscope.capture.logtext import first_copies, normalise, split_lines, without_repeats
     if isinstance(lines, str | bytes | bytearray):
         lines = split_lines(as_text(lines))
     clean = normalise(lines, drop_repeats=False)
-    parsed = [_split(t) for t in clean.lines]
+    parsed = [_split_clean(t) for t in clean.lines]  # each line taken apart once
     keep, notes, refused = _drop_out_of_order(clean, parsed)
-    ordered = type(clean)(tuple(clean.lines[i] for i in keep),
-                          tuple(clean.source[i] for i in keep), clean.dropped, clean.prefixed)
-    clean = without_repeats(ordered)
+    if len(keep) < len(parsed):
+        clean = type(clean)(tuple(clean.lines[i] for i in keep),
+                            tuple(clean.source[i] for i in keep), clean.dropped, clean.prefixed)
+        parsed = [parsed[i] for i in keep]
+    firsts = first_copies(clean.lines)
+    if len(firsts) < len(parsed):
+        clean = without_repeats(clean, firsts)
+        parsed = [parsed[i] for i in firsts]
     notes = clean.notes() + notes
-    parsed = [_split(t) for t in clean.lines]
     other, api_pid, other_note = _engine_mask(parsed)
     if other_note:
         notes.append(other_note)
     own = tuple("" if o else t for t, o in zip(clean.lines, other, strict=True))
-    parsed = [_split(t) for t in own]
-    ev = parse_vllm_log(own)
+    parsed = [_BLANK if o else p for p, o in zip(parsed, other, strict=True)]
+    ev = _evidence(parsed)
     source = clean.source
     first = next((i for i, p in enumerate(parsed) if p.wallclock), None)
     if first is not None and first > 0:
@@ -1396,7 +1676,7 @@ def read_startup(lines: Iterable[object]) -> Startup:
             notes.append(f"{skipped} lines before the engine's first own line (line "
                          f"{source[first] + 1}) are a wrapper's or a shell's: not timed")
     served = api_pid is not None or bool(ev.named(SERVER_START)) or any(
-        _START.search(p.message) and p.process in (None, "api_server") and "LLM engine" not in
+        _is_start(p.message) and p.process in (None, "api_server") and "LLM engine" not in
         p.message for p in parsed)
     ready = _ready(ev, api_pid, served)
     stages, substeps, na = stage_durations(ev)
@@ -1414,6 +1694,14 @@ def read_startup(lines: Iterable[object]) -> Startup:
         ttr, ttr_from = ev.line_clock[ready.line_no], "timestamps"
     else:
         failure = "the log has no timestamps: time to ready cannot be read"
+    if ready is not None and failure is None:
+        failure = _untrue_clock(ev, parsed, ready.line_no, ttr, source)
+        if failure is not None:  # a failed start-up, as one without its ready line
+            ttr = ttr_from = None
+            stages.pop(SERVER_READY, None)
+            if refused is not None:
+                notes.append(refused)
+                refused = None
     tags: dict[int | None, str | None] = {p.pid: p.tag for p in parsed if p.pid is not None}
     notes += _per_rank_notes(ev, tags)
     if ready is not None and ev.start_line is None and ttr_from == "timestamps":
@@ -1433,7 +1721,7 @@ def read_startup(lines: Iterable[object]) -> Startup:
                    time_to_ready_from=ttr_from,
                    ready_line=ready.line_no if ready is not None else None,
                    failure=failure, refused=refused, notes=tuple(notes),
-                   model=_model_of([p.message for p in parsed]))
+                   model=_model_of(parsed))
 
 
 __all__ = [

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coldscope import __version__
 from coldscope.capture.reconcile import apply, build_timeline
 from coldscope.capture.sources import Context
 from coldscope.core.records import Origin, Run, Tool
+
+if TYPE_CHECKING:
+    from coldscope.engines import LogFacts
 
 
 def finish(run: Run, evidence: Mapping[str, Any], ctx: Context) -> Run:
@@ -34,15 +37,33 @@ def finish(run: Run, evidence: Mapping[str, Any], ctx: Context) -> Run:
     return run.evolve(findings=findings) if findings else run
 
 
+#: Lines of a log a run keeps as its ``log_tail``.
+TAIL_LINES = 40
+
+
 def run_from_log(lines: Sequence[str], *, name: str, origin: Origin = "log",
                  started_at: str | None = None) -> Run:
     """A saved engine log read alone, as a ``Run`` (``parse``, ``parse --save``, the serve
     watcher). The engine is whichever registered adapter recognises the log; stages the log
     cannot show are unknown, and so is the cache state. A log that never shows the engine
     ready is a failed run saying so. Raises ``ColdscopeError`` if no adapter knows the log."""
+    return read_run(lines, name=name, origin=origin, started_at=started_at)[0]
+
+
+def read_run(lines: Sequence[str], *, name: str, origin: Origin = "log",
+             started_at: str | None = None) -> tuple[Run, LogFacts | None]:
+    """``run_from_log``, and the findings' facts of the same reading (the engine's own; None
+    when it gives none), so that a caller needs no second reading for them.
+
+    ``lines`` may be a ``logtext.NumberedLines`` (a saved log read with long runs of blank
+    lines left out): the engines quote its own line numbers, and the findings rules look
+    lines up by them."""
+    from dataclasses import replace
+
     from coldscope.analysis.findings import findings_from_log
+    from coldscope.capture.logtext import NumberedLines
     from coldscope.core.records import EngineInfo
-    from coldscope.engines import read_log
+    from coldscope.engines import LogFacts, read_log
     from coldscope.util.errors import ColdscopeError
     found = read_log(lines)
     if found is None:
@@ -51,6 +72,11 @@ def run_from_log(lines: Sequence[str], *, name: str, origin: Origin = "log",
     engine, reading = found
     if reading.refused is not None:
         raise ColdscopeError(f"{name}: refused: {reading.refused}")
+    facts = reading.facts if reading.facts is not None else engine.log_facts(lines)
+    # the rules read these facts (none: empty ones, as findings_from_log would) and quote
+    # lines by the numbers the engine gave
+    by_number = lines.by_number() if isinstance(lines, NumberedLines) else list(lines)
+    findings = findings_from_log(by_number, (engine, replace(reading, facts=facts or LogFacts())))
     info = reading.info
     ready = reading.timeline.time_to_ready is not None and reading.failure is None
     reason = reading.failure or ("the log never shows the engine ready (truncated, or it "
@@ -65,12 +91,12 @@ def run_from_log(lines: Sequence[str], *, name: str, origin: Origin = "log",
                           device=info.device, enforce_eager=info.enforce_eager,
                           model=reading.model),
         model=_model_ref(reading.model),
-        log_info=info, log_tail="\n".join(lines[-40:]),
+        log_info=info, log_tail="\n".join(lines[-TAIL_LINES:]),
         paper_metrics=reading.paper_metrics, missed_by_paper_parser=reading.missed,
-        findings=findings_from_log(list(lines), found),
+        findings=findings,
         notes=list(reading.notes),
     )
-    return run.with_timeline(reading.timeline)
+    return run.with_timeline(reading.timeline), facts
 
 
 def _model_ref(model: str | None) -> Any:

@@ -1,42 +1,72 @@
 """Many saved engine logs at once: the files, directories and standard input ``coldscope
-parse`` is given, each read with a size bound and made a ``Run``, and a fleet summary of them.
+parse`` is given, each read with size bounds and made a ``Run``, and a fleet summary of them.
 
 Sources: a file, a directory (every file under it, recursively, in name order; hidden names
-skipped), ``-`` for standard input. A file is read only if it is a regular file (a FIFO, socket
-or device found in a directory is skipped with a line, never opened for reading, so it cannot
-hang the command); gzip data (``x.log.gz``, by its magic bytes) is decompressed under the same
-bound; a rotated file (``x.log.1``) is one more log. A log that holds several start-ups (an
-engine restarted into the same file, logs appended to one another: ``startups``) gives one
-``ParsedLog`` per start-up, its run named ``NAME#1``, ``NAME#2``, ...; otherwise each source gives
-one ``ParsedLog``:
+skipped), ``-`` for standard input. A file is read only if it is a regular file outside
+``/proc`` and ``/sys`` (a FIFO, socket, device or kernel file found in a directory is skipped
+with a line, never opened for reading, so it cannot hang the command); gzip data (``x.log.gz``,
+by its magic bytes) is decompressed as it is read, under the same bound; a rotated file
+(``x.log.1``) is one more log. A log that holds several start-ups (an engine restarted into
+the same file, logs appended to one another: ``startups``) gives one ``ParsedLog`` per
+start-up, its run named ``NAME#1``, ``NAME#2``, ...; otherwise each source gives one
+``ParsedLog``:
 
 - ``ok`` / ``failed``: a ``Run`` (``assemble.run_from_log``: whichever engine adapter knows the
   log), failed with the reason the adapter quoted;
 - ``refused``: read, but no engine adapter knows its lines;
-- ``unreadable``: could not be read (missing, not a regular file when named, larger than the
-  bound, broken gzip);
-- ``skipped``: found in a directory and not a regular file.
+- ``unreadable``: could not be read (missing, not a regular file when named, under ``/proc``
+  or ``/sys``, past a bound, broken gzip);
+- ``skipped``: found in a directory and not a regular file (or under ``/proc``/``/sys``).
+
+Reading is one streaming pass (``read_log``) whose cost is bounded whatever the file holds:
+at most ``limit`` bytes (``--max-bytes``, else ``COLDSCOPE_MAX_INPUT_BYTES``, else 512 MiB)
+read and, for gzip, decompressed (counted while decompressing: a bomb is never inflated into
+memory), at most ``MAX_LOG_LINES`` lines held (``--max-lines``), each at most
+``MAX_LINE_BYTES`` long (a longer line's first ``MAX_LINE_BYTES`` are read, with a note). Blank
+lines are skipped as the bytes are scanned, except the last ``TAIL_LINES`` of each run of them
+(what a start-up's ``log_tail`` may show); the lines held keep the file's own line numbers
+(``logtext.NumberedLines``), so every quoted line number is the one the user sees.
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import io
 import os
+import re
+import stat
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
-from coldscope.capture.logtext import split_lines
+from coldscope.capture.logtext import NumberedLines
 from coldscope.core.records import Run
 from coldscope.core.stages import BUCKETS
+from coldscope.ingest.assemble import TAIL_LINES
 from coldscope.util.errors import ColdscopeError
 from coldscope.util.safeio import MAX_LOG_BYTES
 
+if TYPE_CHECKING:
+    from coldscope.engines import LogFacts
+
 STDIN = "-"
+
+#: Most lines of one log held for reading (``--max-lines``): blank lines skipped in a run of
+#: them do not count. What one held line costs through every reader bounds the memory of the
+#: worst log (a million lines: about 300 MB), and the bound is far above any start-up's log
+#: (a few thousand lines) and a week of a server's request log.
+MAX_LOG_LINES = 500_000
+#: Longest line read: a longer line's first this many bytes are read and the rest skipped
+#: (the longest in our real logs is 230 kB: a tqdm bar redrawn on one line, SGLang 0.5.7).
+MAX_LINE_BYTES = 1024 * 1024
+#: Directories deeper than this below a named directory are not walked (one line says so).
+MAX_DEPTH = 64
+#: Bytes read from a file (and from gzip, once decompressed) per step of the streaming pass.
+_CHUNK = 1024 * 1024
+#: Kernel and device trees: files there look regular but a read can block or never end
+#: (``/proc/kmsg`` waits for the next kernel message).
+SPECIAL_ROOTS = ("/proc", "/sys", "/dev")
 
 Status = Literal["ok", "failed", "refused", "unreadable", "skipped"]
 
@@ -72,6 +102,13 @@ class ParsedLog:
         return {"log": self.source.name, "status": self.status, "reason": self.reason}
 
 
+def log_limit() -> int:
+    """The default byte bound of a log: ``COLDSCOPE_MAX_INPUT_BYTES`` when set, else
+    ``MAX_LOG_BYTES`` (512 MiB)."""
+    from coldscope.util.safeio import input_limit
+    return input_limit(MAX_LOG_BYTES)
+
+
 def log_sources(inputs: Sequence[str]) -> list[LogSource]:
     """The logs ``inputs`` name: files as given, directories walked (sorted, recursively, links
     to directories not followed, hidden names skipped), ``-`` once."""
@@ -84,48 +121,98 @@ def log_sources(inputs: Sequence[str]) -> list[LogSource]:
         if not path.is_dir():
             out.append(LogSource(given, path))
             continue
-        for root, dirs, files in os.walk(path):
-            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            for name in sorted(f for f in files if not f.startswith(".")):
-                found = Path(root) / name
-                out.append(LogSource(str(found), found, named=False, skip=_not_regular(found)))
+        out.extend(_walk(path))
     return out
 
 
-def _not_regular(path: Path) -> str | None:
-    """Why a file found in a directory is not read (without opening it), or None."""
-    import stat
+def _walk(top: Path) -> Iterator[LogSource]:
+    """The files under ``top`` in ``os.walk``'s order (top-down; each directory's files, then
+    its sub-directories, both sorted; hidden names and links to directories left out), walked
+    with a stack rather than recursion, at most ``MAX_DEPTH`` levels down."""
+    stack: list[tuple[Path, int]] = [(top, 0)]
+    while stack:
+        folder, depth = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = list(it)
+        except OSError:
+            continue  # as os.walk: a directory that cannot be listed is left out
+        dirs: list[tuple[str, bool]] = []
+        files: list[str] = []
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                is_dir = False
+            if is_dir:
+                try:
+                    dirs.append((entry.name, entry.is_symlink()))
+                except OSError:
+                    continue
+            else:
+                files.append(entry.name)
+        for name in sorted(files):
+            found = folder / name
+            yield LogSource(str(found), found, named=False, skip=_not_readable(found))
+        below = [(folder / name, depth + 1) for name, link in sorted(dirs) if not link]
+        if below and depth + 1 > MAX_DEPTH:
+            yield LogSource(str(folder), folder, named=False,
+                            skip=f"directories deeper than {MAX_DEPTH} levels are not walked")
+            continue
+        stack.extend(reversed(below))
 
+
+def _not_readable(path: Path) -> str | None:
+    """Why a file found in a directory is not read (without opening it), or None."""
     from coldscope.util.safeio import file_kind
     try:
         mode = path.stat().st_mode  # follows links: a link to a log is a log
-    except OSError as exc:
-        return f"cannot stat: {exc.strerror or exc}"
-    if stat.S_ISREG(mode):
+    except (OSError, ValueError) as exc:
+        return f"cannot stat: {getattr(exc, 'strerror', None) or exc}"
+    if not stat.S_ISREG(mode):
+        return f"{file_kind(mode)}, not a regular file: skipped"
+    special = _special_root(path)
+    if special is not None:
+        return f"a file under {special}, not a log: skipped"
+    return None
+
+
+def _special_root(path: Path) -> str | None:
+    """``/proc``, ``/sys`` or ``/dev`` when ``path`` (links resolved) lies under it."""
+    try:
+        real = os.path.realpath(path)
+    except (OSError, ValueError):
         return None
-    return f"{file_kind(mode)}, not a regular file: skipped"
+    return next((r for r in SPECIAL_ROOTS if real == r or real.startswith(r + "/")), None)
 
 
-def read_log_bytes(source: LogSource, *, limit: int = MAX_LOG_BYTES,
-                   stdin: IO[bytes] | None = None) -> bytes:
-    """The bytes of one log, gzip data decompressed, at most ``limit`` bytes (read and after
-    decompression). Raises ``ColdscopeError`` saying why it cannot be read."""
-    from coldscope.util.safeio import read_bytes
+@dataclass
+class LogText:
+    """One log as ``read_log`` read it: the lines held (numbered by the file's own lines),
+    the SHA-256 of all its bytes (decompressed), and how many lines were cut."""
+
+    lines: NumberedLines
+    digest: str
+    cut: int = 0
+
+
+def read_log(source: LogSource, *, limit: int | None = None, max_lines: int = MAX_LOG_LINES,
+             stdin: IO[bytes] | None = None) -> LogText:
+    """One log read in a single streaming pass, within the bounds of the module docstring.
+    Raises ``ColdscopeError`` saying why it cannot be read."""
+    limit = log_limit() if limit is None else limit
     if source.path is None:
         stream = stdin if stdin is not None else _stdin()
-        data = stream.read(limit + 1)
-        if len(data) > limit:
-            raise ColdscopeError(f"standard input is larger than {limit} bytes; refused "
-                                 "(raise the bound with --max-bytes)")
-    else:
-        try:
-            data = read_bytes(source.path, limit=limit, what="log")
-        except ColdscopeError as exc:
-            raise ColdscopeError(str(exc).replace("COLDSCOPE_MAX_INPUT_BYTES",
-                                                  "--max-bytes")) from None
-    if data[:2] == b"\x1f\x8b":
-        data = _gunzip(data, limit, source.name)
-    return data
+        return _read_stream(stream, limit, max_lines, "standard input")
+    special = _special_root(source.path)
+    if special is not None and special != "/dev":  # a device is not a regular file, below
+        raise ColdscopeError(f"cannot read log {source.name}: a file under {special}, not a "
+                             "log; refused")
+    from coldscope.util.safeio import open_regular
+    with open_regular(source.path, "log") as fh:
+        return _read_stream(fh, limit, max_lines, f"log {source.name}")
 
 
 def _stdin() -> IO[bytes]:
@@ -134,46 +221,201 @@ def _stdin() -> IO[bytes]:
     return sys.stdin.buffer
 
 
-def _gunzip(data: bytes, limit: int, name: str) -> bytes:
+def _chunks(fh: IO[bytes], limit: int, what: str) -> Iterator[bytes]:
+    """The bytes of ``fh`` in steps of ``_CHUNK``; more than ``limit`` in all is refused."""
+    total = 0
+    while True:
+        try:
+            chunk = fh.read(_CHUNK)
+        except OSError as exc:
+            raise ColdscopeError(f"cannot read {what}: {exc.strerror or exc}") from None
+        if not chunk:
+            return
+        total += len(chunk)
+        if total > limit:
+            raise ColdscopeError(f"{what} is larger than {limit} bytes; refused (raise the "
+                                 "bound with --max-bytes)")
+        yield chunk
+
+
+def _decompressed(fh: IO[bytes], limit: int, what: str) -> Iterator[bytes]:
+    """The bytes of ``fh``, gunzipped when they begin with gzip's magic bytes."""
+    chunks = _chunks(fh, limit, what)
+    first = next(chunks, b"")
+    if first[:2] == b"\x1f\x8b":
+        yield from _inflated(_chained(first, chunks), limit, what.removeprefix("log "))
+        return
+    if first:
+        yield first
+    yield from chunks
+
+
+def _inflated(blocks: Iterable[bytes], limit: int, name: str) -> Iterator[bytes]:
+    """gzip members one after another (zero padding between them, as ``gzip`` reads them),
+    inflated at most ``_CHUNK`` bytes at a time; more than ``limit`` bytes of output is
+    refused while inflating, so a bomb never reaches memory."""
+    inflater: Any = None
+    total = 0
+
+    def counted(piece: bytes) -> bytes:
+        nonlocal total
+        total += len(piece)
+        if total > limit:
+            raise ColdscopeError(f"{name}: more than {limit} bytes once decompressed; refused "
+                                 "(raise the bound with --max-bytes)")
+        return piece
+
     try:
-        with gzip.GzipFile(fileobj=io.BytesIO(data)) as fh:
-            out = fh.read(limit + 1)
-    except (OSError, EOFError, zlib.error) as exc:
+        for data in blocks:
+            while data:
+                if inflater is None:
+                    data = data.lstrip(b"\x00")  # padding after a member
+                    if not data:
+                        break
+                    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                piece = counted(inflater.decompress(data, _CHUNK))
+                data = inflater.unconsumed_tail
+                while piece:
+                    yield piece
+                    if inflater.eof or data or len(piece) < _CHUNK:
+                        break
+                    piece = counted(inflater.decompress(b"", _CHUNK))  # output held inside
+                if inflater.eof:
+                    data, inflater = inflater.unused_data, None
+    except zlib.error as exc:
         raise ColdscopeError(f"{name}: broken gzip data ({exc})") from None
-    if len(out) > limit:
-        raise ColdscopeError(f"{name}: more than {limit} bytes once decompressed; refused "
-                             "(raise the bound with --max-bytes)")
-    return out
+    if inflater is not None:
+        raise ColdscopeError(f"{name}: broken gzip data (compressed file ended before the "
+                             "end-of-stream marker was reached)")
 
 
-def parse_logs(inputs: Sequence[str], *, limit: int = MAX_LOG_BYTES,
-               stdin: IO[bytes] | None = None, single: bool = False) -> Iterator[ParsedLog]:
+def _chained(first: bytes, rest: Iterable[bytes]) -> Iterator[bytes]:
+    yield first
+    yield from rest
+
+
+class _LineReader:
+    """Splits a stream of bytes into the lines ``read_log`` holds, numbered by the file's own
+    lines: text decoded as UTF-8 with undecodable bytes replaced (as a whole-file decode
+    would: a newline byte never falls inside a character), a run of more than
+    ``TAIL_LINES`` blank lines reduced to its last ``TAIL_LINES`` (the most a run's tail can
+    show) by a search over the bytes, never a step per line, and lines longer than
+    ``MAX_LINE_BYTES`` cut."""
+
+    def __init__(self, max_lines: int, what: str) -> None:
+        self.lines: list[str] = []
+        self.numbers: list[int] | None = None  # None while the lines held follow one another
+        self.count = 0  # the file's lines so far
+        self.cut = 0
+        self.max_lines = max_lines
+        self.what = what
+
+    def feed(self, seg: bytes) -> None:
+        """Whole lines: ``seg`` ends with a newline (or is the file's last, unended line)."""
+        pos = 0
+        for run in _BLANK_RUN.finditer(seg):
+            start, end = run.span()
+            self._hold(seg[pos:start])
+            if self.numbers is None:
+                self.numbers = list(range(len(self.lines)))
+            self.count += seg.count(b"\n", start, end) - TAIL_LINES
+            at = end - 1  # the run's last newline; back to the one before its last lines
+            for _ in range(TAIL_LINES):
+                at = seg.rfind(b"\n", start, at)
+            self._hold(seg[at + 1:end])
+            pos = end
+        self._hold(seg[pos:])
+
+    def _hold(self, block: bytes) -> None:
+        if not block:
+            return
+        texts = block.decode("utf-8", "replace").split("\n")
+        if texts[-1] == "" and block.endswith(b"\n"):
+            texts.pop()
+        if max(map(len, texts)) > MAX_LINE_BYTES:
+            for i, text in enumerate(texts):
+                if len(text) > MAX_LINE_BYTES:
+                    texts[i] = text[:MAX_LINE_BYTES]
+                    self.cut += 1
+        self.lines.extend(texts)
+        if self.numbers is not None:
+            self.numbers.extend(range(self.count, self.count + len(texts)))
+        self.count += len(texts)
+        if len(self.lines) > self.max_lines:
+            raise ColdscopeError(f"{self.what} has more than {self.max_lines:,} lines; "
+                                 "refused (raise the bound with --max-lines)")
+
+    def long_line(self, head: bytes) -> None:
+        """A line longer than ``MAX_LINE_BYTES``: ``head`` is its first bytes."""
+        self.cut += 1
+        self._hold(head[:MAX_LINE_BYTES] + b"\n")
+
+    def finish(self) -> NumberedLines:
+        return NumberedLines(self.lines, self.numbers, self.count)  # (None: 0, 1, 2, ...)
+
+
+#: More than ``TAIL_LINES`` blank lines in a row (ASCII whitespace only).
+_BLANK_RUN = re.compile(rb"(?m)(?:^[ \t\r\x0b\x0c]*\n){%d,}" % (TAIL_LINES + 1))
+
+
+def _read_stream(fh: IO[bytes], limit: int, max_lines: int, what: str) -> LogText:
+    """``read_log`` of an open stream: decompressed, hashed and split as it is read."""
+    digest = hashlib.sha256()
+    reader = _LineReader(max_lines, what)
+    rest = b""          # the unfinished line carried to the next chunk
+    skipping = False    # inside a line past MAX_LINE_BYTES: its first part is in ``rest``
+    for chunk in _decompressed(fh, limit, what):
+        digest.update(chunk)
+        if skipping:
+            at = chunk.find(b"\n")
+            if at < 0:
+                continue
+            reader.long_line(rest)
+            rest, chunk, skipping = b"", chunk[at + 1:], False
+        data = rest + chunk if rest else chunk
+        last = data.rfind(b"\n")
+        if last < 0:
+            rest = data
+        else:
+            reader.feed(data[:last + 1])
+            rest = data[last + 1:]
+        if len(rest) > MAX_LINE_BYTES:
+            rest, skipping = rest[:MAX_LINE_BYTES], True
+    if skipping:
+        reader.long_line(rest)
+    elif rest:
+        reader.feed(rest)
+    return LogText(reader.finish(), digest.hexdigest(), reader.cut)
+
+
+def parse_logs(inputs: Sequence[str], *, limit: int | None = None,
+               max_lines: int = MAX_LOG_LINES, stdin: IO[bytes] | None = None,
+               single: bool = False) -> Iterator[ParsedLog]:
     """Each log ``inputs`` name, read and parsed (``ParsedLog``), in order. Runs are named
     after the file (``single``: its base name, as ``parse LOG`` always did; else the path as
-    shown) and carry the model the engine's log names."""
+    shown) and carry the model the engine's log names. ``limit``: the byte bound (default
+    ``log_limit()``); ``max_lines``: the line bound."""
+    limit = log_limit() if limit is None else limit
     for source in log_sources(inputs):
         if source.skip is not None:
             yield ParsedLog(source, "skipped", reason=source.skip)
             continue
         try:
-            data = read_log_bytes(source, limit=limit, stdin=stdin)
+            text = read_log(source, limit=limit, max_lines=max_lines, stdin=stdin)
         except ColdscopeError as exc:
             yield ParsedLog(source, "unreadable", reason=str(exc))
             continue
-        # newline-separated lines only, so that quoted line numbers are the file's own
-        lines = split_lines(data.decode("utf-8", "replace"))
         name = "stdin" if source.path is None else (
             source.path.name if single else source.name)
-        parts = list(_read_startups(lines, name))
-        for k, (part, run, refusal) in enumerate(parts, 1):
+        parts = list(_read_startups(text.lines, name))
+        for k, (part, run, refusal, facts) in enumerate(parts, 1):
             tag = f"#{k}" if len(parts) > 1 else ""
             if run is None:
                 yield ParsedLog(source, "refused", reason=refusal, lines=part, part=tag)
                 continue
-            run = _with_log_facts(run, part, source)
+            run = _with_log_facts(run, part, source, facts, cut=text.cut)
             yield ParsedLog(source, "ok" if run.status == "ok" else "failed", run=run,
-                            reason=run.reason, lines=part,
-                            digest=hashlib.sha256(data).hexdigest(), part=tag)
+                            reason=run.reason, lines=part, digest=text.digest, part=tag)
 
 
 @dataclass(frozen=True)
@@ -183,7 +425,7 @@ class StartupLines:
     ready or failure line): requests, shutdown, a wrapper's lines, or the next start-up's
     first lines, printed before its start line."""
 
-    lines: list[str]
+    lines: NumberedLines
     tail: int = 0
 
 
@@ -196,11 +438,15 @@ def startups(lines: Sequence[str]) -> list[StartupLines]:
     start-up ended does not cut: one start-up prints several (the API server's banner, then
     each data-parallel engine core's line), and a harness may repeat them in a summary above
     the full log, so a restart that left no ready or failure line stays one start-up, read as
-    before. A log with no start line is one start-up."""
+    before. A log with no start line is one start-up. The parts keep the file's line numbers
+    (``NumberedLines``; a plain list is numbered from 0)."""
     from coldscope.engines import FAILED, READY, START_PREFIX, startup_boundary
+    numbered = lines if isinstance(lines, NumberedLines) else NumberedLines(lines)
     cuts, ends = [0], []
     begun = ended = False
-    for i, line in enumerate(lines):
+    for i, line in enumerate(numbered):
+        if not line:
+            continue
         kind = startup_boundary(line)
         if kind is None:
             continue
@@ -214,15 +460,16 @@ def startups(lines: Sequence[str]) -> list[StartupLines]:
             if not ended:
                 ends.append(i)
             ended = True
-    bounds = zip(cuts, [*cuts[1:], len(lines)], strict=True)
-    return [StartupLines(list(lines[a:b]), b - 1 - ends[k] if k < len(ends) else 0)
+    bounds = zip(cuts, [*cuts[1:], len(numbered)], strict=True)
+    return [StartupLines(numbered.part(a, b), b - 1 - ends[k] if k < len(ends) else 0)
             for k, (a, b) in enumerate(bounds)]
 
 
 def _read_startups(lines: Sequence[str], name: str,
-                   ) -> Iterator[tuple[list[str], Run | None, str | None]]:
-    """(lines, run, None) or (lines, None, why refused) per start-up of ``lines``, runs named
-    ``name`` (``name#k`` when there are several).
+                   ) -> Iterator[tuple[NumberedLines, Run | None, str | None, LogFacts | None]]:
+    """(lines, run, None, facts) or (lines, None, why refused, None) per start-up of
+    ``lines``, runs named ``name`` (``name#k`` when there are several); ``facts`` are the
+    findings' facts of the same reading.
 
     Lines between two start-ups (``StartupLines.tail``) are read with the earlier one when
     they leave its reading as it is without them (a restarted server's requests and
@@ -233,17 +480,17 @@ def _read_startups(lines: Sequence[str], name: str,
     it instead. A restart whose first lines neither change the earlier reading nor carry an
     earlier clock stays split at its start line: its bootstrap is then timed from that line."""
     parts = startups(lines)
-    carried: list[str] = []
+    carried = NumberedLines()
     for k, part in enumerate(parts, 1):
         tag = f"#{k}" if len(parts) > 1 else ""
-        body, carried = carried + part.lines, []
-        run, refusal = _read(body, name + tag)
+        body, carried = carried.then(part.lines), NumberedLines()
+        run, refusal, facts = _read(body, name + tag)
         if part.tail and k < len(parts):
-            head = body[:-part.tail]
-            alone, _ = _read(head, name + tag)
+            head = body.part(None, -part.tail)
+            alone, _, alone_facts = _read(head, name + tag)
             if alone is not None and (run is None or _reading(run) != _reading(alone)):
-                body, run, carried = head, alone, body[-part.tail:]
-        yield body, run, None if run is not None else refusal
+                body, run, facts, carried = head, alone, alone_facts, body.part(-part.tail)
+        yield body, run, None if run is not None else refusal, facts
 
 
 def _reading(run: Run) -> tuple[Any, ...]:
@@ -252,28 +499,51 @@ def _reading(run: Run) -> tuple[Any, ...]:
             run.stages)
 
 
-def _read(lines: list[str], name: str) -> tuple[Run | None, str | None]:
-    """``assemble.run_from_log`` of ``lines``, or why it refused them."""
-    from coldscope.ingest.assemble import run_from_log
+def _read(lines: NumberedLines, name: str) -> tuple[Run | None, str | None, LogFacts | None]:
+    """``assemble.read_run`` of ``lines`` (the run and its facts), or why it refused them."""
+    from coldscope.ingest.assemble import read_run
     try:
-        return run_from_log(lines, name=name), None
+        run, facts = read_run(lines, name=name)
     except ColdscopeError as exc:
-        return None, str(exc)
+        return None, str(exc), None
+    return run, None, facts
 
 
-def _with_log_facts(run: Run, lines: list[str], source: LogSource) -> Run:
-    """The model the engine's log names (as the serve watcher fills it) and the file read."""
+def _with_log_facts(run: Run, lines: Sequence[str], source: LogSource,
+                    facts: LogFacts | None, *, cut: int = 0) -> Run:
+    """The model the engine's log names (as the serve watcher fills it: the facts of the
+    run's own engine, else of the first other engine that knows the lines), the file read,
+    and a note when lines were cut at ``MAX_LINE_BYTES``."""
     from coldscope.core.records import ModelRef
     update: dict[str, Any] = {}
     if source.path is not None:
         update["log_path"] = str(source.path)
     if run.model.path is None and run.model.name is None:
-        from coldscope.engines import log_facts
-        known = log_facts(lines, engine=run.engine.name)
-        path = known[1].model if known is not None else None
+        from coldscope.engines import LogFacts as Facts
+        path = facts.model if facts is not None and facts != Facts() else \
+            _model_from_other_engines(lines, run)
         if path:
             update["model"] = ModelRef(path=path, name=path.rstrip("/").rsplit("/", 1)[-1])
+    if cut:
+        update["notes"] = [*run.notes, f"{cut} line{'s' if cut > 1 else ''} longer than "
+                           f"{MAX_LINE_BYTES:,} bytes: only their first {MAX_LINE_BYTES:,} "
+                           "bytes were read"]
     return run.evolve(**update) if update else run
+
+
+def _model_from_other_engines(lines: Sequence[str], run: Run) -> str | None:
+    """``engines.log_facts``'s model when the run's own engine gave no facts: the first other
+    engine whose facts the lines have. Neither the run's own engine nor those asked before it
+    to read the log (``engines.read_log`` asks them in ``ENGINES`` order; they declined it:
+    an adapter that reads none of a log has no facts for it) are asked again."""
+    from coldscope.engines import ENGINES
+    names = [engine.name for engine in ENGINES]
+    after = names.index(run.engine.name) + 1 if run.engine.name in names else 0
+    for engine in ENGINES[after:]:
+        facts = engine.log_facts(lines)
+        if facts is not None:
+            return facts.model
+    return None
 
 
 # -- the fleet summary --------------------------------------------------------------------------
