@@ -319,7 +319,10 @@ def test_an_installed_adapter_registers_through_the_entry_point_group(tmp_path, 
         registry = engines._registry()
     assert [e.name for e in registry] == ["toy", "sglang", "vllm"]  # installed ones first
     # the broken ones are named, each in one line, and do not stop the others
-    assert len(engines.PLUGIN_ERRORS) == 2 and len(caught) == 2
+    # only the adapters' warnings: a ResourceWarning of an earlier test's object collected
+    # inside the block (the full suite saw a third warning here) is not theirs
+    ours = [w for w in caught if "not registered" in str(w.message)]
+    assert len(engines.PLUGIN_ERRORS) == 2 and len(ours) == 2
     assert "'broken' (toy_plugin_missing:X) not registered: ModuleNotFoundError" in \
         engines.PLUGIN_ERRORS[0]
     assert "does not implement coldscope's Engine" in engines.PLUGIN_ERRORS[1]
