@@ -185,15 +185,22 @@ def local_serve() -> Iterator[tuple[Path, int]]:
     saved = {k: os.environ.get(k) for k in ("RAY_USAGE_STATS_ENABLED",)}
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # nothing leaves the machine
     seen: dict[int, tuple[float, str]] = {}
+    # processes this test did not start (another test's fork server, resource tracker) are
+    # not Ray's: killing them broke every later test that forks a worker
+    before = set(_descendants())
     port = free_port()
     try:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
                  _temp_dir=str(temp_dir))
         seen.update(_descendants())
+        for pid in before:
+            seen.pop(pid, None)
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         yield temp_dir, port
     finally:
         seen.update(_descendants())
+        for pid in before:
+            seen.pop(pid, None)
         try:
             serve.shutdown()
         finally:
