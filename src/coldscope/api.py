@@ -71,7 +71,7 @@ def parse_log(path: PathArg, *, max_bytes: int | None = None) -> list[Run]:
 
     This is what ``coldscope parse LOG`` prints (``coldscope.ingest.logfiles``). ``max_bytes``
     bounds what is read, also once decompressed (default ``COLDSCOPE_MAX_INPUT_BYTES``, else
-    512 MiB); at most ``ingest.logfiles.MAX_LOG_LINES`` lines are read. Raises
+    128 MiB); at most ``ingest.logfiles.MAX_LOG_LINES`` lines are read. Raises
     ``ColdscopeError`` (one line) when the file cannot be read, is past a bound or is not a
     log of a known engine.
     """

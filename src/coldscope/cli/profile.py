@@ -191,9 +191,9 @@ def show(run_id: str, with_env: bool, store_path: str | None, as_json: bool) -> 
                    "and what it misses.")
 @click.option("--max-bytes", type=click.IntRange(1), default=None,
               help="Largest log read, in bytes, also once decompressed (default "
-                   "COLDSCOPE_MAX_INPUT_BYTES, else 512 MiB).")
+                   "COLDSCOPE_MAX_INPUT_BYTES, else 128 MiB).")
 @click.option("--max-lines", type=click.IntRange(1), default=None,
-              help="Most lines read from one log (default 1,000,000; a run of blank lines "
+              help="Most lines read from one log (default 500,000; a run of blank lines "
                    "counts as 40 at most).")
 @store_option
 @json_option
@@ -210,7 +210,7 @@ def parse(logs: tuple[str, ...], save: bool, vs_paper: bool, max_bytes: int | No
     from coldscope.ingest.logfiles import MAX_LOG_LINES, STDIN, parse_logs
     single = len(logs) == 1 and (logs[0] == STDIN or not Path(logs[0]).is_dir())
     parsed = list(parse_logs(logs, limit=max_bytes, max_lines=max_lines or MAX_LOG_LINES,
-                             single=single))
+                             single=single, keep_lines=save))
     if not parsed:
         raise ColdscopeError(f"no files found in {', '.join(logs)}")
     store = None

@@ -48,7 +48,7 @@ PRIORITY: tuple[str, ...] = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # (slots: a long log gives one per duration line)
 class Span:
     """One piece of evidence: ``name`` (a stage or ``stage/substep``) ran from ``start`` to
     ``end`` (seconds since launch) in ``process``, as seen by ``source``."""
@@ -172,11 +172,44 @@ def reconcile(
     rank = {stage: i for i, stage in enumerate(PRIORITY)}
     durations = dict.fromkeys(BUCKETS, 0.0)
     segments: list[list[Any]] = []
+    # One sweep over the cuts: the spans covering [left, right] are those open at ``left``
+    # (opened at or before it, not closed), counted per stage; a stage outside PRIORITY loses
+    # to every stage in it and, among its like, to the one whose span comes first in
+    # ``chosen`` (as ``min`` over the covering spans in that order would give).
+    by_start = sorted(range(len(chosen)), key=lambda k: chosen[k][0])
+    by_end = sorted(range(len(chosen)), key=lambda k: chosen[k][1])
+    opened = closed = 0
+    open_ranked: dict[str, int] = {}
+    open_other: dict[str, set[int]] = {}
     for left, right in zip(cuts, cuts[1:], strict=False):
+        while opened < len(by_start) and chosen[by_start[opened]][0] <= left:
+            k = by_start[opened]
+            stage = chosen[k][2].stage
+            if stage in rank:
+                open_ranked[stage] = open_ranked.get(stage, 0) + 1
+            else:
+                open_other.setdefault(stage, set()).add(k)
+            opened += 1
+        while closed < len(by_end) and chosen[by_end[closed]][1] <= left:
+            k = by_end[closed]
+            stage = chosen[k][2].stage
+            if stage in rank:
+                open_ranked[stage] -= 1
+                if not open_ranked[stage]:
+                    del open_ranked[stage]
+            else:
+                open_other[stage].discard(k)
+                if not open_other[stage]:
+                    del open_other[stage]
+            closed += 1
         if right <= left:
             continue
-        covering = [s.stage for a, b, s in chosen if a <= left and b >= right]
-        bucket = min(covering, key=lambda st: rank.get(st, len(rank))) if covering else UNATTRIBUTED
+        if open_ranked:
+            bucket = min(open_ranked, key=rank.__getitem__)
+        elif open_other:
+            bucket = min(open_other, key=lambda st: min(open_other[st]))
+        else:
+            bucket = UNATTRIBUTED
         durations[bucket] += right - left
         if segments and segments[-1][0] == bucket and segments[-1][2] == left:
             segments[-1][2] = right

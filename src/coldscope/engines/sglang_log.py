@@ -38,7 +38,7 @@ from __future__ import annotations
 import bisect
 import datetime as dt
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -403,12 +403,25 @@ def _pick_rank(events: list[Event], notes: list[str]) -> str:
     ranks = sorted({e.rank for e in events if e.name in ("load_begin", "load_end")})
     if len(ranks) <= 1:
         return ranks[0] if ranks else ""
-    totals = {r: sum(d for _, _, d in _loads([e for e in events if e.rank == r]))
-              for r in ranks}
+    by_rank: dict[str, list[Event]] = {}
+    for e in events:
+        by_rank.setdefault(e.rank, []).append(e)
+    totals = {r: sum(d for _, _, d in _loads(by_rank[r])) for r in ranks}
     slowest = max(ranks, key=lambda r: totals[r])
-    notes.append(f"{len(ranks)} ranks load weights ({', '.join(ranks)}); the slowest, "
+    notes.append(f"{len(ranks)} ranks load weights ({_listed(ranks)}); the slowest, "
                  f"{slowest} ({totals[slowest]:.2f} s), is reported")
     return slowest
+
+
+#: Most items a note lists (a crafted log can hold thousands of ranks or loads).
+_LISTED = 16
+
+
+def _listed(items: Sequence[str], sep: str = ", ") -> str:
+    """``items`` joined, the first ``_LISTED`` of them when there are more."""
+    if len(items) <= _LISTED:
+        return sep.join(items)
+    return f"{sep.join(items[:_LISTED])}{sep}... ({len(items)} in all)"
 
 
 def _loads(events: list[Event]) -> list[tuple[Event, Event, float]]:
@@ -466,6 +479,8 @@ def sglang_spans(ev: SGLangEvidence, clock: Callable[[Event], float | None], *,
 
     loads = _loads(own)
     steps_end: list[float] = []
+    pool_ends = _Ordered(x for x in own if x.name == "pool_end")
+    allocated = _Ordered(x for x in own if x.name == "kv_allocated")
     for i, (begin, e, secs) in enumerate(loads):
         window = _placed(at(begin), at(e), secs)
         if window is None:
@@ -475,36 +490,44 @@ def sglang_spans(ev: SGLangEvidence, clock: Callable[[Event], float | None], *,
         add(MODEL_LOADING, *window)
         steps_end.append(window[1])
         nxt = loads[i + 1][0].line_no if i + 1 < len(loads) else end
-        pools = [x for x in own if e.line_no < x.line_no < nxt and x.name == "pool_end"] or \
-            [x for x in own if e.line_no < x.line_no < nxt and x.name == "kv_allocated"]
-        if pools and (tp := at(pools[0])) is not None:
+        pool = _first_between(pool_ends, e.line_no, nxt) or \
+            _first_between(allocated, e.line_no, nxt)
+        if pool is not None and (tp := at(pool)) is not None:
             add(KV_CACHE_PROFILING, window[1], tp)
             steps_end.append(max(tp, window[1]))
     if len(loads) > 1:
         notes.append(f"{len(loads)} weight loads (a speculative draft model's second load): "
                      "model_loading is the sum of their own durations "
-                     f"({' + '.join(f'{s:.2f}' for _, _, s in loads)} s)")
+                     f"({_listed([f'{s:.2f}' for _, _, s in loads], ' + ')} s)")
 
     # Capture passes: each end with the last begin of its phase before it.
-    begins = [e for e in own if e.name == "capture_begin"]
+    begins = _Ordered(e for e in own if e.name == "capture_begin")
+    by_phase: dict[str, list[Event]] = {}
+    for x in begins.events:
+        by_phase.setdefault((x.phase or "").lower(), []).append(x)
+    phase_begins = {phase: _Ordered(xs) for phase, xs in by_phase.items()}
     passes: list[tuple[Event | None, Event, tuple[float, float]]] = []
+    first_window: dict[int, tuple[float, float]] = {}  # id of a begin -> its first pass
     for e in (x for x in own if x.name == "capture_end"):
-        pb = next((x for x in reversed(begins) if x.line_no < e.line_no
-                   and (x.phase or "").lower() == (e.phase or "").lower()), None)
+        same = phase_begins.get((e.phase or "").lower())
+        pb = same.last_before(e.line_no) if same is not None else None
         window = _placed(at(pb), at(e), e.seconds)
         if window is not None:
             passes.append((pb, e, window))
+            first_window.setdefault(id(pb), window)
 
     # Compile inside a capture pass (the piecewise pass): its progress bar's whole seconds
     # from the pass's start (a bar drawn twice counts once), else the graph compile lines.
     compiles: list[tuple[float, float]] = []
+    drawn: set[tuple[float, float]] = set()
     for bar in (e for e in own if e.name == "compile_bar"):
-        bb = next((x for x in reversed(begins) if x.line_no <= bar.line_no), None)
-        window = next((w for pb, _, w in passes if pb is bb), None)
+        bb = begins.last_before(bar.line_no + 1)
+        window = first_window.get(id(bb))
         tb = window[0] if window is not None else at(bb)
         if tb is not None and bar.seconds:
             piece = (tb, tb + bar.seconds if window is None else min(window[1], tb + bar.seconds))
-            if piece not in compiles:
+            if piece not in drawn:
+                drawn.add(piece)
                 compiles.append(piece)
     if compiles:
         notes.append("torch_compile: the piecewise capture pass's 'Compiling num tokens' "
@@ -556,6 +579,25 @@ def sglang_spans(ev: SGLangEvidence, clock: Callable[[Event], float | None], *,
         if app is not None and ready.name == "ready":
             add(f"{SERVER_READY}/warmup", at(app), tr)
     return spans
+
+
+class _Ordered:
+    """Events in line order, looked up by line number (bisection, not a scan per look)."""
+
+    def __init__(self, events: Iterable[Event]) -> None:
+        self.events = list(events)
+        self.lines = [e.line_no for e in self.events]
+
+    def last_before(self, line_no: int) -> Event | None:
+        """The last event on a line before ``line_no``."""
+        at = bisect.bisect_left(self.lines, line_no)
+        return self.events[at - 1] if at else None
+
+
+def _first_between(events: _Ordered, after: int, before: int) -> Event | None:
+    """The first of ``events`` on a line after ``after`` and before ``before``."""
+    at = bisect.bisect_right(events.lines, after)
+    return events.events[at] if at < len(events.lines) and events.lines[at] < before else None
 
 
 _RANKED = frozenset({"load_begin", "load_end", "kv_allocated", "pool_end", "capture_begin",

@@ -132,10 +132,13 @@ LIVE_STAGES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
 LOAD_FAILED = re.compile(
     r"Compiling model again due to a load failure"
     r"|Failed to load (?:the )?(?:AOT[- ]compiled|compiled) (?:graph|function|artifact)"
-    r"|Cache (?:load|loading) failed.*?recompil"
+    r"|Cache (?:load|loading) failed(?:(?!Cache (?:load|loading) failed).)*?recompil"
 )
+# (In these patterns, what lies between a phrase and its end never holds the phrase again:
+# the same lines match, and a line that repeats the phrase costs its length, not its square.)
 #: Lines that end a compile: the AOT artefact saved, or a graph's compile time reported.
-COMPILE_SAVED = re.compile(r"saved AOT compiled function|Compiling a graph for .*? takes")
+COMPILE_SAVED = re.compile(r"saved AOT compiled function"
+                           r"|Compiling a graph for (?:(?!Compiling a graph for ).)*? takes")
 #: A warning or error line: optional process prefix, level, ``MM-DD HH:MM:SS``, ``[where]``.
 WARNING_LINE = re.compile(
     r"^(?:\((?P<tag>[A-Za-z][\w\-]*)(?:\s+rank=\d+)?\s+pid=\d+\)\s*)?"
@@ -439,8 +442,10 @@ def _info(parsed: Any) -> LogInfo:
 #: Lines saying compiled artefacts were written to the compile cache (inductor graphs, the AOT
 #: function of 0.20+, the computation graph).
 COMPILE_CACHE_SAVED = re.compile(
-    r"saved AOT compiled function|Cache the graph (?:of|for) .*? for later use"
-    r"|Computation graph saved to|Store the \d+-th graph .*? from inductor"
+    r"saved AOT compiled function"
+    r"|Cache the graph (?:of|for) (?:(?!Cache the graph (?:of|for) ).)*? for later use"
+    r"|Computation graph saved to"
+    r"|Store the \d+-th graph (?:(?!Store the \d+-th graph ).)*? from inductor"
 )
 
 

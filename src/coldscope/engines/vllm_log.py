@@ -21,6 +21,7 @@ seconds since the engine's launch.
 
 from __future__ import annotations
 
+import bisect
 import re
 import sys
 from collections.abc import Iterable, Sequence
@@ -92,7 +93,7 @@ _ANCHORED = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # (slots: a long log holds one per meaningful line)
 class LogRecord:
     """One meaningful line.
 
@@ -923,6 +924,45 @@ def log_timeline(ev: LogEvidence) -> Timeline:
 
 
 
+class _ByPid:
+    """Records in line order, per process, looked up by line number (bisection)."""
+
+    def __init__(self, records: Iterable[LogRecord]) -> None:
+        self.records: dict[int | None, list[LogRecord]] = {}
+        for r in records:
+            self.records.setdefault(r.pid, []).append(r)
+        self.lines = {pid: [r.line_no for r in rs] for pid, rs in self.records.items()}
+
+    def next_after(self, after: int, pid: int | None) -> LogRecord | None:
+        """``_next(records, after, pid)``: the process's first record after line ``after``."""
+        lines = self.lines.get(pid)
+        if lines is None:
+            return None
+        at = bisect.bisect_right(lines, after)
+        return self.records[pid][at] if at < len(lines) else None
+
+
+class _Union:
+    """Intervals merged where they overlap or touch, for ``timeline.subtract``: what a window
+    less them is does not change, and only those that reach into a window are handed over
+    (bisection), so that many windows cost their own pieces, not all intervals each."""
+
+    def __init__(self, intervals: Iterable[tuple[float, float]]) -> None:
+        merged: list[list[float]] = []
+        for a, b in sorted(intervals):
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        self.starts = [a for a, _ in merged]
+        self.ends = [b for _, b in merged]
+
+    def within(self, start: float, end: float) -> list[tuple[float, float]]:
+        lo = bisect.bisect_right(self.ends, start)  # the first ending after the start
+        hi = bisect.bisect_left(self.starts, end)   # those starting before the end
+        return list(zip(self.starts[lo:hi], self.ends[lo:hi], strict=True))
+
+
 def _next(records: Sequence[LogRecord], after: int, pid: int | None = None,
           any_pid: bool = False) -> LogRecord | None:
     for r in records:
@@ -977,14 +1017,14 @@ def log_spans(ev: LogEvidence, arrival: Sequence[float]) -> list[Span]:
         )
 
     # CPU warm-up: where torch.compile runs on the CPU backends.
-    ends = ev.named(WARMUP_END)
+    ends = _ByPid(ev.named(WARMUP_END))
     for start in ev.named(WARMUP_START):
-        end = _next(ends, start.line_no, start.pid)
+        end = ends.next_after(start.line_no, start.pid)
         if end is not None and at(end) >= at(start):
             name = WARMUP_EAGER if ev.compile_enabled is False else WARMUP_COMPILE
             spans.append(span(name, at(start), at(end), start))
 
-    compiling = [(s.start, s.end) for s in spans if s.stage == TORCH_COMPILE]
+    compiling = _Union((s.start, s.end) for s in spans if s.stage == TORCH_COMPILE)
 
     # init engine: profiling, KV-cache allocation, (capture), less the compilation inside it.
     init = ev.named(KV_CACHE_END)
@@ -993,7 +1033,8 @@ def log_spans(ev: LogEvidence, arrival: Sequence[float]) -> list[Span]:
         if r.duration is None:
             continue
         init_start = at(r) - r.duration if init_start is None else init_start
-        for a, b in subtract((at(r) - r.duration, at(r)), compiling):
+        window = (at(r) - r.duration, at(r))
+        for a, b in subtract(window, compiling.within(*window)):
             spans.append(span(KV_CACHE_PROFILING, a, b, r))
     if not init:  # V0: weights loaded -> KV cache sized
         sized = ev.named(KV_CACHE_SIZED)
@@ -1003,14 +1044,16 @@ def log_spans(ev: LogEvidence, arrival: Sequence[float]) -> list[Span]:
 
     # Model loading from markers when no line prints its total.
     if not ev.named(MODEL_LOADING):
-        loaded = ev.named(MODEL_LOADING_END)
+        last_loaded: dict[int | None, LogRecord] = {}  # each process's last such line
+        for r in ev.named(MODEL_LOADING_END):
+            last_loaded[r.pid] = r
         for start in ev.named(MODEL_LOADING_START):
             end_t = None
             if init_start is not None and init_start > at(start):
                 end_t = init_start
             else:
-                after = [r for r in loaded if r.line_no > start.line_no and r.pid == start.pid]
-                end_t = at(after[-1]) if after else None
+                last = last_loaded.get(start.pid)
+                end_t = at(last) if last is not None and last.line_no > start.line_no else None
             if end_t is not None and end_t >= at(start):
                 spans.append(span(MODEL_LOADING, at(start), end_t, start))
 
@@ -1465,6 +1508,7 @@ def _ready(ev: LogEvidence, api_pid: int | None, served: bool) -> LogRecord | No
     inits = ev.named(KV_CACHE_END)
     after = inits[0].line_no if inits else -1
     servers = [r for r in ev.named(SERVER_START) if r.line_no > after]
+    any_server = bool(ev.named(SERVER_START))
     for r in ev.named(APP_STARTUP_COMPLETE):
         if r.line_no <= after:
             continue
@@ -1473,7 +1517,7 @@ def _ready(ev: LogEvidence, api_pid: int | None, served: bool) -> LogRecord | No
                 return r
         elif servers and r.line_no > servers[0].line_no:
             return r
-        elif not ev.named(SERVER_START) and not served and inits:
+        elif not any_server and not served and inits:
             return r
     if not served and inits:
         return inits[-1]
@@ -1679,30 +1723,30 @@ def read_startup(lines: Iterable[object]) -> Startup:
         _is_start(p.message) and p.process in (None, "api_server") and "LLM engine" not in
         p.message for p in parsed)
     ready = _ready(ev, api_pid, served)
-    stages, substeps, na = stage_durations(ev)
     ttr, ttr_from = None, None
     failure = None
     if ready is None:
         failure = _failure(own, parsed, ev, source)
-        stages.pop(SERVER_READY, None)
-        if refused is not None:  # a failed start-up is reported failed; its clock is a note
-            notes.append(refused)
-            refused = None
     elif ready.name == HARNESS_END:
         ttr, ttr_from = ev.harness_total, "harness"
     elif ev.line_clock and ev.line_clock[ready.line_no] is not None:
         ttr, ttr_from = ev.line_clock[ready.line_no], "timestamps"
     else:
         failure = "the log has no timestamps: time to ready cannot be read"
+    untrue = None
     if ready is not None and failure is None:
-        failure = _untrue_clock(ev, parsed, ready.line_no, ttr, source)
+        untrue = failure = _untrue_clock(ev, parsed, ready.line_no, ttr, source)
         if failure is not None:  # a failed start-up, as one without its ready line
             ttr = ttr_from = None
-            stages.pop(SERVER_READY, None)
-            if refused is not None:
-                notes.append(refused)
-                refused = None
     tags: dict[int | None, str | None] = {p.pid: p.tag for p in parsed if p.pid is not None}
+    model = _model_of(parsed)
+    del parsed  # (the lines taken apart are done with: the stages' spans need the room)
+    stages, substeps, na = stage_durations(ev)
+    if ready is None or untrue is not None:
+        stages.pop(SERVER_READY, None)
+        if refused is not None:  # a failed start-up is reported failed; its clock is a note
+            notes.append(refused)
+            refused = None
     notes += _per_rank_notes(ev, tags)
     if ready is not None and ev.start_line is None and ttr_from == "timestamps":
         notes.append("the log begins after the engine started (its first line is not the "
@@ -1720,8 +1764,7 @@ def read_startup(lines: Iterable[object]) -> Startup:
     return Startup(evidence=ev, lines=own, source=source, timeline=tl,
                    time_to_ready_from=ttr_from,
                    ready_line=ready.line_no if ready is not None else None,
-                   failure=failure, refused=refused, notes=tuple(notes),
-                   model=_model_of(parsed))
+                   failure=failure, refused=refused, notes=tuple(notes), model=model)
 
 
 __all__ = [

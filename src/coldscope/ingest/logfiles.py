@@ -18,8 +18,8 @@ start-up, its run named ``NAME#1``, ``NAME#2``, ...; otherwise each source gives
   or ``/sys``, past a bound, broken gzip);
 - ``skipped``: found in a directory and not a regular file (or under ``/proc``/``/sys``).
 
-Reading is one streaming pass (``read_log``) whose cost is bounded whatever the file holds:
-at most ``limit`` bytes (``--max-bytes``, else ``COLDSCOPE_MAX_INPUT_BYTES``, else 512 MiB)
+Reading is one streaming pass (``read_log_text``) whose cost is bounded whatever the file
+holds: at most ``limit`` bytes (``--max-bytes``, else ``COLDSCOPE_MAX_INPUT_BYTES``, else 128 MiB)
 read and, for gzip, decompressed (counted while decompressing: a bomb is never inflated into
 memory), at most ``MAX_LOG_LINES`` lines held (``--max-lines``), each at most
 ``MAX_LINE_BYTES`` long (a longer line's first ``MAX_LINE_BYTES`` are read, with a note). Blank
@@ -53,9 +53,10 @@ if TYPE_CHECKING:
 STDIN = "-"
 
 #: Most lines of one log held for reading (``--max-lines``): blank lines skipped in a run of
-#: them do not count. What one held line costs through every reader bounds the memory of the
-#: worst log (a million lines: about 300 MB), and the bound is far above any start-up's log
-#: (a few thousand lines) and a week of a server's request log.
+#: them do not count. Each line held costs time and memory in every reader (30-70 us and
+#: 300-600 bytes on a slow core); with the byte bound (``safeio.MAX_LOG_BYTES``) this keeps
+#: the worst log under both to about 40 s and 330 MB, far above any start-up's log (a few
+#: thousand lines).
 MAX_LOG_LINES = 500_000
 #: Longest line read: a longer line's first this many bytes are read and the rest skipped
 #: (the longest in our real logs is 230 kB: a tqdm bar redrawn on one line, SGLang 0.5.7).
@@ -104,7 +105,7 @@ class ParsedLog:
 
 def log_limit() -> int:
     """The default byte bound of a log: ``COLDSCOPE_MAX_INPUT_BYTES`` when set, else
-    ``MAX_LOG_BYTES`` (512 MiB)."""
+    ``MAX_LOG_BYTES`` (128 MiB)."""
     from coldscope.util.safeio import input_limit
     return input_limit(MAX_LOG_BYTES)
 
@@ -190,7 +191,7 @@ def _special_root(path: Path) -> str | None:
 
 @dataclass
 class LogText:
-    """One log as ``read_log`` read it: the lines held (numbered by the file's own lines),
+    """One log as ``read_log_text`` read it: the lines held (numbered by the file's own lines),
     the SHA-256 of all its bytes (decompressed), and how many lines were cut."""
 
     lines: NumberedLines
@@ -198,8 +199,8 @@ class LogText:
     cut: int = 0
 
 
-def read_log(source: LogSource, *, limit: int | None = None, max_lines: int = MAX_LOG_LINES,
-             stdin: IO[bytes] | None = None) -> LogText:
+def read_log_text(source: LogSource, *, limit: int | None = None,
+                  max_lines: int = MAX_LOG_LINES, stdin: IO[bytes] | None = None) -> LogText:
     """One log read in a single streaming pass, within the bounds of the module docstring.
     Raises ``ColdscopeError`` saying why it cannot be read."""
     limit = log_limit() if limit is None else limit
@@ -295,8 +296,8 @@ def _chained(first: bytes, rest: Iterable[bytes]) -> Iterator[bytes]:
 
 
 class _LineReader:
-    """Splits a stream of bytes into the lines ``read_log`` holds, numbered by the file's own
-    lines: text decoded as UTF-8 with undecodable bytes replaced (as a whole-file decode
+    """Splits a stream of bytes into the lines ``read_log_text`` holds, numbered by the file's
+    own lines: text decoded as UTF-8 with undecodable bytes replaced (as a whole-file decode
     would: a newline byte never falls inside a character), a run of more than
     ``TAIL_LINES`` blank lines reduced to its last ``TAIL_LINES`` (the most a run's tail can
     show) by a search over the bytes, never a step per line, and lines longer than
@@ -315,6 +316,8 @@ class _LineReader:
         pos = 0
         for run in _BLANK_RUN.finditer(seg):
             start, end = run.span()
+            if seg.count(b"\n", start, end) <= TAIL_LINES:
+                continue  # a short run: held as it is
             self._hold(seg[pos:start])
             if self.numbers is None:
                 self.numbers = list(range(len(self.lines)))
@@ -354,12 +357,13 @@ class _LineReader:
         return NumberedLines(self.lines, self.numbers, self.count)  # (None: 0, 1, 2, ...)
 
 
-#: More than ``TAIL_LINES`` blank lines in a row (ASCII whitespace only).
-_BLANK_RUN = re.compile(rb"(?m)(?:^[ \t\r\x0b\x0c]*\n){%d,}" % (TAIL_LINES + 1))
+#: Blank lines in a row (ASCII whitespace only), from a line's start to the newline ending the
+#: last of them: one repeat of a character class, so a run of a million costs no memory.
+_BLANK_RUN = re.compile(rb"(?m)^[ \t\r\n\x0b\x0c]*\n")
 
 
 def _read_stream(fh: IO[bytes], limit: int, max_lines: int, what: str) -> LogText:
-    """``read_log`` of an open stream: decompressed, hashed and split as it is read."""
+    """``read_log_text`` of an open stream: decompressed, hashed and split as it is read."""
     digest = hashlib.sha256()
     reader = _LineReader(max_lines, what)
     rest = b""          # the unfinished line carried to the next chunk
@@ -390,18 +394,20 @@ def _read_stream(fh: IO[bytes], limit: int, max_lines: int, what: str) -> LogTex
 
 def parse_logs(inputs: Sequence[str], *, limit: int | None = None,
                max_lines: int = MAX_LOG_LINES, stdin: IO[bytes] | None = None,
-               single: bool = False) -> Iterator[ParsedLog]:
+               single: bool = False, keep_lines: bool = True) -> Iterator[ParsedLog]:
     """Each log ``inputs`` name, read and parsed (``ParsedLog``), in order. Runs are named
     after the file (``single``: its base name, as ``parse LOG`` always did; else the path as
     shown) and carry the model the engine's log names. ``limit``: the byte bound (default
-    ``log_limit()``); ``max_lines``: the line bound."""
+    ``log_limit()``); ``max_lines``: the line bound; ``keep_lines``: whether each
+    ``ParsedLog`` keeps the lines it was read from (``--save`` stores them; a fleet of logs
+    read only to be shown need not hold them all)."""
     limit = log_limit() if limit is None else limit
     for source in log_sources(inputs):
         if source.skip is not None:
             yield ParsedLog(source, "skipped", reason=source.skip)
             continue
         try:
-            text = read_log(source, limit=limit, max_lines=max_lines, stdin=stdin)
+            text = read_log_text(source, limit=limit, max_lines=max_lines, stdin=stdin)
         except ColdscopeError as exc:
             yield ParsedLog(source, "unreadable", reason=str(exc))
             continue
@@ -410,12 +416,13 @@ def parse_logs(inputs: Sequence[str], *, limit: int | None = None,
         parts = list(_read_startups(text.lines, name))
         for k, (part, run, refusal, facts) in enumerate(parts, 1):
             tag = f"#{k}" if len(parts) > 1 else ""
+            held = part if keep_lines else []
             if run is None:
-                yield ParsedLog(source, "refused", reason=refusal, lines=part, part=tag)
+                yield ParsedLog(source, "refused", reason=refusal, lines=held, part=tag)
                 continue
             run = _with_log_facts(run, part, source, facts, cut=text.cut)
             yield ParsedLog(source, "ok" if run.status == "ok" else "failed", run=run,
-                            reason=run.reason, lines=part, digest=text.digest, part=tag)
+                            reason=run.reason, lines=held, digest=text.digest, part=tag)
 
 
 @dataclass(frozen=True)

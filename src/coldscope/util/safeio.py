@@ -54,8 +54,11 @@ if TYPE_CHECKING:
 
 #: Default bound for a structured input file (startup model, timings, YAML, config.json, ...).
 MAX_INPUT_BYTES = 64 * 1024 * 1024
-#: Default bound for a saved engine log (``parse``): logs of long-running servers are large.
-MAX_LOG_BYTES = 512 * 1024 * 1024
+#: Default bound for a saved engine log (``parse``), read and once decompressed: logs of
+#: long-running servers are large, and what ``parse`` holds of one is bounded by this and by
+#: its line bound (``ingest.logfiles.MAX_LOG_LINES``), so that the worst log under both
+#: parses in under a minute and 500 MB.
+MAX_LOG_BYTES = 128 * 1024 * 1024
 #: Deepest nesting accepted in a JSON or YAML input.
 MAX_NESTING = 200
 #: Most digits accepted in one JSON integer literal.
