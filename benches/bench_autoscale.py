@@ -34,7 +34,8 @@ Policies (each from 0 replicas, ``min_replicas=0``, ``max_replicas=4``):
 * ``coldscope``: ``ColdscopePolicy`` planning with the same measured start-ups plus 5 s of
   Ray's own start (``provisioning_s``, the figure ../shared/AUTOSCALERS.md gives), the
   segment's mean service time, a target of 5.6 requests (70 % of the slots, as the simulator's
-  predictive policy), the 2 s SLA, Ray's delays 0.
+  predictive policy), the 2 s SLA, Ray's delays 0, and the advisor's own hold (keep-alive and
+  scale-down delay: two cold paths, derived from the start-ups it is given).
 
 Per policy: requests, ``over_sla`` (time to first token above the SLA), ``p99_ttft_s``,
 ``replica_seconds`` (running + starting replicas, from ``serve.status()`` every 0.25 s), cold
@@ -129,8 +130,7 @@ def ray_config(policy: str, world: World, service: np.ndarray) -> dict[str, Any]
     kwargs = {"observed_s": [s / speed for s in MEASURED_STARTUPS_S],
               "provisioning_s": RAY_START_S, "target_ongoing_requests": world.advisor_target,
               "service_time_s": float(service.mean()) / speed,
-              "sla_p99_ttft": SLA_S / speed, "keep_alive_s": 90.0 / speed,
-              "scale_down_delay_s": 60.0 / speed, "rate_window_s": 60.0 / speed,
+              "sla_p99_ttft": SLA_S / speed, "rate_window_s": 60.0 / speed,
               "step_s": 2.0 / speed, "season_s": None, "log_decisions": False}
     return {**common, "upscale_delay_s": 0, "downscale_delay_s": 0,
             "policy": {"policy_function": "coldscope.integrations.ray_serve:ColdscopePolicy",

@@ -26,14 +26,24 @@ running and starting) and answers a :class:`ScaleDecision`. The method, in order
    ``capacity_replicas`` = the larger. While ``T`` is unknown the forecast cannot be turned into
    replicas (a warning says so) and the demand now decides.
 6. **Keep-alive.** One replica stays while a request was in the system (capacity now > 0) within
-   the last ``keep_alive_s``: scale to zero only after that long idle.
+   the last ``keep_alive_s``: scale to zero only after that long idle. Default: ``hold_s``
+   (step 8).
 7. **Warm floor.** With ``sla_ttft_s``, the planner's rule ``coldscope.planning.hint.warm_floor``
    (the one behind ``serve``'s scale hint): 1 replica when scaling to zero at the mean rate of the
    last ``rate_window_s`` would make more than 1 % of requests wait a cold path (``H``) plus
    ``warm_ttft_s`` beyond the SLA, judged with this advisor's ``keep_alive_s``.
 8. **Scale-down delay** (hysteresis): the answer is the largest of steps 5-7 over the last
    ``scale_down_delay_s`` (now included): scale-up at once, scale-down only after the demand has
-   stayed lower that long.
+   stayed lower that long. Default: ``hold_s`` = ``HOLD_COLD_PATHS`` (2) x ``H``. Why derived
+   from the cold path: a replica let go costs a cold path to get back, in replica-seconds and
+   in requests that wait it; holding an idle replica for a multiple of that is the
+   ski-rental rule (hold for one cold path and the idle seconds never exceed twice what
+   restarting would have cost; the second cold path is for the requests that would wait
+   past the SLA). A fixed 60 s hold churned on bursty traffic: on the Azure code trace
+   (``benches/bench_autoscale.py``'s replay, twelve 10-minute segments simulated from zero)
+   it started 105 replicas where Ray's 600 s hold started 48, and 1,452 requests missed
+   the SLA against Ray's 1,097; two cold paths gave 52 starts, 623 requests over the SLA,
+   at 1.26x Ray's replica-seconds (docs/autoscale.md).
 9. **Bounds**: ``min_replicas`` <= answer <= ``max_replicas``.
 
 ``desired_replicas`` counts running + starting replicas, like Ray's ``target_num_replicas`` and
@@ -72,6 +82,8 @@ SCHEMA_VERSION = 1
 #: The largest rate (requests/s) and request count a tick takes: beyond is a unit mix-up.
 MAX_RATE_RPS = 1e6
 MAX_REQUESTS = 1e9
+#: Default scale-down delay and keep-alive, in cold paths (``scale_ahead_s``): module doc, step 8.
+HOLD_COLD_PATHS = 2.0
 #: The plan's parts that come before the engine starts (the engine's own start-up, weight
 #: loading included, is what the start-up distribution covers).
 PLAN_PARTS = ("provisioning", "image_pull", "weight_transfer")
@@ -154,7 +166,8 @@ class ScaleAdvisor:
     Every other parameter is the method's, in seconds unless named: ``scale_ahead_quantile``
     (of the cold path), the forecast's ``alpha``, ``beta``, ``step_s``, ``trend_damping``,
     ``season_s`` (None: no seasonal term) and ``season_window_s``; ``rate_window_s`` (Little's
-    law and the floor's rate), ``keep_alive_s``, ``scale_down_delay_s``, ``sla_ttft_s`` (None:
+    law and the floor's rate), ``keep_alive_s`` and ``scale_down_delay_s`` (None: two cold
+    paths, ``hold_s``), ``sla_ttft_s`` (None:
     no warm floor), ``warm_ttft_s`` and ``burstiness`` (the squared coefficient of variation of
     gaps between requests, 1 for Poisson) for the floor; ``min_replicas``, ``max_replicas``.
     Bad values are a one-line ``ColdscopeError`` here, not at the first tick. An advisor is
@@ -171,7 +184,7 @@ class ScaleAdvisor:
                  alpha: float = 0.033, beta: float = 0.002, step_s: float = 2.0,
                  trend_damping: float = 0.98, season_s: float | None = 86_400.0,
                  season_window_s: float = 600.0, rate_window_s: float = 60.0,
-                 keep_alive_s: float = 90.0, scale_down_delay_s: float = 60.0,
+                 keep_alive_s: float | None = None, scale_down_delay_s: float | None = None,
                  sla_ttft_s: float | None = None, warm_ttft_s: float = 0.5,
                  burstiness: float = 1.0, min_replicas: int = 0,
                  max_replicas: int | None = None) -> None:
@@ -182,7 +195,8 @@ class ScaleAdvisor:
                             ("keep_alive_s", keep_alive_s),
                             ("scale_down_delay_s", scale_down_delay_s),
                             ("warm_ttft_s", warm_ttft_s)):
-            _number(value, name, most=86_400.0 * 366)
+            if value is not None:
+                _number(value, name, most=86_400.0 * 366)
         if service_time_s is not None:
             _number(service_time_s, "service_time_s", positive=True, most=86_400.0)
         if not 0 < scale_ahead_quantile < 1:
@@ -224,8 +238,11 @@ class ScaleAdvisor:
                                          step_s=step_s, trend_damping=trend_damping,
                                          season_s=season_s, season_window_s=season_window_s)
         self.rate_window_s = float(rate_window_s)
-        self.keep_alive_s = float(keep_alive_s)
-        self.scale_down_delay_s = float(scale_down_delay_s)
+        #: the default keep-alive and scale-down delay: HOLD_COLD_PATHS cold paths
+        self.hold_s = HOLD_COLD_PATHS * self.scale_ahead_s
+        self.keep_alive_s = self.hold_s if keep_alive_s is None else float(keep_alive_s)
+        self.scale_down_delay_s = self.hold_s if scale_down_delay_s is None \
+            else float(scale_down_delay_s)
         self.sla_ttft_s = None if sla_ttft_s is None else float(sla_ttft_s)
         self.warm_ttft_s = float(warm_ttft_s)
         self.burstiness = float(burstiness)

@@ -190,7 +190,8 @@ class Predictive:
     time in service learned by Little's law over ``rate_window_s`` and the target of ``target``
     requests per replica (default ``target_utilization`` x the replica's slots); asks for
     max(demand now, forecast); keeps one replica for ``keep_alive_s`` after the last request in
-    the system; holds each answer for ``scale_down_delay_s``; and with ``sla_ttft_s`` keeps the
+    the system; holds each answer for ``scale_down_delay_s`` (both by default two cold paths:
+    ``ScaleAdvisor``'s ``hold_s``); and with ``sla_ttft_s`` keeps the
     planner's warm floor (``coldscope.planning.hint.warm_floor``).
 
     Before the advisor, this policy was Knative's KPA (panic and stable windows) plus the
@@ -205,8 +206,9 @@ class Predictive:
                  alpha: Share = 0.033, beta: Share = 0.002,
                  trend_damping: Annotated[float, Field(ge=0, le=1)] = 0.98,
                  season_s: Positive = 86400.0, season_window_s: Seconds = 600.0,
-                 rate_window_s: Positive = 60.0, keep_alive_s: Seconds = 90.0,
-                 scale_down_delay_s: Seconds = 60.0, sla_ttft_s: Positive | None = None,
+                 rate_window_s: Positive = 60.0, keep_alive_s: Seconds | None = None,
+                 scale_down_delay_s: Seconds | None = None,
+                 sla_ttft_s: Positive | None = None,
                  warm_ttft_s: Seconds = 0.5, min_workers: Count = 0,
                  max_workers: Count | None = None, tick_s: TickSeconds = 2.0) -> None:
         self.target = target
