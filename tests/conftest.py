@@ -1,9 +1,30 @@
-"""Shared test set-up: paths to ../shared, and a guard that no engine outlives a test."""
+"""Shared test set-up: paths to ../shared, a guard that no engine outlives a test, and no
+silent skips under CI.
+
+Skips. On a developer's machine a test whose dependency or fixture is missing (the engine,
+Chromium, Prometheus, a package such as ray or schemathesis, ../shared's fixtures and data) is
+skipped with the reason, however it skips (``needs``, ``skipif``, ``pytest.skip``,
+``importorskip``, at collection or at run time). Under CI (``CI=true``; ``.ci/run`` exports it)
+every such skip is a failure naming what is missing (``pytest_runtest_makereport``,
+``pytest_make_collect_report``): CI runs ``make test`` on a machine it set up with everything,
+so a skip there can only hide that a real part never ran.
+
+One kind of skip stays a skip under CI: a part of the *platform* that a CI machine may lack as
+well (a GPU, a kernel's /sys or /proc file, a device node), declared as such with
+``needs(..., platform=True)`` or ``platform_skip``. Those are listed by name, with the reason,
+in the terminal summary ("skipped: the platform lacks ..."), with or without CI. Today's
+platform skips: tests/unit/test_store_hostile.py's pseudo files (/proc/self/status,
+/proc/self/cmdline, /sys/kernel/mm/transparent_hugepage/enabled, /dev/null, /dev/zero). No
+test skips for a missing GPU: the GPU figures come from saved logs (../shared), which CI must
+have.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Generator
 from pathlib import Path
+from typing import NoReturn
 
 import psutil
 import pytest
@@ -15,9 +36,11 @@ TINY_MODEL = REPO / "models" / "tiny"
 
 
 #: Under CI (``CI=true``: CI sets it, and ``.ci/run`` exports it) the real parts must run: a
-#: test that needs a missing engine, Chromium or Prometheus fails, with the reason, instead of
-#: being skipped, so a green CI cannot hide that the real parts never ran.
+#: test that would skip fails instead, naming what is missing (the module's docstring).
 IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+#: How a platform skip's reason begins (``needs(..., platform=True)``, ``platform_skip``): the
+#: one kind of skip CI keeps, listed in the terminal summary.
+PLATFORM = "the platform lacks "
 
 
 def as_vllm(directory: Path) -> str:
@@ -52,20 +75,71 @@ def profile_tiny(store: Path, options: list[str], engine_args: list[str]) -> dic
     return run
 
 
-def needs(available: bool, reason: str) -> pytest.MarkDecorator:
-    """Mark a test that needs a real part (the engine, Chromium, Prometheus): skipped with
-    ``reason`` when it is missing, except under CI, where it fails with ``reason``."""
-    if available:
-        return pytest.mark.skipif(False, reason=reason)
-    if IN_CI:
-        return pytest.mark.missing_in_ci(reason)
-    return pytest.mark.skip(reason=reason)
+def needs(available: bool, reason: str, *, platform: bool = False) -> pytest.MarkDecorator:
+    """Mark a test that needs a real part (the engine, Chromium, Prometheus, a fixture): skipped
+    with ``reason`` when it is missing, except under CI, where it fails with ``reason``.
+    ``platform``: the part is the machine's (a GPU, a kernel file), which CI may lack too:
+    skipped there as well, and listed in the summary."""
+    return pytest.mark.skipif(not available, reason=PLATFORM + reason if platform else reason)
 
 
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    for mark in item.iter_markers("missing_in_ci"):
-        pytest.fail(f"CI=true and a real part this test needs is missing: {mark.args[0]}",
-                    pytrace=False)
+def platform_skip(what: str) -> NoReturn:
+    """Skip this test: the machine lacks ``what``, a part of the platform (not a dependency or
+    a fixture), which CI may lack as well; listed in the terminal summary."""
+    pytest.skip(PLATFORM + what)
+
+
+def _in_ci_failure(reason: str) -> str:
+    return f"CI=true and a real part this test needs is missing: {reason}"
+
+
+def _skip_reason(longrepr: object) -> str:
+    """A skip report's reason (pytest keeps it as (path, line, "Skipped: reason"))."""
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item,
+                              call: pytest.CallInfo[None]) -> Generator[None, object, object]:
+    """Under CI, a test that skips (however: a mark, ``pytest.skip``, ``importorskip``) fails
+    instead, naming what it lacks, unless it lacks a part of the platform (``PLATFORM``)."""
+    report = yield
+    assert isinstance(report, pytest.TestReport)
+    if IN_CI and report.skipped and not hasattr(report, "wasxfail"):
+        reason = _skip_reason(report.longrepr)
+        if not reason.startswith(PLATFORM):
+            report.outcome = "failed"
+            report.longrepr = _in_ci_failure(reason)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+        collector: pytest.Collector) -> Generator[None, object, object]:
+    """Under CI, a module that skips as it is collected (a module-level ``importorskip``, or
+    ``pytest.skip(allow_module_level=True)``) is a collection error instead, naming what it
+    lacks, unless it lacks a part of the platform."""
+    report = yield
+    assert isinstance(report, pytest.CollectReport)
+    if IN_CI and report.skipped:
+        reason = _skip_reason(report.longrepr)
+        if not reason.startswith(PLATFORM):
+            report.outcome = "failed"
+            report.longrepr = _in_ci_failure(reason)
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Every test skipped because the platform lacks a part, by name (allowed under CI)."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", [])
+               if _skip_reason(r.longrepr).startswith(PLATFORM)]
+    if not skipped:
+        return
+    terminalreporter.section("skipped: the platform lacks a part (allowed under CI too)")
+    for r in skipped:
+        terminalreporter.line(f"{r.nodeid}: {_skip_reason(r.longrepr)}")
 
 
 def engine_ready() -> tuple[bool, str]:

@@ -4,20 +4,24 @@ installed by coldscope with this machine's pip configuration), and the one the t
 
 The expected values come from outside the code under test: the versions from the spec and
 from this interpreter's package metadata, the means and their difference recomputed from the
-stored runs, the per-process import sums bounded by each run's own bootstrap seconds.
+stored runs, Welch's interval worked out in the test from the stored times to ready, the
+per-process import sums bounded by each run's own bootstrap seconds.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import json
+import math
 import os
+import statistics
 import subprocess
 import sys
 from collections import defaultdict
 
 import jsonschema
 import pytest
+from scipy.stats import t as student_t
 
 from coldscope.cli.schema import schema_of
 from coldscope.core.stages import BOOTSTRAP
@@ -61,10 +65,28 @@ def test_releases_on_a_made_environment_and_the_current_one(tmp_path):
     (delta,) = doc["deltas"]
     want = mean(by_label["rel:current"]) - mean(by_label[f"rel:{OLD}"])
     assert delta["time_to_ready"]["delta"] == pytest.approx(want, abs=1e-6)
+    # an identity (each run's buckets sum to its time to ready), kept to catch a lost stage
     stage_sum = sum(c["delta"] for c in delta["stages"].values() if c["delta"] is not None)
     assert stage_sum == pytest.approx(want, abs=1e-6)
-    low, high = delta["time_to_ready"]["low"], delta["time_to_ready"]["high"]
-    assert low <= want <= high
+    # Welch's 95 % interval, worked out here from the stored times to ready (the probe's clock
+    # is fine-grained: no clock floor): se^2 = s_a^2/n_a + s_b^2/n_b, Welch-Satterthwaite
+    # degrees of freedom, Student's t quantile from scipy
+    a = [r.time_to_ready_s for r in by_label[f"rel:{OLD}"]]
+    b = [r.time_to_ready_s for r in by_label["rel:current"]]
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    dof = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    half = student_t.ppf(0.975, dof) * math.sqrt(va + vb)
+    ttr = delta["time_to_ready"]
+    assert (ttr["low"], ttr["high"]) == (pytest.approx(want - half, abs=1e-6),
+                                         pytest.approx(want + half, abs=1e-6))
+    practical = max(0.05, 0.01 * statistics.fmean(a))
+    resolved = (want - half > 0 or want + half < 0) and abs(want) >= practical
+    assert ttr["verdict"] == (("slower" if want > 0 else "faster") if resolved
+                              else "unresolved")
+    # one pair: a family of one time-to-ready change, which Holm leaves as it is
+    assert ttr["holm"] == ttr["verdict"]
+    (family,) = [f for f in doc["families"] if f["name"] == "time to ready"]
+    assert (family["comparisons"], family["after_holm"]) == (1, int(resolved))
 
     # real import lists: torch in each engine process, and per run and process the bootstrap
     # imports' self time within the run's bootstrap seconds

@@ -26,18 +26,42 @@ def test_capacity_is_rate_over_replica_rps():
     jsonschema.validate(h.model_dump(mode="json"), ScaleHint.model_json_schema())
 
 
+def _delayed_share_by_hand(rate: float, cold_s: float, keep_alive_s: float, scv: float) -> float:
+    """The share of requests that meet a cold start after scale-to-zero, written out here from
+    the renewal argument: gaps are a balanced-means two-phase hyperexponential with mean 1/rate
+    and squared coefficient of variation ``scv`` (p = (1 + sqrt((scv - 1) / (scv + 1))) / 2,
+    phase rates 2 p rate and 2 (1 - p) rate); q = P(gap > keep-alive); a cycle holds
+    rate D + 1/q requests, 1 + rate D of them delayed: share = (1 + rate D) q / (1 + rate q D)."""
+    p = (1 + math.sqrt((scv - 1) / (scv + 1))) / 2
+    q = p * math.exp(-2 * p * rate * keep_alive_s) + \
+        (1 - p) * math.exp(-2 * (1 - p) * rate * keep_alive_s)
+    return (1 + rate * cold_s) * q / (1 + rate * q * cold_s)
+
+
 def test_floor_follows_the_scale_to_zero_share():
     profile = load_profile()
-    econ, traffic = profile.economics, profile.traffic
-    # 0.05 req/s, 60 s cold path: share of requests delayed after scale-to-zero (hand formula).
-    share = ScaleToZero(0.05, 60.0, econ.keep_alive_s, traffic.burstiness).delayed_share
-    assert share > 0.01
+    # the shipped profile's inputs the rule uses (planning/profiles): 60 s keep-alive, gap SCV
+    # 1.2, a warm TTFT of at most 0.5 s
+    assert (profile.economics.keep_alive_s, profile.traffic.burstiness,
+            profile.warm_ttft_s.high) == (60.0, 1.2, 0.5)
+    # 0.05 req/s, 60 s cold path: p = 0.65076, q = 0.65076 e^-3.9045 + 0.34924 e^-2.0955
+    # = 0.05607, share = 4 x 0.05607 / (1 + 3 x 0.05607) = 0.1920 (worked by hand)
+    share = _delayed_share_by_hand(0.05, 60.0, 60.0, 1.2)
+    assert share == pytest.approx(0.1920, abs=5e-4)
+    assert ScaleToZero(0.05, 60.0, 60.0, 1.2).delayed_share == pytest.approx(share, rel=1e-12)
+    # 60.5 s > the 2 s SLA and 19 % of requests would wait: above the 1 % a P99 allows
     h = _hint(rate_rps=0.05, sla_p99_ttft="2s", startup_s={"low": 60, "high": 60})
-    assert (h.warm_floor, h.warm_replicas) == (1, 1)
-    # A cold path that fits in the SLA needs no floor.
+    assert (h.warm_floor, h.capacity_replicas, h.warm_replicas) == (1, 1, 1)
+    # 0.5 req/s: a gap over a minute is rare (q = 2.8e-10, share 8.6e-9), so even a 60 s cold
+    # path needs no floor: only the capacity
+    assert _delayed_share_by_hand(0.5, 60.0, 60.0, 1.2) < 1e-8
+    h = _hint(rate_rps=0.5, sla_p99_ttft="2s", startup_s={"low": 60, "high": 60},
+              replica_rps=2.0)
+    assert (h.warm_floor, h.capacity_replicas, h.warm_replicas) == (0, 1, 1)
+    # A cold path that fits in the SLA (1.2 + 0.5 s <= 2 s) needs no floor at any rate.
     h = _hint(rate_rps=0.05, sla_p99_ttft="2s", startup_s={"low": 1, "high": 1.2})
-    assert (h.warm_floor, h.warm_replicas) == (0, 0) or h.capacity_replicas == 1
-    assert h.warm_floor == 0 and h.startup_source == "given startup_s"
+    assert (h.warm_floor, h.capacity_replicas, h.warm_replicas) == (0, 1, 1)
+    assert h.startup_source == "given startup_s"
 
 
 def test_idle_endpoint_with_a_slow_cold_start_keeps_one():

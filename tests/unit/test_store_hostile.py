@@ -19,6 +19,7 @@ from coldscope.cli.main import main
 from coldscope.store.db import Store
 from coldscope.util.errors import ColdscopeError
 from coldscope.util.safeio import check_regular, open_lock, read_bytes
+from tests.conftest import platform_skip
 from tests.unit.test_export import run
 
 #: A generous bound that tells a refusal from a hang (a FIFO open waits forever).
@@ -153,7 +154,7 @@ def test_companions_beside_the_file_a_store_link_leads_to_are_checked(tmp_path, 
                                   "/dev/null", "/dev/zero"])
 def test_pseudo_files_and_devices_are_not_stores(capsys, name):
     if not os.path.exists(name):
-        pytest.skip(f"{name} is not on this machine")
+        platform_skip(f"{name} (not on this machine)")
     code = main(["runs", "--store", name])
     err = _one_line(capsys)
     assert code == 2
@@ -228,7 +229,7 @@ def test_file_inputs_refuse_proc_and_sys(tmp_path, target):
     """A "regular" file of /proc or /sys can block (/proc/kmsg) or never end: no input is
     one, named or behind a link."""
     if not os.path.exists(target):
-        pytest.skip(f"{target} is not on this machine")
+        platform_skip(f"{target} (not on this machine)")
     link = tmp_path / "input.json"
     os.symlink(target, link)
     for name in (target, link):

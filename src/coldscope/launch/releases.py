@@ -12,6 +12,22 @@ per-release means and, between consecutive releases (in the order given),
 verdict, so a change the noise cannot resolve is ``unresolved``. Each run's buckets sum exactly
 to its time to ready, so the stage deltas of two releases add up to their time-to-ready delta.
 
+Many changes are read at once (six pairs of seven releases, each with its stages), so each
+change also carries its verdict after Holm's step-down (``coldscope.analysis.family``) over the
+family it is read in, and the result says per family how many of its K changes were resolved on
+their own and how many after Holm (``Family``). The families are the sets of changes a summary
+draws its verdicts from together:
+
+- ``time to ready``: one change per pair, the headline of every summary (the line per pair of
+  the terminal, the report's pair table, the bench's figures);
+- ``stages and sub-steps``: every stage and sub-step change of every pair, the breakdown (the
+  terminal lists every stage and every resolved sub-step of each pair; the report, the
+  largest of them).
+
+A change in no family has no interval (fewer than 2 runs a side), or is 0 s in every run on
+both sides (a stage that happened on neither: no comparison). The two families are two claims,
+each holding at family-wise 5 %; the intervals shown stay the per-change 95 % ones.
+
 Import attribution (``Run.imports``, from the probe) gives per release the mean self time of
 each top-level package in each engine process during ``bootstrap``, and between releases the
 packages whose time changed most.
@@ -28,7 +44,8 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from coldscope.analysis.comparison import Row, compare
+from coldscope.analysis.comparison import Comparison, Row, compare
+from coldscope.analysis.family import FAMILY_ALPHA, holm
 from coldscope.core.records import Membership, Run
 from coldscope.core.stages import BOOTSTRAP, BUCKETS
 from coldscope.util.errors import ColdscopeError
@@ -65,16 +82,42 @@ class ImportDelta(_Frozen):
 
 class Change(_Frozen):
     """One quantity between two releases: to - from in seconds, its 95 % interval (None with
-    fewer than two runs on a side) and ``coldscope.analysis.comparison``'s verdict."""
+    fewer than two runs on a side), ``coldscope.analysis.comparison``'s verdict on its own, and
+    the verdict after Holm's step-down over its family (``holm``; None in no family)."""
 
     delta: float | None
     low: float | None
     high: float | None
     verdict: str
+    holm: str | None = Field(None, description="the verdict after Holm's step-down over its "
+                                               "family (families); None: in no family")
 
     @classmethod
-    def of(cls, row: Row) -> Change:
-        return cls(delta=row.delta, low=row.low, high=row.high, verdict=row.verdict)
+    def of(cls, row: Row, holm: str | None = None) -> Change:
+        return cls(delta=row.delta, low=row.low, high=row.high, verdict=row.verdict, holm=holm)
+
+
+FamilyName = Literal["time to ready", "stages and sub-steps"]
+
+
+class Family(_Frozen):
+    """One family of changes read together (the module's docstring says which), and what
+    Holm's step-down at family-wise ``alpha`` left of its verdicts."""
+
+    name: FamilyName
+    comparisons: int = Field(description="K: the changes in the family")
+    resolved: int = Field(description="resolved at 95 % each, on their own")
+    after_holm: int = Field(description="resolved after Holm's step-down over the K")
+    alpha: float = FAMILY_ALPHA
+
+    def statement(self) -> str:
+        """One line: e.g. ``time to ready: 1 of 6 changes resolved at 95 % each; 0 after
+        Holm's step-down over the 6 (family-wise 5 %)``."""
+        if not self.comparisons:
+            return f"{self.name}: no change with an interval"
+        return (f"{self.name}: {self.resolved} of {self.comparisons} change(s) resolved at "
+                f"{100 - self.alpha * 100:g} % each; {self.after_holm} after Holm's step-down "
+                f"over the {self.comparisons} (family-wise {self.alpha * 100:g} %)")
 
 
 class Release(_Frozen):
@@ -118,6 +161,9 @@ class ReleasesResult(_Frozen):
     order: list[str] = Field(default_factory=list, description="specs in the order they ran")
     releases: list[Release]
     deltas: list[Delta]
+    families: list[Family] = Field(
+        default_factory=list, description="per family of changes read together, how many "
+                                          "were resolved on their own and after Holm")
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)
@@ -258,17 +304,68 @@ def _version(env: Env, runs: Sequence[Run]) -> str | None:
     return next(iter(seen)) if len(seen) == 1 else env.engine_version
 
 
-def _delta(a: Release, b: Release, runs_a: Sequence[Run], runs_b: Sequence[Run],
-           cache: str) -> Delta:
-    c = compare(runs_a, runs_b, cache=cache)
+#: A change in a family: (pair, "time_to_ready" | "stages" | "substeps", its name).
+_Key = tuple[int, str, str]
+
+
+def _rows(c: Comparison) -> dict[tuple[str, str], Row]:
+    return {("time_to_ready", ""): c.time_to_ready,
+            **{("stages", k): r for k, r in c.stages.items()},
+            **{("substeps", k): r for k, r in c.substeps.items()}}
+
+
+def _in_family(r: Row) -> bool:
+    """A change with an interval that is not 0 s in every run of both sides (durations are
+    never negative, so a mean of 0 is all zeros)."""
+    return r.low is not None and r.high is not None and not (r.a_mean == 0 and r.b_mean == 0)
+
+
+def families(pairs: Sequence[Callable[[float], Comparison]],
+             alpha: float = FAMILY_ALPHA) -> tuple[dict[_Key, str], list[Family]]:
+    """Holm's step-down over each family (the module's docstring) of the pairs' changes.
+
+    ``pairs[i](confidence)``: pair i compared at that confidence (``compare``). A change passes
+    at level ``x`` when its verdict at confidence ``1 - x`` is resolved. Returns each family
+    member's verdict after Holm (its own verdict, or ``unresolved``) and the families."""
+    own = [_rows(p(1 - alpha)) for p in pairs]
+    members: dict[FamilyName, list[_Key]] = {
+        "time to ready": [(i, "time_to_ready", "") for i in range(len(pairs))
+                          if _in_family(own[i][("time_to_ready", "")])],
+        "stages and sub-steps": [(i, kind, name) for i, rows in enumerate(own)
+                                 for (kind, name), r in rows.items()
+                                 if kind != "time_to_ready" and _in_family(r)]}
+
+    def passes_at(level: float) -> list[_Key]:
+        rows = [_rows(p(1 - level)) for p in pairs]
+        return [(i, kind, name) for i, r in enumerate(rows) for (kind, name), row in r.items()
+                if row.verdict != "unresolved"]
+
+    verdicts: dict[_Key, str] = {}
+    out = []
+    for name, keys in members.items():
+        kept = holm(keys, passes_at, alpha)
+        for key in keys:
+            i, kind, what = key
+            verdicts[key] = own[i][(kind, what)].verdict if key in kept else "unresolved"
+        out.append(Family(name=name, comparisons=len(keys), alpha=alpha, after_holm=len(kept),
+                          resolved=sum(own[i][(k, w)].verdict != "unresolved"
+                                       for i, k, w in keys)))
+    return verdicts, out
+
+
+def _delta(i: int, a: Release, b: Release, runs_a: Sequence[Run], runs_b: Sequence[Run],
+           c: Comparison, after_holm: dict[_Key, str]) -> Delta:
     ia, ib = mean_imports([r for r in runs_a if r.id in a.runs]), \
         mean_imports([r for r in runs_b if r.id in b.runs])
     changes = [((p, m), ib.get((p, m), 0.0) - ia.get((p, m), 0.0)) for p, m in set(ia) | set(ib)]
     changes.sort(key=lambda kv: (-abs(kv[1]), kv[0]))
     return Delta.model_validate({
-        "from": a.spec, "to": b.spec, "time_to_ready": Change.of(c.time_to_ready),
-        "stages": {k: Change.of(v) for k, v in c.stages.items()},
-        "substeps": {k: Change.of(v) for k, v in c.substeps.items()},
+        "from": a.spec, "to": b.spec,
+        "time_to_ready": Change.of(c.time_to_ready, after_holm.get((i, "time_to_ready", ""))),
+        "stages": {k: Change.of(v, after_holm.get((i, "stages", k)))
+                   for k, v in c.stages.items()},
+        "substeps": {k: Change.of(v, after_holm.get((i, "substeps", k)))
+                     for k, v in c.substeps.items()},
         "imports": [ImportDelta(process=p, module=m, delta=round(d, 6))
                     for (p, m), d in changes[:TOP_IMPORTS] if d != 0],
         "notes": list(c.notes),
@@ -278,17 +375,34 @@ def _delta(a: Release, b: Release, runs_a: Sequence[Run], runs_b: Sequence[Run],
 def summarise(started: Sequence[Started], envs: Sequence[Env], *, name: str,
               cache: Literal["cold", "warm"], repeat: int,
               args: Sequence[str]) -> ReleasesResult:
-    """Per-release means and consecutive-release deltas of ``measure``'s start-ups."""
+    """Per-release means and consecutive-release deltas of ``measure``'s start-ups, with each
+    family's verdicts after Holm (``families``)."""
     by_spec: dict[str, list[Run]] = {e.spec: [] for e in envs}
     for s in started:
         if not s.prime:
             by_spec[s.env.spec].append(s.run)
     releases = [_release(e, by_spec[e.spec]) for e in envs]
-    deltas = [_delta(releases[i], releases[i + 1], by_spec[envs[i].spec],
-                     by_spec[envs[i + 1].spec], cache) for i in range(len(envs) - 1)]
+    sides = [(by_spec[envs[i].spec], by_spec[envs[i + 1].spec]) for i in range(len(envs) - 1)]
+    pairs = [_at_confidence(ra, rb, cache) for ra, rb in sides]
+    after_holm, fams = families(pairs)
+    deltas = [_delta(i, releases[i], releases[i + 1], ra, rb, pairs[i](1 - FAMILY_ALPHA),
+                     after_holm) for i, (ra, rb) in enumerate(sides)]
     return ReleasesResult(name=name, cache=cache, repeat=repeat, args=list(args),
                           order=[s.env.spec for s in started if not s.prime],
-                          releases=releases, deltas=deltas)
+                          releases=releases, deltas=deltas, families=fams)
+
+
+def _at_confidence(runs_a: Sequence[Run], runs_b: Sequence[Run],
+                   cache: str) -> Callable[[float], Comparison]:
+    """``compare(runs_a, runs_b)`` as a function of the confidence, each level computed once
+    (Holm asks again for the levels it has seen)."""
+    seen: dict[float, Comparison] = {}
+
+    def at(confidence: float) -> Comparison:
+        if confidence not in seen:
+            seen[confidence] = compare(runs_a, runs_b, cache=cache, confidence=confidence)
+        return seen[confidence]
+    return at
 
 
 # -- from the store -------------------------------------------------------------------------------

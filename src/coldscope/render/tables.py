@@ -398,7 +398,8 @@ def releases_tables(result: ReleasesResult) -> Group:
     """``coldscope releases``: one column per release (time to ready and each stage, means
     over its runs), each release's top bootstrap imports, then per consecutive pair the change of
     time to ready and of every stage with its interval and verdict, the resolved sub-steps,
-    and the imports that changed most (``--json`` has everything)."""
+    and the imports that changed most (``--json`` has everything); each verdict also after
+    Holm's step-down over its family, and per family how many survived it."""
     parts: list[RenderableType] = []
     table = Table(box=box.SIMPLE_HEAVY, title=f"start-up per release ({result.cache}, mean of "
                   f"{result.repeat} run(s) each, seconds)", title_justify="left")
@@ -428,6 +429,9 @@ def releases_tables(result: ReleasesResult) -> Group:
                 row.append(f"{imp.module} {imp.seconds:.2f}")
         parts.append(plain(f"{rel.spec} imports during bootstrap (s): " + "; ".join(
             f"{p}: {', '.join(mods)}" for p, mods in by_process.items())))
+    fams = {f.name: f for f in result.families}
+    headline = fams.get("time to ready")
+    breakdown = fams.get("stages and sub-steps")
     for d in result.deltas:
         t = d.time_to_ready
         head = Text(f"{d.from_} -> {d.to}: time to ready {_signed(t.delta)} s", style="bold")
@@ -436,10 +440,17 @@ def releases_tables(result: ReleasesResult) -> Group:
         head.append(": ")
         said = {"faster": f"{d.to} is faster", "slower": f"{d.to} is slower"}
         head.append(said.get(t.verdict, "unresolved"), style=_VERDICT_STYLE[t.verdict])
+        if t.verdict in said and headline is not None and headline.comparisons > 1:
+            k = headline.comparisons
+            head.append(f", resolved after Holm over {k} time-to-ready changes"
+                        if t.holm == t.verdict else
+                        f" unadjusted; not after Holm over {k} time-to-ready changes")
         parts.append(head)
         dt = Table(box=box.SIMPLE, show_header=True)
+        k = breakdown.comparisons if breakdown is not None else 0
         for col, justify in (("stage", "left"), ("change (s)", "right"),
-                             ("95 % interval (s)", "right"), ("verdict", "left")):
+                             ("95 % interval (s)", "right"), ("verdict", "left"),
+                             (f"after Holm over {k}", "left")):
             dt.add_column(col, justify=justify)  # type: ignore[arg-type]
         for bucket in BUCKETS:
             c = d.stages.get(bucket)
@@ -458,7 +469,11 @@ def releases_tables(result: ReleasesResult) -> Group:
             parts.append(plain(f"  note: {note}", style="dim"))
     parts.append(Text("Each change is to - from of the means, with its Welch 95 % interval; "
                       "faster/slower only when the whole interval is on one side of 0, else "
-                      "unresolved. Sub-steps shown only when resolved.", style="dim"))
+                      "unresolved. Sub-steps shown only when resolved. Read together, each "
+                      "family's verdicts are kept only where they survive Holm's step-down "
+                      "(family-wise 5 %):", style="dim"))
+    for fam in result.families:
+        parts.append(Text(f"  {fam.statement()}", style="dim"))
     return Group(*parts)
 
 
@@ -466,4 +481,6 @@ def _change_cells(c: Change) -> list[str | Text]:
     interval = f"{_signed(c.low)} to {_signed(c.high)}" if c.low is not None else \
         "(too few runs)"
     verdict = c.verdict if c.verdict in _VERDICT_STYLE else "unresolved"
-    return [_signed(c.delta), interval, Text(c.verdict, style=_VERDICT_STYLE[verdict])]
+    holm = c.holm if c.holm in _VERDICT_STYLE else "unresolved"
+    return [_signed(c.delta), interval, Text(c.verdict, style=_VERDICT_STYLE[verdict]),
+            Text(c.holm or "-", style=_VERDICT_STYLE[holm] if c.holm else "")]

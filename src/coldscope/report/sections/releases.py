@@ -16,7 +16,7 @@ from coldscope.report.svg import Linear, Svg, fill, nice_ticks, whiskers
 from coldscope.report.text import esc, fmt_s, label, signed
 
 if TYPE_CHECKING:
-    from coldscope.launch.releases import Change, Delta, ReleasesResult
+    from coldscope.launch.releases import Change, Delta, Family, ReleasesResult
 
 #: At most this many ``coldscope releases`` measurements (the newest) get a block of their own.
 MAX_RELEASES_MEASUREMENTS = 3
@@ -60,7 +60,8 @@ class ReleasesBlock:
     """One measurement: its releases in the order given (``names``: spec -> the name shown,
     its version when every release has a distinct one), the changes between consecutive
     releases (``deltas``, as ``releases --json``), and the ``RELEASE_CHANGES`` largest stage
-    changes of all pairs (by size, whatever their verdict)."""
+    changes of all pairs (by size, whatever their verdict); per family of changes read
+    together, how many survived Holm's step-down (``families``)."""
 
     name: str
     cache: str
@@ -71,6 +72,7 @@ class ReleasesBlock:
     releases: tuple[ReleaseMeans, ...]
     deltas: tuple[Delta, ...]
     largest: tuple[StageChange, ...]
+    families: tuple[Family, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,8 @@ def block(result: ReleasesResult) -> ReleasesBlock:
     return ReleasesBlock(name=result.name, cache=result.cache, repeat=result.repeat,
                          args=tuple(result.args), runs=sum(r.n for r in releases), names=names,
                          releases=releases, deltas=tuple(result.deltas),
-                         largest=tuple(c for _, c in ranked[:RELEASE_CHANGES]))
+                         largest=tuple(c for _, c in ranked[:RELEASE_CHANGES]),
+                         families=tuple(result.families))
 
 
 def _interval(c: Change) -> str:
@@ -135,6 +138,20 @@ def _interval(c: Change) -> str:
 def _verdict(c: Change) -> str:
     v = c.verdict or ""
     return f"<b>{esc(v)}</b>" if v in ("faster", "slower") else esc(v)
+
+
+def _holm(c: Change) -> str:
+    """A change's verdict after Holm's step-down over its family; ``–`` in no family."""
+    v = c.holm
+    if v is None:
+        return "–"
+    return f"<b>{esc(v)}</b>" if v in ("faster", "slower") else esc(v)
+
+
+def _families(m: ReleasesBlock) -> str:
+    """Per family of changes, how many were resolved on their own and after Holm."""
+    return " ".join(esc(f.statement()[0].upper() + f.statement()[1:] + ".")
+                    for f in m.families)
 
 
 def chart(m: ReleasesBlock, title: str) -> str:
@@ -211,22 +228,23 @@ def draw(section: Releases) -> str:
         for dl in m.deltas:
             c = dl.time_to_ready
             pair_rows.append([esc(f"{m.names[dl.from_]} → {m.names[dl.to]}"),
-                              signed(c.delta), _interval(c), _verdict(c)])
+                              signed(c.delta), _interval(c), _verdict(c), _holm(c)])
             for b, s in [*dl.stages.items(), (TOTAL, c)]:
                 csv_changes.append({"measurement": m.name, "from": dl.from_,
                                     "to": dl.to, "stage": b, "delta_s": s.delta,
                                     "low_s": s.low, "high_s": s.high,
-                                    "verdict": s.verdict})
+                                    "verdict": s.verdict, "verdict_after_holm": s.holm})
         for sc in m.largest:
             change_rows.append([esc(f"{m.names[sc.from_]} → {m.names[sc.to]}"),
                                 esc(label(sc.stage)), signed(sc.change.delta),
-                                _interval(sc.change), _verdict(sc.change)])
+                                _interval(sc.change), _verdict(sc.change), _holm(sc.change)])
         if pair_rows:
             tables += table(["from → to", "time to ready change s", "95 % interval s",
-                             "verdict"], pair_rows, numeric_to=3,
+                             "verdict", "after Holm"], pair_rows, numeric_to=3,
                             caption="time to ready, from each release to the next: to − from")
         if change_rows:
-            tables += table(["from → to", "stage", "change s", "95 % interval s", "verdict"],
+            tables += table(["from → to", "stage", "change s", "95 % interval s", "verdict",
+                             "after Holm"],
                             change_rows, numeric_from=2, numeric_to=4,
                             caption=f"the {len(change_rows)} largest stage changes between "
                                     "consecutive releases, to − from, whatever their verdict")
@@ -240,7 +258,9 @@ def draw(section: Releases) -> str:
                 "min–max). The changes are the numbers of <code>coldscope releases</code> for "
                 "these runs: to − from, with Welch's 95 % interval; faster or slower only when "
                 "the whole interval is on one side of 0 and the change is at least max(0.05 s, "
-                "1 % of time to ready), else unresolved.")
+                "1 % of time to ready), else unresolved. Read together, a family's verdicts "
+                "count only where they survive Holm's step-down (family-wise 5 %; the "
+                "<i>after Holm</i> column). ") + _families(m)
         unknown = sorted({b for r in rels for b in r.unknown})
         if unknown:
             note += esc(" Not known in every run, so left out of the bars: "
