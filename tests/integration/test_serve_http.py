@@ -215,8 +215,8 @@ def test_http_api_answers_like_the_cli(serve: Serve) -> None:
          "--startup-model", str(serve.startup_model), "--store", store, "--json"])
     hint = serve.client.get("/v1/scale-hint", params={"model": "tiny-llama", "rate": 0.5,
                                                       "sla_p99_ttft": "2s"}).json()
-    assert hint["startup_source"].startswith("observed: median to P90 of 1 stored")
-    assert hint["startup_s"]["low"] == next(
+    assert hint["startup_source"].startswith("stored start-ups of tiny-llama: 1 measured")
+    assert hint["source"] == "observed" and hint["startup_s"]["p50"] == next(
         r["time_to_ready_s"] for r in runs if r["model"]["name"] == "tiny-llama")
     spec = serve.client.get("/openapi.json").json()
     assert "/v1/scale-hint" in spec["paths"]

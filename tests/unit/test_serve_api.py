@@ -147,7 +147,7 @@ def test_token_guards_everything(tmp_path: Path) -> None:
     spec = client.get("/openapi.json", headers={"Authorization": "Bearer s3cret"}).json()
     assert {"/v1/predict", "/v1/plan", "/v1/runs", "/v1/runs/{run_id}", "/v1/scale-hint",
             "/metrics"} <= set(spec["paths"])
-    for path, method, schema in [("/v1/scale-hint", "get", "ScaleHint"),
+    for path, method, schema in [("/v1/scale-hint", "get", "ScaleHintAnswer"),
                                  ("/v1/plan", "post", "PlanReport"),
                                  ("/v1/runs/{run_id}", "get", "Run")]:
         content = spec["paths"][path][method]["responses"]["200"]["content"]
@@ -236,35 +236,40 @@ def test_a_failed_startup_is_stored_failed(service: Service, tmp_path: Path) -> 
 
 def test_scale_hint_uses_the_prediction_or_the_observed_startups(
         service: Service, startup_model: Path) -> None:
-    from coldscope.planning import ScaleHintRequest, scale_hint
+    import math
+    from statistics import NormalDist
     client = TestClient(create_app(service))
     query = {"model": "llama-2-7b-hf", "rate": 3.0, "sla_p99_ttft": "2s"}
     hint = client.get("/v1/scale-hint", params=query).json()
     predicted = _cli_json(["predict", str(CONFIGS / "llama-2-7b-hf"), "--startup-model",
                            str(startup_model), "--json"])
-    features = _cli_json(["features", str(CONFIGS / "llama-2-7b-hf"), "--json"])
-    direct = scale_hint(ScaleHintRequest(rate_rps=3.0, sla_p99_ttft="2s",
-                                         startup_s=predicted["interval"],
-                                         params=str(features["params"]))).model_dump(mode="json")
     assert hint["startup_source"].startswith("startup model prediction for llama-2-7b-hf")
-    assert {k: v for k, v in hint.items() if k != "startup_source"} == \
-        {k: v for k, v in direct.items() if k != "startup_source"}
-    assert hint["startup_s"] == predicted["interval"] and hint["warm_replicas"] >= 1
+    assert hint["source"] == "predicted" and hint["warnings"] == predicted["warnings"]
+    # the prediction read as a log-normal: median the total, the interval's wider side the
+    # spread at its level (docs/autoscale.md)
+    total, low, high = (predicted["total_s"], predicted["interval"]["low"],
+                        predicted["interval"]["high"])
+    z = NormalDist().inv_cdf
+    sigma = max(math.log(total / low), math.log(high / total)) / z(0.5 + predicted["level"] / 2)
+    assert hint["startup_s"]["p50"] == pytest.approx(total)
+    assert hint["scale_ahead_s"] == pytest.approx(total * math.exp(sigma * z(0.9)))
+    assert hint["desired_replicas"] == hint["warm_replicas"] == 2  # ceil(3 / 2.0 req/s)
 
     assert service.watcher is not None
     service.watcher.poll_once()  # two tiny-llama start-ups stored: 124 s and 85 s or so
     ttrs = sorted(r["time_to_ready_s"] for r in client.get("/v1/runs").json()["runs"])
     observed = client.get("/v1/scale-hint", params={**query, "model": "tiny-llama",
                                                     "rate": 0}).json()
-    assert observed["startup_s"]["low"] == pytest.approx(sum(ttrs) / 2)
-    assert observed["startup_s"]["high"] == pytest.approx(ttrs[0] + 0.9 * (ttrs[1] - ttrs[0]))
-    assert observed["startup_source"].startswith("observed: median to P90 of 2")
+    assert observed["startup_s"]["p50"] == pytest.approx(sum(ttrs) / 2)
+    assert observed["startup_s"]["p90"] == pytest.approx(ttrs[0] + 0.9 * (ttrs[1] - ttrs[0]))
+    assert observed["startup_source"].startswith("stored start-ups of tiny-llama: 2 measured")
+    assert observed["warnings"][0].startswith("only 2 observed start-ups (fewer than 5)")
     assert observed["warm_floor"] == 1  # a 100 s cold start breaks a 2 s SLA from zero
 
     r = client.get("/v1/scale-hint", params={**query, "model": "nobody-knows"})
-    assert r.status_code == 400 and "no start-up known" in r.json()["error"]
+    assert r.status_code == 404 and "no start-up known" in r.json()["error"]
     r = client.get("/v1/scale-hint", params={**query, "sla_p99_ttft": "soon"})
-    assert r.status_code == 400 and "\n" not in r.json()["error"]
+    assert r.status_code == 422 and "\n" not in r.json()["error"]
     r = client.get("/v1/scale-hint", params={**query, "rate": -1})
     assert r.status_code == 422 and r.json() == {
         "error": "query.rate: Input should be greater than or equal to 0"}

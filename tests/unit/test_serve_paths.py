@@ -365,12 +365,12 @@ def test_a_features_json_document_out_of_bounds_is_one_line(tmp_path: Path,
 
 
 @pytest.mark.parametrize("query, status, message", [
-    ({"replica_rps": 1e-300}, 400,
-     "scale-hint query: replica_rps: Input should be greater than or equal to 0.001"),
-    ({"sla_p99_ttft": "1e300s"}, 400, "sla_p99_ttft must be 1 ms to 24 h, not '1e300s'"),
-    ({"sla_p99_ttft": "1e-300s"}, 400, "sla_p99_ttft must be 1 ms to 24 h, not '1e-300s'"),
-    ({"rate": 1e6, "replica_rps": 0.5}, 400,
-     "rate_rps / replica_rps asks for more than 1,000,000 replicas (rate 1e+06 req/s, one "
+    ({"replica_rps": 1e-300}, 422,
+     "query.replica_rps: Input should be greater than or equal to 0.001"),
+    ({"sla_p99_ttft": "1e300s"}, 422, "sla_p99_ttft must be 1 ms to 24 h, not '1e300s'"),
+    ({"sla_p99_ttft": "1e-300s"}, 422, "sla_p99_ttft must be 1 ms to 24 h, not '1e-300s'"),
+    ({"rate": 1e6, "replica_rps": 0.5}, 422,
+     "rate / replica_rps asks for more than 1,000,000 replicas (rate 1e+06 req/s, one "
      "replica 0.5 req/s); check both"),
 ])
 def test_scale_hint_numbers_are_bounded(tmp_path: Path, startup_model: Path, query: dict,

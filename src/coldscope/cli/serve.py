@@ -71,6 +71,34 @@ from coldscope.util.errors import ColdscopeError
                    "biggest is failed).")
 @click.option("--max-replicas", default=512, show_default=True, type=click.IntRange(1),
               help="Distinct replica label values in the metrics (then 'other').")
+@click.option("--advise", "advise", multiple=True, metavar="MODEL",
+              help="Keep coldscope_desired_replicas{model=MODEL} and "
+                   "coldscope_scale_ahead_seconds on /metrics from the scale advisor, ticked "
+                   "on the rate --rate-query gives (repeatable; needs --sla-p99-ttft and "
+                   "--prometheus). MODEL is named as /v1/scale-hint's model.")
+@click.option("--sla-p99-ttft", "sla_p99_ttft", default=None, metavar="DURATION",
+              help="P99 TTFT SLA of the --advise models (2s, 500ms): their warm floor.")
+@click.option("--prometheus", default=None, metavar="URL",
+              help="Prometheus to ask the --advise models' request rate (its /api/v1/query).")
+@click.option("--rate-query", default=None, metavar="PROMQL",
+              help="PromQL giving one --advise model's request rate (req/s); {model} is "
+                   "replaced by its name. Default: "
+                   "sum(rate(vllm:request_success_total{model_name=\"{model}\"}[1m])).")
+@click.option("--advise-interval", default=5.0, show_default=True,
+              type=click.FloatRange(0.5, 3600),
+              help="Seconds between two ticks of the --advise models.")
+@click.option("--replica-rps", default=None, type=click.FloatRange(1e-3, 1e6),
+              help="Requests/s one replica of an --advise model serves within the SLA "
+                   "(default: the planner profile's).")
+@click.option("--advise-source", type=click.Choice(["auto", "observed", "predicted"]),
+              default="auto", show_default=True,
+              help="The start-up the --advise models plan with: stored runs, the prediction, "
+                   "or the runs when there are 5 or more.")
+@click.option("--keda-grpc", "keda_grpc", default=None, type=click.IntRange(1, 65535),
+              metavar="PORT",
+              help="Also serve KEDA's external scaler (gRPC externalscaler.ExternalScaler) on "
+                   "this port of --host, answering from the --advise models' decisions "
+                   "(needs coldscope[keda]).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)
 def serve(host: str, port: int, store_path: str | None, startup_model: str | None,
@@ -79,13 +107,16 @@ def serve(host: str, port: int, store_path: str | None, startup_model: str | Non
           max_body: int, request_timeout: float, workers: int, request_memory: int,
           max_header_bytes: int, header_timeout: float,
           body_timeout: float, max_watch_bytes: int, max_replicas: int,
-          log_level: str) -> None:
+          advise: tuple[str, ...], sla_p99_ttft: str | None, prometheus: str | None,
+          rate_query: str | None, advise_interval: float, replica_rps: float | None,
+          advise_source: str, keda_grpc: int | None, log_level: str) -> None:
     """Serve start-up metrics, stored runs, predictions, plans and scale hints over HTTP,
     watching engine logs for start-ups (Ctrl-C stops it)."""
     import re
 
     import uvicorn
 
+    from coldscope.serve.advise import Advice
     from coldscope.serve.app import create_app
     from coldscope.serve.protocol import bounded_h11
     from coldscope.serve.service import ServeConfig, Service
@@ -94,6 +125,14 @@ def serve(host: str, port: int, store_path: str | None, startup_model: str | Non
             re.compile(replica_label)
         except re.error as exc:
             raise ColdscopeError(f"--replica-label is not a regular expression: {exc}") from None
+    _check_advise(advise, sla_p99_ttft, prometheus, rate_query, replica_rps, advise_source)
+    if keda_grpc is not None:
+        if not advise:
+            raise ColdscopeError("--keda-grpc answers from the --advise models: give at least "
+                                 "one --advise MODEL (with --sla-p99-ttft and --prometheus)")
+        if keda_grpc == port:
+            raise ColdscopeError(f"--keda-grpc {keda_grpc} is also serve's HTTP --port")
+        from coldscope.integrations import keda  # a missing extra is one line, here
     token = _read_token(token_file) if token_file else None
     if not _is_loopback(host) and token is None:
         echo(f"warning: listening on {host} without --token-file: anyone who can reach "
@@ -108,9 +147,33 @@ def serve(host: str, port: int, store_path: str | None, startup_model: str | Non
                          poll_interval=poll_interval, model_roots=list(model_roots),
                          token=token, max_body_bytes=max_body, max_replicas=max_replicas,
                          request_timeout=request_timeout, max_watch_bytes=max_watch_bytes,
-                         workers=workers, request_memory=request_memory)
+                         workers=workers, request_memory=request_memory,
+                         advise=list(advise), sla_p99_ttft=sla_p99_ttft, prometheus=prometheus,
+                         advise_interval=advise_interval, replica_rps=replica_rps,
+                         advise_source=advise_source)
+    if rate_query is not None:
+        config.rate_query = rate_query
     service = Service(config)
-    app = create_app(service)
+    try:  # each --advise model's start-up is found now: a model it cannot advise on stops here
+        advice = Advice(service)
+        advice.prepare()
+    except BaseException:
+        service.workers.stop()
+        raise
+    keda_server = None
+    if keda_grpc is not None:
+        try:  # the advise loop's decisions, the same as /metrics' gauges
+            keda_server = keda.serve_keda(
+                keda_grpc, keda.provider_from(advice.decision, advice.models,
+                                              sla_p99_ttft_s=advice.sla_p99_ttft_s),
+                host=host)
+        except BaseException:
+            service.workers.stop()
+            raise
+        if not _is_loopback(host):
+            echo(f"warning: KEDA's gRPC scaler on {host}:{keda_grpc} has no token: anyone who "
+                 "can reach it can read the advised models' decisions", err=True)
+    app = create_app(service, advice)
     # h11 (not httptools): the only uvicorn protocol that bounds header size; ours adds a
     # header-read and a body-read timeout. A graceful shutdown waits 2 s at most for requests
     # in flight, so SIGTERM ends serve within a few seconds whatever they do.
@@ -119,9 +182,45 @@ def serve(host: str, port: int, store_path: str | None, startup_model: str | Non
         http=bounded_h11(header_timeout, max_header_bytes, body_timeout),
         h11_max_incomplete_event_size=max_header_bytes,
         timeout_graceful_shutdown=2))
-    server.run()
+    try:
+        server.run()
+    finally:
+        if keda_server is not None:
+            keda_server.stop(1.0).wait(5.0)
     if not server.started:
         raise ColdscopeError(f"could not serve on {host}:{port} (see the log above)")
+
+
+def _check_advise(advise: tuple[str, ...], sla: str | None, prometheus: str | None,
+                  rate_query: str | None, replica_rps: float | None, source: str) -> None:
+    """The --advise flags go together; each mistake is one line before anything starts."""
+    if not advise:
+        given = [flag for flag, value in (("--sla-p99-ttft", sla), ("--prometheus", prometheus),
+                                          ("--rate-query", rate_query),
+                                          ("--replica-rps", replica_rps)) if value is not None]
+        if given or source != "auto":
+            raise ColdscopeError(f"{(given or ['--advise-source'])[0]} is for --advise MODEL: "
+                                 "give the models to keep gauges of")
+        return
+    if sla is None:
+        raise ColdscopeError("--advise needs --sla-p99-ttft (e.g. 2s): the warm floor is "
+                             "kept for it")
+    if prometheus is None:
+        raise ColdscopeError("--advise needs --prometheus URL: the request rate comes from a "
+                             "PromQL query (--rate-query); the watched logs show start-ups, "
+                             "not requests")
+    from coldscope.planning.hint import sla_seconds
+    from coldscope.serve.advise import check_url
+    try:
+        sla_seconds(sla)
+    except ColdscopeError as exc:
+        raise ColdscopeError(f"--sla-p99-ttft: {exc}") from None
+    check_url(prometheus)
+    if rate_query is not None and (not rate_query.strip() or len(rate_query) > 4096):
+        raise ColdscopeError("--rate-query must be a PromQL expression (1-4096 characters)")
+    for model in advise:
+        if not model.strip() or len(model) > 4096 or "\x00" in model:
+            raise ColdscopeError(f"--advise {model[:60]!r} is not a model name")
 
 
 class _CleanFormatter(logging.Formatter):

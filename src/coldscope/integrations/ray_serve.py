@@ -73,7 +73,9 @@ from difflib import get_close_matches
 from pathlib import Path
 from typing import Any, Protocol
 
-from coldscope.scaling import ScaleAdvisor, times_to_ready
+from coldscope.scaling import MIN_OBSERVED_RUNS, ScaleAdvisor, times_to_ready
+from coldscope.scaling.build import startup_inputs
+from coldscope.scaling.startup import PredictionLike
 from coldscope.util.errors import ColdscopeError
 
 #: Ray Serve's logger (``ray.serve._private.constants.SERVE_LOGGER_NAME``).
@@ -282,8 +284,9 @@ def advisor_from_kwargs(kwargs: Mapping[str, Any]) -> ScaleAdvisor:
                             sla_ttft_s=sla, **passed)
 
 
-def _startup(given: Mapping[str, Any], source: str) -> tuple[list[float], Any]:
-    """The measured start-ups and the prediction the advisor chooses from."""
+def _startup(given: Mapping[str, Any], source: Any) -> tuple[list[float], Any]:
+    """The measured start-ups and the prediction the advisor chooses from, each fetched
+    only when the source rule uses it (``scaling.build.startup_inputs``)."""
     if "observed_s" in given and "store" in given:
         raise ColdscopeError("ColdscopePolicy takes observed_s or store, not both")
     model = given.get("model")
@@ -309,24 +312,34 @@ def _startup(given: Mapping[str, Any], source: str) -> tuple[list[float], Any]:
     if "cache" in given and "store" not in given:
         raise ColdscopeError("ColdscopePolicy cache filters the store's runs: give store too")
     model_path = None if model is None else _model_path(model, given.get("model_root"))
-    observed: list[float] = []
+    listed: list[float] | None = None
     if "observed_s" in given:
         with _about("observed_s"):
-            observed = _seconds_list(given["observed_s"])
-    elif "store" in given and source != "predicted":
+            listed = _seconds_list(given["observed_s"])
+
+    def read_observed() -> list[float]:
+        if listed is not None:
+            return listed
         with _about("store"):
             from coldscope.planning.planner import stored_runs
-            observed = times_to_ready(stored_runs(given["store"], str(model_path),
-                                                  given.get("cache")))
-            if not observed and ("startup_model" not in given or source == "observed"):
+            runs = times_to_ready(stored_runs(given["store"], str(model_path),
+                                              given.get("cache")))
+            if not runs and ("startup_model" not in given or source == "observed"):
                 raise ColdscopeError(f"store {given['store']!r} has no finished start-up of "
                                      f"model {model!r}")
-    prediction = None
-    if "startup_model" in given and source != "observed":
+            return runs
+
+    def predict() -> PredictionLike:
         with _about("startup_model"):
             import coldscope
-            prediction = coldscope.predict(given["startup_model"], str(model_path))
-    return observed, prediction
+            return coldscope.predict(given["startup_model"], str(model_path))
+
+    min_runs = given.get("min_runs", MIN_OBSERVED_RUNS)
+    with _about("ColdscopePolicy"):
+        return startup_inputs(
+            source, observed=read_observed if {"observed_s", "store"} & set(given) else None,
+            predict=predict if "startup_model" in given else None,
+            min_runs=min_runs if type(min_runs) is int else MIN_OBSERVED_RUNS)
 
 
 def config_warnings(config: object, advisor: ScaleAdvisor) -> tuple[str, ...]:

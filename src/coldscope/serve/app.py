@@ -21,7 +21,7 @@ import hmac
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Body, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -32,8 +32,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coldscope import __version__
 from coldscope.core.records import Run
-from coldscope.planning.hint import ScaleHint
 from coldscope.planning.result import PlanReport
+from coldscope.serve.advise import Advice, BadQuery, HintKey, ScaleHintAnswer, check_query
 from coldscope.serve.service import NotConfigured, NotFound, Service, Unavailable
 from coldscope.serve.workers import TooSlow
 from coldscope.util.errors import ColdscopeError
@@ -129,15 +129,20 @@ async def _reply(send: Send, status: int, body: dict[str, str],
     await send({"type": "http.response.body", "body": data})
 
 
-def create_app(service: Service) -> FastAPI:
-    """The app; starting it (its lifespan) starts the watcher, stopping it stops it."""
+def create_app(service: Service, advice: Advice | None = None) -> FastAPI:
+    """The app; starting it (its lifespan) starts the watcher and the ``--advise`` loop,
+    stopping it stops them. ``advice`` (``serve.advise``; built here when not given) answers
+    /v1/scale-hint and keeps the gauges; it is ``app.state.advice``."""
+    advice = Advice(service) if advice is None else advice
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         service.start()
         try:
+            advice.start()
             yield
         finally:
+            advice.stop()
             service.stop()
 
     app = FastAPI(title="coldscope serve", version=__version__, lifespan=lifespan,
@@ -158,6 +163,11 @@ def create_app(service: Service) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         # one line, like every other error, instead of FastAPI's list of details
+        if request.url.path == "/v1/scale-hint":
+            try:  # a misspelt parameter is the mistake to name, before the value it lacks
+                check_query(request.query_params.multi_items())
+            except BadQuery as unknown:
+                return JSONResponse({"error": str(unknown)}, status_code=422)
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ())) or "request"
         return JSONResponse({"error": f"{where}: {first.get('msg', 'invalid')}"},
@@ -205,21 +215,46 @@ def create_app(service: Service) -> FastAPI:
     async def startups() -> JSONResponse:
         return JSONResponse({"startups": await work(service.in_progress, what="startups")})
 
-    @app.get("/v1/scale-hint", summary="warm replicas needed now, by the planner's SLA search",
-             responses=_doc(ScaleHint))
-    async def scale_hint(model: str = Query(..., max_length=4096),
-                         rate: float = Query(..., ge=0, description="request rate now, req/s"),
-                         sla_p99_ttft: str = Query(..., max_length=32,
+    @app.get("/v1/scale-hint", summary="replicas to have now: the scale advisor's first tick at "
+                                        "this rate (coldscope.ScaleAdvisor)",
+             responses={**_doc(ScaleHintAnswer),
+                        404: {"description": "nothing known of the model"},
+                        409: {"description": "needs a serve option (--startup-model, "
+                                             "--model-root)"},
+                        422: {"description": "a bad query: an unknown or repeated parameter, a "
+                                             "bad value, an ambiguous model name"}})
+    async def scale_hint(request: Request,
+                         model: str = Query(..., min_length=1, max_length=4096, description=(
+                             "a stored model's name or a directory under a --model-root; case, "
+                             "- and _ ignored when no name matches exactly")),
+                         rate: float = Query(..., ge=0, le=1e6, allow_inf_nan=False,
+                                             description="request rate now, req/s"),
+                         sla_p99_ttft: str = Query(..., min_length=1, max_length=32,
                                                    description="P99 TTFT SLA, e.g. 2s"),
-                         gpu: str | None = Query(None, max_length=64),
-                         replica_rps: float | None = Query(None, gt=0),
-                         params: str | None = Query(None, max_length=32, description=(
+                         replica_rps: float | None = Query(
+                             None, ge=1e-3, le=1e6, allow_inf_nan=False,
+                             description="requests/s one replica serves within the SLA "
+                                         "(default: the profile's)"),
+                         gpu: str | None = Query(None, min_length=1, max_length=64),
+                         params: str | None = Query(None, min_length=1, max_length=32,
+                                                    description=(
                              "parameter count (70B), used when no start-up of the model is "
-                             "known"))
+                             "known")),
+                         source: Literal["auto", "observed", "predicted"] = Query(
+                             "auto", description="the start-up to plan with: the stored runs, "
+                                                 "the prediction, or auto (runs when >= 5)")
                          ) -> JSONResponse:
-        return JSONResponse(await work(service.scale_hint, model, rate, sla_p99_ttft, gpu=gpu,
-                                       replica_rps=replica_rps, params=params,
-                                       what="scale-hint"))
+        check_query(request.query_params.multi_items())
+        key = HintKey(model, sla_p99_ttft, source, replica_rps, gpu, params)
+        try:
+            basis = advice.cached(key)  # after the first call: no thread, nothing read
+            if basis is None:
+                basis = await work(advice.basis, key, what="scale-hint")
+            return JSONResponse(advice.hint(basis, rate))
+        except (BadQuery, NotFound, NotConfigured, Unavailable):
+            raise
+        except ColdscopeError as exc:  # any other mistake in the query: one status for all
+            raise BadQuery(str(exc)) from None
 
     @app.get("/metrics", summary="Prometheus metrics")
     async def metrics() -> Response:
@@ -236,6 +271,7 @@ def create_app(service: Service) -> FastAPI:
         return {"ok": True, "watching": len(watcher.tails) if watcher else 0,
                 "stored": service.stored, "watch_errors": service.errors()}
 
+    app.state.advice = advice
     app.add_middleware(Guard, token=service.config.token,
                        max_body_bytes=service.config.max_body_bytes,
                        observe=service.metrics.observe_request)
@@ -255,6 +291,8 @@ def _doc(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:
 
 
 def _status_of(exc: ColdscopeError) -> int:
+    if isinstance(exc, BadQuery):
+        return 422
     if isinstance(exc, NotFound):
         return 404
     if isinstance(exc, NotConfigured):

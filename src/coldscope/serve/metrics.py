@@ -266,12 +266,36 @@ class StartupMetrics:
             "Seconds serve took to answer, by route (from the request's arrival in the app to "
             "its last byte handed to the server; the network and the client not included)",
             ["route"], buckets=HTTP_BUCKETS, registry=None)
+        # serve --advise (serve.advise): one series per advised model (a flag each: bounded)
+        self.desired_replicas = Gauge(
+            "coldscope_desired_replicas",
+            "Replicas (running + starting) the scale advisor asks for now, per --advise model: "
+            "KEDA's metrics-api (format: prometheus, targetValue 1) or prometheus-adapter "
+            "scales to it", ["model"], registry=None)
+        self.scale_ahead_seconds = Gauge(
+            "coldscope_scale_ahead_seconds",
+            "The cold path (p90, seconds) the advisor scales ahead by, per --advise model",
+            ["model"], registry=None)
+        self.advise_rate = Gauge(
+            "coldscope_advise_rate_rps",
+            "The request rate (requests/s) the --rate-query gave at the last tick",
+            ["model"], registry=None)
+        self.advise_last_tick = Gauge(
+            "coldscope_advise_last_tick_timestamp_seconds",
+            "Unix time of the last tick that set the advice gauges (a failed query sets none)",
+            ["model"], registry=None)
+        self.advise_errors = Counter(
+            "coldscope_advise_errors",
+            "Ticks that failed (Prometheus unreachable, a bad answer), per --advise model",
+            ["model"], registry=None)
         # the rest are small (bounded by models, routes and findings): prometheus_client
         # renders them on each scrape, from a registry of their own
         self._rest = CollectorRegistry(auto_describe=True)
         rest: list[Collector] = [self.startups, self.findings, self.predicted,
                                  self.prediction_error, self.prediction_abs_error,
-                                 self.prediction_inside, self.http_seconds]
+                                 self.prediction_inside, self.http_seconds,
+                                 self.desired_replicas, self.scale_ahead_seconds,
+                                 self.advise_rate, self.advise_last_tick, self.advise_errors]
         if in_progress is not None:
             rest.append(_WatcherState(in_progress, self.replica, errors or (lambda: 0),
                                       dropped or dict))
@@ -317,6 +341,17 @@ class StartupMetrics:
 
     def observe_request(self, route: str, seconds: float) -> None:
         self.http_seconds.labels(route).observe(seconds)
+
+    def set_advice(self, model: str, desired_replicas: int, scale_ahead_s: float,
+                   rate_rps: float, at: float) -> None:
+        """One --advise tick's gauges (``serve.advise.AdviseLoop``)."""
+        self.desired_replicas.labels(model).set(desired_replicas)
+        self.scale_ahead_seconds.labels(model).set(scale_ahead_s)
+        self.advise_rate.labels(model).set(rate_rps)
+        self.advise_last_tick.labels(model).set(at)
+
+    def advise_error(self, model: str) -> None:
+        self.advise_errors.labels(model).inc()
 
     def set_prediction(self, model_name: str, total_s: float) -> None:
         self.predicted.labels(self.model(model_name)).set(total_s)

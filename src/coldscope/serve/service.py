@@ -1,5 +1,6 @@
 """What ``coldscope serve`` does, apart from HTTP: watch logs, store runs, keep metrics, and
-answer predict / plan / runs / scale-hint questions with the same functions as the CLI.
+answer predict / plan / runs questions with the same functions as the CLI (scale hints and
+``--advise``: ``serve.advise``).
 
 One ``Service`` per process. The watcher's polling thread finds start-ups; one storing thread
 builds each finished one's run, writes it (the only writer of the store) and updates the
@@ -41,7 +42,6 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from coldscope.core.records import Run
-from coldscope.ingest.logfiles import percentile
 from coldscope.prediction.core import MAX_CAPTURE_SIZES, MAX_STORAGE_BPS, MIN_STORAGE_BPS
 from coldscope.prediction.features import values_withheld
 from coldscope.prediction.startup_model import StartupModel, predict_json
@@ -64,6 +64,9 @@ __all__ = ["NotConfigured", "NotFound", "Sandbox", "ServeConfig", "Service", "Un
 MAX_PATH_CHARS = 4096
 #: Most entries a model directory may have (each is checked before anything is read).
 MAX_MODEL_DIR_ENTRIES = 10_000
+#: ``--rate-query``'s default: vLLM's finished requests per second over the last minute, of the
+#: model ``{model}`` (``serve.advise``).
+DEFAULT_RATE_QUERY = 'sum(rate(vllm:request_success_total{model_name="{model}"}[1m]))'
 #: Most finished start-ups waiting to be stored (past it they are dropped, logged, counted).
 MAX_STORE_QUEUE = 1000
 
@@ -96,6 +99,14 @@ class ServeConfig:
     max_watch_bytes: int = MAX_HELD_BYTES  # text all running start-ups may hold together
     workers: int = 4  # heavy requests at once, each in its own process (more: 503 at once)
     request_memory: int = REQUEST_MEMORY_BYTES  # bytes one heavy request's process may add
+    # --advise: gauges of desired replicas per model, the rate from Prometheus (serve.advise)
+    advise: list[str] = field(default_factory=list)
+    sla_p99_ttft: str | None = None
+    prometheus: str | None = None
+    rate_query: str = DEFAULT_RATE_QUERY
+    advise_interval: float = 5.0
+    replica_rps: float | None = None
+    advise_source: str = "auto"
 
 
 class Service:
@@ -294,7 +305,7 @@ class Service:
         if not isinstance(target, Mapping):
             raise ColdscopeError("features must be a JSON object (a features document) or a "
                                  "path under a --model-root")
-        return _finite(predict_json(self.startup_model, target, **options))
+        return finite(predict_json(self.startup_model, target, **options))
 
     def plan(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """``plan --json`` for plan options given by their CLI names, in a process of its own.
@@ -310,29 +321,6 @@ class Service:
                 check_path_name(self.model_roots, options[key], key)
         return self.workers.isolated(_plan_job, self.sandbox, options,
                                      timeout=self.config.request_timeout, what="plan")
-
-    def scale_hint(self, model: str, rate: float, sla: str, *, gpu: str | None = None,
-                   replica_rps: float | None = None,
-                   params: str | None = None) -> dict[str, Any]:
-        """The warm replicas the planner's SLA rule asks for now
-        (``coldscope.planning.scale_hint``), and the start-up it used: the startup model's
-        prediction for ``model`` (a directory under a --model-root) when there is one, else
-        the observed start-ups of ``model`` in the store (median to P90), else the planner's
-        budget for ``params``. A prediction reads model files: then in a process of its own."""
-        from coldscope.planning import ScaleHintRequest
-        from coldscope.planning.hint import sla_seconds
-        query = {"rate_rps": rate, "sla_p99_ttft": sla, "gpu": gpu,
-                 "replica_rps": replica_rps, "params": params}
-        try:  # the numbers are checked before anything is read or started
-            ScaleHintRequest(**query)
-        except ValidationError as exc:
-            raise validation_error(exc, "scale-hint query") from None
-        sla_seconds(sla)
-        if self.startup_model is not None and self.model_roots:
-            return self.workers.isolated(_scale_hint_job, self.sandbox, model, query,
-                                         timeout=self.config.request_timeout,
-                                         what="scale-hint")
-        return _scale_hint_job(self.sandbox, model, query)
 
     def runs(self, status: str | None = None, cache: str | None = None,
              label: str | None = None) -> dict[str, Any]:
@@ -376,10 +364,6 @@ class Service:
                         "seconds_since_first_line": round(now - s.first_seen, 3),
                         "lines": len(s.lines), "stages_so_far": tl["stages"]})
         return out
-
-    def observed_startup(self, model: str) -> dict[str, float] | None:
-        """{low: median, high: P90} of the stored time to ready of ``model`` (by name)."""
-        return _observed_startup(self.store_path, model)
 
 
 # -- the one rule for request paths --------------------------------------------------------------
@@ -482,7 +466,7 @@ def _predict_job(sandbox: Sandbox, name: str, given: str,
     assert sandbox.startup_model is not None
     with sandbox.bounds():
         target = resolve_path(sandbox.roots, given, name)
-        return _finite(predict_json(sandbox.startup_model, str(target), **options))
+        return finite(predict_json(sandbox.startup_model, str(target), **options))
 
 
 def _plan_job(sandbox: Sandbox, options: dict[str, Any]) -> dict[str, Any]:
@@ -504,67 +488,9 @@ def _plan_job(sandbox: Sandbox, options: dict[str, Any]) -> dict[str, Any]:
         except ValidationError as exc:
             raise validation_error(exc, "plan request") from None
         try:
-            return _finite(plan(request).to_json())
+            return finite(plan(request).to_json())
         except ColdscopeError as exc:
             raise ColdscopeError(_withhold_quotes(str(exc), named)) from None
-
-
-def _scale_hint_job(sandbox: Sandbox, model: str, query: dict[str, Any]) -> dict[str, Any]:
-    """/v1/scale-hint (``Service.scale_hint``): the start-up from a prediction, the store or
-    ``params``, then ``planning.scale_hint``."""
-    from coldscope.planning import ScaleHintRequest, scale_hint
-    startup, source, params = None, None, query.get("params")
-    if sandbox.startup_model is not None and sandbox.roots:
-        with sandbox.bounds():
-            try:
-                path: Path | None = resolve_path(sandbox.roots, model, "model")
-            except ColdscopeError:
-                path = None  # not a model under a root: the store or params answer
-            if path is not None:
-                from coldscope.prediction.features import model_features
-                features = model_features(path)
-                prediction = predict_json(sandbox.startup_model, features)
-                startup = _interval_dict(prediction["interval"])
-                source = (f"startup model prediction for {path.name} (its "
-                          f"{prediction.get('level', 0.9):.0%} interval)")
-                params = params or str(features.params)
-    if startup is None:
-        observed = _observed_startup(sandbox.store_path, model)
-        if observed is not None:
-            startup = {"low": observed["low"], "high": observed["high"]}
-            source = (f"observed: median to P90 of {observed['n']:.0f} stored start-up(s) of "
-                      f"{Path(model).name}")
-    if startup is None and params is None:
-        raise ColdscopeError(f"no start-up known for model {model!r}: no prediction (needs "
-                             "--startup-model and the model under a --model-root), no "
-                             "stored start-up of it, and no params given")
-    try:
-        request = ScaleHintRequest(**{**query, "params": params, "startup_s": startup})
-    except ValidationError as exc:
-        raise validation_error(exc, "scale-hint query") from None
-    hint = scale_hint(request).model_dump(mode="json")
-    if source is not None:
-        hint["startup_source"] = source
-    return _finite(hint)
-
-
-def _observed_startup(store_path: Path, model: str) -> dict[str, float] | None:
-    """{low: median, high: P90, n} of the stored time to ready of ``model`` (by name)."""
-    from coldscope.store.db import Store
-    if not store_path.exists():
-        return None
-    try:
-        with Store(store_path, create=False) as store:
-            runs = store.runs("ok")
-    except ColdscopeError as exc:
-        raise Unavailable(str(exc)) from None
-    name = Path(model).name
-    ttrs = [r.time_to_ready_s for r in runs
-            if r.time_to_ready_s is not None and
-            (r.model.name == name or Path(r.model.path or "").name == name)]
-    if not ttrs:
-        return None
-    return {"low": percentile(ttrs, 0.5), "high": percentile(ttrs, 0.9), "n": len(ttrs)}
 
 
 def _predict_options(body: dict[str, Any]) -> dict[str, Any]:
@@ -597,7 +523,7 @@ def _withhold_quotes(message: str, paths: Sequence[str]) -> str:
     return message
 
 
-def _finite(answer: dict[str, Any]) -> dict[str, Any]:
+def finite(answer: dict[str, Any]) -> dict[str, Any]:
     """An answer as JSON may hold it: a number that overflowed is null, as the CLI writes it."""
     result: dict[str, Any] = finite_or_none(answer)
     return result
@@ -608,10 +534,3 @@ _PREDICT_OPTIONS = ("capture_sizes", "storage_bandwidth", "page_cache")
 _PLAN_FILES = ("model", "profile", "traffic", "trace", "tiers")
 #: A quoted value in a message: 'x', "x" or a list [...] of them.
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"|\[[^\]]*\]")
-
-
-def _interval_dict(value: Any) -> dict[str, float]:
-    if isinstance(value, Mapping):
-        return {"low": float(value["low"]), "high": float(value["high"])}
-    return {"low": float(value[0]), "high": float(value[1])}
-
