@@ -136,7 +136,7 @@ def tune(command: Sequence[str] = (), store: Store | None = None, *,
          budget: int = DEFAULT_BUDGET, max_throughput_loss: float | None = None,
          allow_output_change: bool = False, timeout: float = DEFAULT_TIMEOUT_S,
          bundle: PathArg | None = None, engine_python: str | None = None,
-         on_line: Callable[[str], None] | None = None,
+         cold_evict: bool = True, on_line: Callable[[str], None] | None = None,
          on_start: Callable[[Run], None] | None = None,
          on_stage: Callable[[str, float], None] | None = None,
          on_measured: Callable[[TrialRequest, Measurement, bool], None] | None = None,
@@ -156,7 +156,10 @@ def tune(command: Sequence[str] = (), store: Store | None = None, *,
     differs from the default's; ``timeout``: seconds from launch to ready before a start-up
     fails; ``env``: extra environment for the engine; ``bundle``: a
     ``coldscope bundle`` file that seeds its configuration's caches; ``engine_python``: the
-    interpreter whose engine lists the knobs (default: the command's ``python``). The callbacks
+    interpreter whose engine lists the knobs (default: the command's ``python``);
+    ``cold_evict``: evict the model's and the engine's Python files from the page cache before
+    each start-up on empty caches, as on a new node (the result's ``baselines.cold_state``
+    says what the cold start-ups had). The callbacks
     feed live displays, as for ``profile``; ``on_measured(request, measurement, replayed)``
     after each start-up. Ctrl-C (or SIGTERM, SIGHUP) stops the engine and raises
     ``KeyboardInterrupt`` with the session resumable.
@@ -174,7 +177,8 @@ def tune(command: Sequence[str] = (), store: Store | None = None, *,
             command, store_path=store.path, env=env,
             budget=budget, max_throughput_loss=max_throughput_loss,
             allow_output_change=allow_output_change, timeout=timeout,
-            bundle=None if bundle is None else Path(bundle), engine_python=engine_python)
+            bundle=None if bundle is None else Path(bundle), engine_python=engine_python,
+            cold_evict=cold_evict)
     return ts.run_session(opened, store, on_line=on_line, on_start=on_start, on_stage=on_stage,
                           on_measured=on_measured)
 

@@ -58,6 +58,8 @@ def test_tune_real_engine_budget_6(tmp_path):
     mean = lambda ids: sum(ttr[i] for i in ids) / len(ids)  # noqa: E731
     cold, warm = doc["baselines"]["cold"]["runs"], doc["baselines"]["warm"]["runs"]
     assert cold == [base["id"]] and len(warm) >= 2
+    # the cold start-ups ran as on a new node: the model and the engine's Python evicted
+    assert doc["baselines"]["cold_state"] == "page cache evicted: model, engine python"
     assert best["runs"]  # the 2 start-ups left after the search confirm the winner
     assert best["time_to_ready_s"] == pytest.approx(mean(best["runs"]))
     assert doc["speedup"]["vs_cold"]["value"] == pytest.approx(mean(cold) / mean(best["runs"]))

@@ -370,7 +370,8 @@ def test_the_toy_engine_passes_tune_campaign_and_bundle(tmp_path, monkeypatch):
                "--scale", "0.01", "--toy"]
     store = Store(tmp_path / "s.db")
     # tune: the catalogue is the toy adapter's own, and the search runs on it
-    session = new_session(command, store_path=tmp_path / "s.db", budget=6, timeout=60)
+    session = new_session(command, store_path=tmp_path / "s.db", budget=6, timeout=60,
+                          cold_evict=False)  # keep this machine's page cache
     spec, d = session.spec, session.directory
     assert [k.name for k in spec.knobs] == ["toy_caches", "toy_eager"]
     active = ts.ActiveSession(spec, d)

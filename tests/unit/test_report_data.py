@@ -352,9 +352,12 @@ def test_tune_waterfall_steps_sum_from_baseline_to_best_per_stage():
         total = sum(s.saved[b] for s in w.steps[1:])
         assert total == pytest.approx(base.stages[b] - eager.stages[b]), b
     assert sum(s.saved_s for s in w.steps[1:]) == pytest.approx(76.0 - 33.0)
-    assert w.speedup == pytest.approx(76.0 / 33.0)
-    assert warm.throughput_ratio == pytest.approx(104.0 / 105.0)
-    assert w.best_throughput_ratio == pytest.approx(85.0 / 105.0)
+    # every ratio is against the warm default (t2: 50 s, 104 tokens/s), not the cold baseline
+    assert warm.reference and warm.throughput_vs_warm is None
+    assert base.throughput_vs_warm.value == pytest.approx(105.0 / 104.0)
+    assert eager.throughput_vs_warm.value == pytest.approx(85.0 / 104.0)
+    assert w.vs_warm.value == pytest.approx(50.0 / 33.0) and w.warm_runs == 1
+    assert w.vs_cold.value == pytest.approx(76.0 / 33.0)
     assert eager.description == "no compile" and not w.inferred
 
 
@@ -375,7 +378,7 @@ def test_tune_waterfall_without_the_session_file_reads_kept_changes_from_the_run
 def test_tune_waterfall_agrees_with_the_search_it_draws():
     """The search on the fake engine, its runs as the store keeps them, and tune's own
     ``waterfall`` for the kept steps: the chart starts at the session's baseline and ends at
-    its best, with the throughput ratio the search reported."""
+    its best, with its serving over the warm default's, from the measurements themselves."""
     from coldscope.tuning.report import waterfall
     from coldscope.tuning.search import Search
     from coldscope.tuning.session import SessionSpec, Trial
@@ -403,9 +406,9 @@ def test_tune_waterfall_agrees_with_the_search_it_draws():
     assert w.baseline_s == pytest.approx(outcome.cold.time_to_ready_s)
     assert w.best_s == pytest.approx(outcome.best_s)  # both from the confirmation runs
     assert list(w.best_knobs) == outcome.best_knobs
-    # the best's serving over the cold baseline's, from the measurements themselves
+    # the best's serving over the warm default's (every warm start-up: these steps name none)
     confirm = [m.throughput for r, m in measured if r.role == "confirm"]
-    cold = [m.throughput for r, m in measured if r.role == "baseline"]
-    assert w.best_throughput_ratio == pytest.approx(
-        (sum(confirm) / len(confirm)) / (sum(cold) / len(cold)))
+    warm = [m.throughput for r, m in measured if r.role == "warm" and m.ok]
+    assert w.steps[-1].throughput_vs_warm.value == pytest.approx(
+        (sum(confirm) / len(confirm)) / (sum(warm) / len(warm)))
     assert tuple(s.knobs for s in tune.waterfall("tune-1", runs).steps) == steps

@@ -68,8 +68,12 @@ def test_tables_show_trials_skipped_and_winner(tmp_path):
     con = Console(record=True, width=200)
     con.print(tune_tables(result))
     text = con.export_text()
-    # the two answers lead, each with its interval: running the default again, a new node
-    warm_at, cold_at = text.index("vs running the default again"), text.index("vs a new node")
+    # the two answers lead, each with its interval: running the default again, and the cold
+    # default, which is no new node here: the fake's measurements evicted nothing
+    warm_at = text.index("vs running the default again")
+    cold_at = text.index("vs empty engine caches (warm machine) (default, 3 cold start-ups)")
+    assert "new node" not in text and "the cold start-ups: engine caches empty, machine warm" \
+        in text
     assert warm_at < cold_at < text.index("tune tune-x")
     assert f"{78 / 50:.2f}x [" in text[warm_at:cold_at]  # the fake: 78 s warm, 50 s best
     assert f"{122 / 50:.2f}x [" in text[cold_at:]

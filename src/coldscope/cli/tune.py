@@ -63,14 +63,18 @@ def parse_fraction(text: str | None) -> float | None:
 @click.option("--engine-python", default=None,
               help="Interpreter whose engine to read the catalogue from (default: the command's "
                    "`python`, i.e. this one).")
+@click.option("--cold-evict/--no-cold-evict", default=True, show_default=True,
+              help="Before each start-up on empty caches, evict the model's and the engine's "
+                   "Python files from the page cache, as on a new node (--no-cold-evict: only "
+                   "the engine caches are empty, on a warm machine; the result says which).")
 @click.option("--quiet", is_flag=True, help="Do not echo the engine's output.")
 @store_option
 @json_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def tune(budget: int, max_loss: str | None, allow_output_change: bool, timeout: float,
          env_pairs: tuple[str, ...], bundle_file: str | None, resume: bool, session: str | None,
-         engine_python: str | None, quiet: bool, store_path: str | None, as_json: bool,
-         command: tuple[str, ...]) -> None:
+         engine_python: str | None, cold_evict: bool, quiet: bool, store_path: str | None,
+         as_json: bool, command: tuple[str, ...]) -> None:
     """Find the fastest start-up of an engine COMMAND (after `--`) on this machine, and prove it:
 
     coldscope tune --budget 16 -- python -m vllm.entrypoints.openai.api_server --model DIR
@@ -93,7 +97,7 @@ def tune(budget: int, max_loss: str | None, allow_output_change: bool, timeout: 
             command, store_path=store_file, env=parse_env(env_pairs), budget=budget,
             max_throughput_loss=parse_fraction(max_loss), allow_output_change=allow_output_change,
             timeout=timeout, bundle=Path(bundle_file) if bundle_file else None,
-            engine_python=engine_python)
+            engine_python=engine_python, cold_evict=cold_evict)
     spec = opened.spec
     if not as_json:
         console().print(session_banner(spec))

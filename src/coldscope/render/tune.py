@@ -2,10 +2,11 @@
 search runs, of the session and its start-ups), returning rich renderables; ``render(result)``
 draws a ``TuneResult`` with ``tune_tables``.
 
-The result leads with the two answers (against running the default again, against a new
-node), then the trial table, the knobs not tried, and the winner as a ready command line and
-environment. Text from the session (knob names, reasons, the engine's greedy output, the
-command) enters as ``terminal.plain``: never read as markup, cleaned of control sequences.
+The result leads with the two answers (against running the default again, against the
+default started cold: a new node when its page cache was evicted, ``cold_label``), then the
+trial table, the knobs not tried, and the winner as a ready command line and environment.
+Text from the session (knob names, reasons, the engine's greedy output, the command) enters as
+``terminal.plain``: never read as markup, cleaned of control sequences.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from coldscope.render import render
-from coldscope.tuning.report import TuneResult, VsBaseline
+from coldscope.tuning.report import TuneResult, VsBaseline, cold_label
 from coldscope.tuning.search import Measurement, TrialRequest
 from coldscope.tuning.session import SessionSpec
 from coldscope.tuning.verify import ROUNDS
@@ -43,9 +44,10 @@ def _pct(ratio: float | None) -> str:
 
 
 def headline_lines(result: TuneResult) -> list[str]:
-    """The two answers first: against running the default again (warm caches), and against a
-    new node (cold caches); then how the figures were measured and, with the stored runs,
-    the stages the winner's seconds come from."""
+    """The two answers first: against running the default again (warm caches), and against the
+    default on empty caches (a new node when the page cache was evicted, else a warm machine:
+    ``cold_label`` of ``baselines.cold_state``); then how the figures were measured and, with
+    the stored runs, the stages the winner's seconds come from."""
     best = f"{result.best.time_to_ready_s:.1f} s"
     vs_warm, vs_cold = result.speedup.vs_warm, result.speedup.vs_cold
     lines = []
@@ -56,9 +58,11 @@ def headline_lines(result: TuneResult) -> list[str]:
     elif vs_warm is not None:  # no warm start-up apart from the winner's own
         lines.append(f"vs running the default again: {vs_warm.note or _times(vs_warm)}")
     new_node = "with its caches shipped (coldscope bundle)" if result.best.seeded_caches else ""
-    lines.append(f"vs a new node (default, cold caches, {len(vs_cold.baseline)} start-ups): "
+    state = result.baselines.cold_state
+    lines.append(f"{cold_label(state)} (default, {len(vs_cold.baseline)} cold start-ups): "
                  f"{_times(vs_cold)} faster, {_s(result.baselines.cold.time_to_ready_s)} s -> "
                  f"{best} {new_node}".rstrip())
+    lines.append(f"  (the cold start-ups: {state})")
     if result.best.seeded_caches and result.best.cold_time_to_ready_s is not None:
         lines.append(f"  (the winner without its caches started in "
                      f"{result.best.cold_time_to_ready_s:.1f} s, one start-up)")

@@ -101,10 +101,11 @@ def store_features(runs: Sequence[Run], progress: Progress | None = None,
 def tune_decisions(store_path: Path, runs: Sequence[Run]) -> dict[str, tune.KeptSteps]:
     """What each tune session among ``runs`` kept, from its session file
     (``<store dir>/tune/<id>/session.json``), through tune's own ``waterfall``: session id ->
-    the kept configurations (the rows before ``best``), what each knob does, and the outcome's
-    speed-ups with their intervals. A session whose file is missing, unreadable or unfinished
-    is left out (the report then reads its kept changes from the runs and says so)."""
-    from coldscope.tuning.report import waterfall
+    the kept configurations (the rows before ``best``), what each knob does, the warm
+    default's start-ups the winner was judged against, and the state its cold start-ups had. A
+    session whose file is missing, unreadable or unfinished is left out (the report then reads
+    its kept changes from the runs and says so)."""
+    from coldscope.tuning.report import cold_state, warm_reference, waterfall
     from coldscope.tuning.search import Outcome
     from coldscope.tuning.session import load, sessions_dir
     out: dict[str, tune.KeptSteps] = {}
@@ -124,7 +125,8 @@ def tune_decisions(store_path: Path, runs: Sequence[Run]) -> dict[str, tune.Kept
         out[sid] = tune.KeptSteps(
             steps=tuple(tuple(r.knobs) for r in rows if r.step != "best"),
             descriptions={k.name: k.description for k in spec.knobs},
-            vs_cold=outcome.vs_cold, vs_warm=outcome.vs_warm)
+            warm_runs=tuple(warm_reference(outcome)),
+            cold_state=cold_state(spec, outcome.cold.runs))
     return out
 
 

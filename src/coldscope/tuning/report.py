@@ -44,7 +44,8 @@ def _run_json(store: Store | None, run_id: str | None) -> dict[str, Any] | None:
 
 
 #: Version of the ``tune --json`` document: 2 adds the warm baseline, the speed-ups against
-#: both baselines with intervals from confirmation start-ups, and the winner's throughput interval.
+#: both baselines with intervals from confirmation start-ups, and the winner's throughput interval
+#: (``baselines.cold_state`` was added within 2: readers that do not know it lose nothing).
 TUNE_SCHEMA_VERSION: Final = 2
 
 
@@ -126,16 +127,55 @@ class Best(TuneRecord):
 class Speedup(TuneRecord):
     """The winner's speed-up against the two start-ups a user has without coldscope."""
 
-    vs_cold: VsBaseline = Field(description="vs a new node: every cold start-up of the default")
+    vs_cold: VsBaseline = Field(description="vs every cold start-up of the default: a new node "
+                                            "when baselines.cold_state says the page cache "
+                                            "was evicted (cold_label)")
     vs_warm: VsBaseline | None = Field(description="vs running the default again: the warm "
                                                    "start-ups interleaved with the winner's")
 
 
+#: ``cold_state`` of cold start-ups that had a new node's page cache: the model's and the
+#: engine's Python files evicted just before each (``tune --cold-evict``, the default).
+COLD_NEW_NODE: Final = "page cache evicted: model, engine python"
+#: ``cold_state`` of cold start-ups that only had empty engine caches (``--no-cold-evict``, or
+#: a session of a tune that evicted nothing): the machine's page cache was as warm as it was.
+COLD_WARM_MACHINE: Final = "engine caches empty, machine warm"
+
+
+def cold_state(spec: SessionSpec, runs: Sequence[str]) -> str:
+    """The state the cold default's start-ups (``runs``) had, from what each measurement says
+    was evicted before it: ``COLD_NEW_NODE``, ``COLD_WARM_MACHINE``, ``page cache evicted:
+    engine python`` (a model that is not a local directory), or ``mixed: ...`` when they
+    differ (a session resumed across the change)."""
+    evicted = {t.measurement.run_id: tuple(t.measurement.evicted) for t in spec.done}
+    states = {evicted.get(r, ()) for r in runs}
+    if len(states) > 1:
+        n = sum(1 for r in runs if evicted.get(r))
+        return (f"mixed: the page cache was evicted before {n} of {len(runs)} cold "
+                "start-ups")
+    only = next(iter(states), ())
+    return "page cache evicted: " + ", ".join(only) if only else COLD_WARM_MACHINE
+
+
+def cold_label(state: str | None) -> str:
+    """What the speed-up against the cold default is against, in words: "vs a new node" only
+    when the cold start-ups had a new node's page cache (``COLD_NEW_NODE``); otherwise what
+    they had (None: not known, e.g. a report without the session file)."""
+    if state == COLD_NEW_NODE:
+        return "vs a new node"
+    if state == COLD_WARM_MACHINE:
+        return "vs empty engine caches (warm machine)"
+    return "vs empty engine caches" + (f" ({state})" if state else "")
+
+
 class Baselines(TuneRecord):
-    """The default command's start-ups, cold (a new node) and warm (run it again)."""
+    """The default command's start-ups, cold (empty caches; a new node when ``cold_state`` is
+    ``COLD_NEW_NODE``) and warm (run it again)."""
 
     cold: Baseline
     warm: Baseline
+    cold_state: str = Field(description=f"what the cold start-ups had: {COLD_NEW_NODE!r}, "
+                                        f"{COLD_WARM_MACHINE!r}, or what else (cold_state)")
 
 
 class TuneResult(TuneRecord):
@@ -170,6 +210,15 @@ def _vs(r: Ratio, *, best_is_num: bool) -> VsBaseline:
                       method=r.method, note=r.note)
 
 
+def warm_reference(outcome: Outcome) -> list[str]:
+    """The warm default's start-ups the winner's ``vs_warm`` and throughput ratio rest on:
+    those interleaved with the winner's in the confirmation, else (the winner is the warm
+    default, or no confirmation ran) the search's."""
+    warm = [r for r in outcome.rows if r.role == "warm" and r.ok and r.run_id]
+    confirm = [r.run_id for r in warm if r.phase == "confirm" and r.run_id]
+    return confirm or [r.run_id for r in warm if r.run_id]
+
+
 def per_stage(outcome: Outcome, store: Store | None) -> Comparison | None:
     """Where the winner's seconds come from: ``compare`` of the warm default's confirmation
     start-ups (a) with the winner's (b), read from the store (whole runs, so a stage the
@@ -194,7 +243,8 @@ def tune_result(spec: SessionSpec, outcome: Outcome, store: Store | None = None)
     first_cold = outcome.cold.runs[0] if outcome.cold.runs else None
     return TuneResult(
         session=spec.id,
-        baselines=Baselines(cold=outcome.cold, warm=outcome.warm),
+        baselines=Baselines(cold=outcome.cold, warm=outcome.warm,
+                            cold_state=cold_state(spec, outcome.cold.runs)),
         baseline=_run_json(store, first_cold) or {"id": first_cold},
         best=Best(
             argv=argv, env=env, knobs=outcome.best_knobs, seeded_caches=outcome.best_seeded,

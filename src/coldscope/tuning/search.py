@@ -1,15 +1,18 @@
 """The tune search: pure, deterministic given the measurements.
 
 What a user has without coldscope is the baseline, twice over: the command as given started
-**cold** (a new node in a scale-from-zero fleet) and started again on the caches that start-up
-left, **warm** (a restarted replica on the same node: "run it twice"). The search measures both
-(cold, warm, and cold again from a budget of 10), then tries one knob at a time on top of the
-best configuration so far (the incumbent, first the warm default): first what targets the
-incumbent's biggest stage and what its findings point at. A knob is kept only when it saves more
-than the noise: a gain within twice the measured spread is measured again and kept only if the
-mean still beats the spread, or, for a knob free at serving time, if its own stage's mean gain
-beats twice that stage's share of the spread while the total is not worse. Kept knobs
-accumulate, so the incumbent is always the combination of every kept change.
+**cold** (empty engine caches and, unless the session runs with ``cold_evict`` off, the model's
+and the engine's Python files evicted from the page cache: a new node in a scale-from-zero
+fleet; with it off, only the engine caches are empty on a warm machine) and started again on
+the caches that start-up left, **warm** (a restarted replica on the same node: "run it
+twice"). The search measures both (cold, warm, and cold again from a budget of 10), then tries
+one knob at a time on top of the best configuration so far (the incumbent, first the warm
+default): first what targets the incumbent's biggest stage and what its findings point at. A
+knob is kept only when it saves more than the noise: a gain within twice the measured spread
+is measured again and kept only if the mean still beats the spread, or, for a knob free at
+serving time, if its own stage's mean gain beats twice that stage's share of the spread while
+the total is not worse. Kept knobs accumulate, so the incumbent is always the combination of
+every kept change.
 
 Every knob is held to the same two rules (no exemption for cache knobs):
 
@@ -127,7 +130,8 @@ class Measurement(TuneRecord):
     """What one start-up gave. ``rounds`` are the serving check's rounds in output tokens per
     second; ``throughput`` their median; ``greedy`` the text of the fixed greedy prompt;
     ``findings`` the run's findings with the seconds at stake (what points the search at a
-    knob)."""
+    knob); ``evicted`` what was evicted from the page cache just before it (``model``,
+    ``engine python``: a cold start-up on a new node's state), empty when nothing was."""
 
     ok: bool
     run_id: str | None = None
@@ -138,6 +142,7 @@ class Measurement(TuneRecord):
     throughput: float | None = None
     rounds: list[float] = Field(default_factory=list)
     greedy: str | None = None
+    evicted: list[str] = Field(default_factory=list)
 
 
 class TrialRow(TuneRecord):

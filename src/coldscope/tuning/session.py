@@ -25,6 +25,8 @@ import json
 import os
 import secrets
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -100,6 +102,10 @@ class SessionSpec(TuneRecord):
     max_throughput_loss: float | None = None
     allow_output_change: bool = False
     timeout: float = DEFAULT_TIMEOUT_S
+    cold_evict: bool = Field(
+        False, description="evict the model's and the engine's Python files from the page "
+                           "cache before each cold start-up (a new node's state); a session "
+                           "file without it ran before tune evicted anything")
     knobs: list[Knob]
     capabilities: dict[str, Any] = Field(default_factory=dict)
     bundle_key: str | None = Field(None, description="cache key a --bundle seeded")
@@ -288,6 +294,76 @@ def keep_caches(root: Path, directory: Path, key: str) -> None:
 
 # -- the real executor ---------------------------------------------------------------------------
 
+# -- a cold start-up on a new node's page cache -------------------------------------------------
+
+#: What ``Measurement.evicted`` names: the model's files, and the engine's Python (its
+#: standard library and site-packages, what its imports read).
+EVICT_MODEL: Final = "model"
+EVICT_PYTHON: Final = "engine python"
+
+_SYS_PATH = "import json, sys; print(json.dumps(sys.path))"
+
+
+def engine_interpreter(argv0: str, path: str | None) -> str | None:
+    """The interpreter that runs the engine command ``argv0`` on ``path`` (a ``PATH``): the
+    command itself when it is a ``python``, else the one its ``#!`` line names (a console
+    script such as ``vllm``); None when neither says."""
+    exe = shutil.which(argv0, path=path)
+    if exe is None:
+        return None
+    if "python" in Path(exe).name:
+        return exe
+    try:
+        with open(exe, "rb") as f:
+            first = f.readline(512)
+    except OSError:
+        return None
+    words = first[2:].decode(errors="replace").split() if first.startswith(b"#!") else []
+    if len(words) >= 2 and Path(words[0]).name == "env":
+        words = words[1:]
+        found = shutil.which(words[0], path=path)
+        return found if found and "python" in Path(found).name else None
+    return words[0] if words and "python" in Path(words[0]).name else None
+
+
+def python_trees(python: str) -> list[Path]:
+    """The directories ``python`` imports from (its ``sys.path`` in isolated mode: standard
+    library, site-packages and what their ``.pth`` files add), outermost only; empty when the
+    interpreter cannot say within 30 s."""
+    try:
+        out = subprocess.run([python, "-I", "-c", _SYS_PATH], capture_output=True, text=True,
+                             timeout=30, check=True).stdout
+        entries = json.loads(out)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return []
+    dirs = sorted({Path(e).resolve() for e in entries if isinstance(e, str) and e
+                   and Path(e).is_dir()}, key=lambda p: (len(p.parts), str(p)))
+    trees: list[Path] = []
+    for d in dirs:  # a filesystem root is not a tree of the interpreter's
+        if len(d.parts) > 1 and not any(d.is_relative_to(t) for t in trees):
+            trees.append(d)
+    return trees
+
+
+def evict_python(python: str | None) -> str:
+    """Evict the engine's Python (``python_trees``) from the page cache, as a new node has
+    it: what was done (``done: ...``), or why not. No fsync: these trees were installed long
+    before, and the fsync per file is most of the cost (see ``drop_page_cache``)."""
+    from coldscope.launch.runner import drop_page_cache
+    if python is None:
+        return "not possible: the command's interpreter was not found"
+    trees = python_trees(python)
+    if not trees:
+        return f"not possible: {python} did not list its import directories"
+    said = []
+    for tree in trees:
+        done = drop_page_cache(str(tree), sync=False)
+        if not done.startswith("done"):
+            return f"{done} ({tree})"
+        said.append(f"{tree} ({done.removeprefix('done: fadvise DONTNEED on ')})")
+    return "done: fadvise DONTNEED on " + ", ".join(said)
+
+
 #: ``verify(base url, served model, cpu seconds so far) -> verification``: the checks run while
 #: a trial's engine is up (``coldscope.tuning.verify.verify``).
 Verify = Callable[[str, str, Callable[[], float]], dict[str, Any]]
@@ -295,12 +371,16 @@ Verify = Callable[[str, str, Callable[[], float]], dict[str, Any]]
 
 class EngineExecutor:
     """Starts the engine for a trial through the runner, verifies it while it is up, stores the
-    run linked to the session, and keeps the caches it left."""
+    run linked to the session, and keeps the caches it left. When the session evicts
+    (``cold_evict``), a start-up on empty caches first has the engine's Python evicted from the
+    page cache (``evict``, given the run's config: ``evict_python`` of its interpreter) and the
+    model's files by the runner (``RunConfig.drop_page_cache``), as a new node has them."""
 
     def __init__(self, active: ActiveSession, store: Store, *,
                  on_line: Callable[[str], None] | None = None, verify: Verify | None = None,
                  on_start: Callable[[Run], None] | None = None,
-                 on_stage: Callable[[str, float], None] | None = None) -> None:
+                 on_stage: Callable[[str, float], None] | None = None,
+                 evict: Callable[[RunConfig], str] | None = None) -> None:
         from coldscope.tuning.verify import verify as default_verify
         self.active = active
         self.store = store
@@ -308,6 +388,7 @@ class EngineExecutor:
         self.on_start = on_start  # live progress: the run (status running) about to start
         self.on_stage = on_stage  # live progress: (stage, seconds since launch)
         self.verify: Verify = verify or default_verify
+        self.evict: Callable[[RunConfig], str] = evict or self._evict_python
         self.by_name = {k.name: k for k in active.spec.knobs}
 
     def config_for(self, req: TrialRequest) -> RunConfig:
@@ -317,14 +398,27 @@ class EngineExecutor:
                               dict(spec.env))
         return RunConfig(command=argv, env=env, cache="warm" if req.seeded else "cold",
                          timeout=spec.timeout, keep_cold_caches=True,
+                         drop_page_cache=self.evicts(req),
                          cache_root=self.active.directory / "run-caches",
                          label=f"tune:{spec.id}", origin="tune")
+
+    def evicts(self, req: TrialRequest) -> bool:
+        """Whether start-up ``req`` starts on a new node's page cache: every start-up on empty
+        caches (the cold default, a prime, a trial on cold caches) when the session evicts, so
+        that cold start-ups compared with each other share one state."""
+        return self.active.spec.cold_evict and not req.seeded
+
+    def _evict_python(self, config: RunConfig) -> str:
+        path = config.env.get("PATH") or os.pathsep.join(
+            (os.path.dirname(sys.executable), os.environ.get("PATH", "")))
+        return evict_python(engine_interpreter(config.command[0], path))
 
     def __call__(self, req: TrialRequest) -> Measurement:
         from coldscope.analysis.findings import findings_for_run
         from coldscope.core.records import Membership
         from coldscope.launch import runner
         config = self.config_for(req)
+        python = self.evict(config) if self.evicts(req) else None
         run_id = runner.new_run_id()
         dirs = runner.cache_dirs(config, run_id)
         directory = self.active.directory
@@ -345,6 +439,8 @@ class EngineExecutor:
                                 flags="+".join(req.knobs) or "default",
                                 cache="seeded" if req.seeded else "cold")
         run = run.evolve(origin="tune", campaign=membership)
+        if python is not None:  # the model's eviction is the runner's, in run.page_cache
+            run = run.evolve(notes=[*run.notes, f"page cache, engine python: {python}"])
         findings = findings_for_run(run, evidence.get("log") or [])
         run = run.evolve(findings=findings)
         self.store.add_run(run, evidence)
@@ -359,6 +455,9 @@ class EngineExecutor:
                       for f in findings],
             throughput=ver.get("throughput"), greedy=ver.get("greedy"),
             rounds=[float(x) for x in ver.get("rounds_tokens_per_s") or [] if x],
+            evicted=[what for what, done in ((EVICT_MODEL, run.page_cache or ""),
+                                             (EVICT_PYTHON, python or ""))
+                     if done.startswith("done")],
         )
 
 

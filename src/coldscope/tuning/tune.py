@@ -65,7 +65,7 @@ def new_session(command: Sequence[str], *, store_path: Path,
                 env: Mapping[str, str] | None = None, budget: int = DEFAULT_BUDGET,
                 max_throughput_loss: float | None = None, allow_output_change: bool = False,
                 timeout: float = DEFAULT_TIMEOUT_S, bundle: Path | None = None,
-                engine_python: str | None = None) -> TuneSession:
+                engine_python: str | None = None, cold_evict: bool = True) -> TuneSession:
     """Start a tune session of the engine ``command``; nothing is started yet (``run_session``
     does that).
 
@@ -79,7 +79,10 @@ def new_session(command: Sequence[str], *, store_path: Path,
     ``max_throughput_loss``: the share of serving throughput (0.1 for 10 %) a kept change may
     be shown to lose at most (None: no limit). ``allow_output_change``: keep changes whose
     greedy output differs from the default's. ``timeout``: seconds from launch to ready before
-    a start-up is failed. ``env``: extra environment for the engine.
+    a start-up is failed. ``env``: extra environment for the engine. ``cold_evict``: before
+    each start-up on empty caches, evict the model's and the engine's Python files from the
+    page cache, so the cold default is a new node's start-up (False: only the engine caches
+    are empty, on a warm machine; the result's ``cold_state`` says which).
 
     ``ColdscopeError`` when the command is empty, the budget below 2, no adapter with a tune
     catalogue reads the command, or the bundle is refused.
@@ -100,7 +103,8 @@ def new_session(command: Sequence[str], *, store_path: Path,
     spec = SessionSpec(
         id=sid, created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         command=argv, env=dict(env or {}), budget=budget, max_throughput_loss=max_throughput_loss,
-        allow_output_change=allow_output_change, timeout=timeout, knobs=knobs, capabilities=caps,
+        allow_output_change=allow_output_change, timeout=timeout, cold_evict=cold_evict,
+        knobs=knobs, capabilities=caps,
     )
     if bundle is not None:
         spec = spec.evolve(bundle_key=unpack_for_session(Path(bundle), directory, spec))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from coldscope.tuning.report import TUNE_SCHEMA_VERSION
+from coldscope.tuning.report import COLD_NEW_NODE, COLD_WARM_MACHINE, TUNE_SCHEMA_VERSION
 from coldscope.util.errors import ColdscopeError
 
 
@@ -19,8 +19,10 @@ def tuned_startup(path: str | Path) -> dict[str, Any]:
     default command started cold (a fresh node has no caches) and ``startup_s`` the winner's
     mean time to ready over its confirmation start-ups, which ran on seeded caches when the
     winner needs them, i.e. with its caches shipped in the image (``coldscope bundle``);
-    ``basis`` says which. ``stage_savings_s`` is the cold baseline's minus the winner's
-    seconds per stage (from the tune waterfall)."""
+    ``basis`` says which, and whether the cold start-ups were a new node's (the page cache
+    evicted, ``baselines.cold_state``) or only empty engine caches on a warm machine (a file
+    without ``cold_state`` is from a tune that evicted nothing). ``stage_savings_s`` is the
+    cold baseline's minus the winner's seconds per stage (from the tune waterfall)."""
     from coldscope.util.safeio import loads_json, read_text
     p = Path(path)
     if not p.exists():
@@ -53,10 +55,14 @@ def tuned_startup(path: str | Path) -> dict[str, Any]:
     tp_value = tp.get("value") if isinstance(tp, dict) else None
     knobs, argv, env = best.get("knobs"), best.get("argv"), best.get("env")
     seeded = best.get("seeded_caches") is True
+    said = doc["baselines"].get("cold_state")  # a dict: the cold baseline was read from it
+    state = said if isinstance(said, str) and said else COLD_WARM_MACHINE
+    started = "a new node: the default started cold" if state == COLD_NEW_NODE else \
+        f"the default started on empty engine caches ({state})"
     return {
         "startup_s": startup, "baseline_s": float(base), "savings_s": float(base) - startup,
         "speedup": float(base) / startup if startup > 0 else None,
-        "basis": "a new node: the default started cold vs the winner"
+        "basis": f"{started} vs the winner"
                  + (" with its caches shipped in the image (coldscope bundle)" if seeded else ""),
         "stage_savings_s": stages,
         "throughput_ratio": _number(tp_value),

@@ -1,12 +1,15 @@
 """Tune sessions as waterfalls: the baseline, each change the search kept, the best, with the
-seconds each change saved per stage.
+seconds each change saved per stage, and every ratio against the warm default (the default
+run again on its own caches: the reference tune judges the winner by) with its 95 % interval.
 
 Which changes a session kept comes from its session file, through tune's own
 ``coldscope.tuning.report.waterfall`` (``KeptSteps``, read by ``coldscope.report.build``);
 without the file, they are inferred from the runs. The numbers come from the stored runs: each
 configuration's mean over its measuring start-ups, the numbers the search judged it by (tune's
 waterfall gives one start-up per row), so the first and last rows equal the session's baseline
-and best and the steps' savings add up, stage by stage, from one to the other.
+and best and the steps' savings add up, stage by stage, from one to the other. The ratios are
+computed from the stored runs as tune computes them (``compare.ratio_interval`` over the same
+start-ups), so the best's equal the session's own ``vs_warm``, ``vs_cold`` and throughput ratio.
 """
 
 from __future__ import annotations
@@ -14,17 +17,14 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from coldscope.analysis.comparison import Ratio, ratio_interval
 from coldscope.core.records import Run
 from coldscope.core.stages import BUCKETS
 from coldscope.report.markup import CsvValue, csv_link, figure, key, legend, table
 from coldscope.report.svg import Linear, Svg, fill, nice_ticks
 from coldscope.report.text import esc, fmt_s, fmt_x, label, text_width
 from coldscope.util.errors import ColdscopeError
-
-if TYPE_CHECKING:
-    from coldscope.analysis.comparison import Ratio
 
 #: Roles of a tune session's start-ups that measure their configuration as the search judged
 #: it; a ``prime`` start-up is the cold run that leaves a seeded configuration its caches.
@@ -34,22 +34,23 @@ TUNE_MEASURING_ROLES = ("baseline", "warm", "trial", "repeat", "confirm")
 @dataclass(frozen=True)
 class KeptSteps:
     """What a tune session's file says: the configurations it kept, in order (knob lists, the
-    first the baseline's ``()``), what each knob does, and the session's own speed-ups of the
-    best against a new node (``vs_cold``) and against running the default again
-    (``vs_warm``), with their intervals."""
+    first the baseline's ``()``), what each knob does, the warm default's start-ups the search
+    measured the winner against (``warm_runs``: tune's ``warm_reference``), and the state its
+    cold start-ups had (``cold_state``: tune's ``cold_state``, e.g. the page cache evicted)."""
 
     steps: tuple[tuple[str, ...], ...]
     descriptions: dict[str, str]
-    vs_cold: Ratio | None = None
-    vs_warm: Ratio | None = None
+    warm_runs: tuple[str, ...] = ()
+    cold_state: str | None = None
 
 
 @dataclass(frozen=True)
 class TuneStep:
     """One kept configuration: means over its measuring start-ups (``runs``), and against the
     previous step the seconds ``saved`` per stage and in total (negative: slower; None for the
-    baseline). ``change``: the knob this step added; ``throughput_ratio``: its mean serving
-    throughput over the baseline's."""
+    baseline). ``change``: the knob this step added; ``throughput_vs_warm``: its start-ups'
+    serving throughput over the warm default's (each start-up's median round; Fieller
+    interval), None for the warm default itself (``reference``) or when not measured."""
 
     name: str
     change: str | None
@@ -62,13 +63,19 @@ class TuneStep:
     saved: dict[str, float] | None
     saved_s: float | None
     throughput: float | None
-    throughput_ratio: float | None
+    throughput_vs_warm: Ratio | None
+    reference: bool = False
 
 
 @dataclass(frozen=True)
 class Waterfall:
     """One session's steps, from the baseline to the best. ``inferred``: its kept changes were
-    read from the runs (no session file); ``runs``: its start-ups among those reported on."""
+    read from the runs (no session file); ``runs``: its start-ups among those reported on.
+    ``vs_warm`` and ``vs_cold``: the best's speed-ups (time to ready) against the warm
+    default's start-ups (``warm_runs`` of them; None when the best is the warm default,
+    ``best_is_warm``) and the
+    cold default's, with their intervals; ``cold_state``: what the cold start-ups had, from the
+    session file (None without it)."""
 
     session: str
     inferred: bool
@@ -77,10 +84,11 @@ class Waterfall:
     baseline_s: float
     best_s: float
     best_knobs: tuple[str, ...]
-    speedup: float | None
-    best_throughput_ratio: float | None
-    vs_cold: Ratio | None
     vs_warm: Ratio | None
+    vs_cold: Ratio | None
+    warm_runs: int
+    cold_state: str | None
+    best_is_warm: bool = False
 
 
 @dataclass(frozen=True)
@@ -133,6 +141,25 @@ def _throughput(run: Run) -> float | None:
     return float(v) if isinstance(v, int | float) and v > 0 else None
 
 
+def _throughputs(runs: Iterable[Run]) -> list[float]:
+    return [t for t in (_throughput(r) for r in runs) if t is not None]
+
+
+def _times(runs: Iterable[Run]) -> list[float]:
+    return [r.time_to_ready_s for r in runs if r.time_to_ready_s is not None]
+
+
+def _warm_reference(runs: Sequence[Run], kept: KeptSteps | None) -> list[Run]:
+    """The warm default's start-ups every ratio is taken against: those the session file
+    names (the ones tune measured the winner against), else every successful ``warm`` one."""
+    ok = [r for r in runs if r.status == "ok" and r.time_to_ready_s is not None
+          and r.campaign is not None and r.campaign.role == "warm"]
+    if kept is not None and kept.warm_runs:
+        named = set(kept.warm_runs)
+        return [r for r in ok if r.id in named]
+    return ok
+
+
 def waterfall(session: str, runs: Sequence[Run], kept: KeptSteps | None = None) -> Waterfall:
     """One tune session as a waterfall: the baseline, one step per kept change, the best.
 
@@ -146,13 +173,19 @@ def waterfall(session: str, runs: Sequence[Run], kept: KeptSteps | None = None) 
     is named ``warm caches (the default run again)``. Raises ``ColdscopeError`` when a kept
     configuration has no successful run among ``runs`` (e.g. a ``--runs`` selection left it
     out).
+
+    Every ratio is against the warm default's start-ups (those the session file names, the
+    ones tune judged the winner by; else every ``warm`` one), taken as tune takes it
+    (``ratio_interval`` of each start-up's median serving round; of times to ready for the
+    best's speed-ups), so that a session's figures read the same here as in ``tune``.
     """
     chosen = list(inferred_tune_steps(runs) if kept is None else kept.steps)
     if not chosen or chosen[0] != ():
         chosen.insert(0, ())
     descriptions = kept.descriptions if kept else {}
     out: list[TuneStep] = []
-    base_tp: float | None = None
+    warm = _warm_reference(runs, kept)
+    warm_tp = _throughputs(warm)
     for i, knobs in enumerate(chosen):
         rs = [r for r in runs if r.status == "ok" and r.time_to_ready_s is not None
               and tune_knobs(r) == knobs and r.campaign is not None
@@ -166,10 +199,8 @@ def waterfall(session: str, runs: Sequence[Run], kept: KeptSteps | None = None) 
                                  "the chosen runs")
         stages = {b: statistics.fmean([r.stages.get(b) or 0.0 for r in rs]) for b in BUCKETS}
         ttr = statistics.fmean([r.time_to_ready_s or 0.0 for r in rs])
-        tps = [t for t in (_throughput(r) for r in rs) if t is not None]
+        tps = _throughputs(rs)
         tp = statistics.fmean(tps) if tps else None
-        if i == 0:
-            base_tp = tp
         prev = out[-1] if out else None
         before = prev.knobs if prev else ()
         change = None if i == 0 else (knobs[-1] if knobs[:-1] == before else
@@ -183,15 +214,22 @@ def waterfall(session: str, runs: Sequence[Run], kept: KeptSteps | None = None) 
             saved=None if prev is None else {b: prev.stages[b] - stages[b] for b in BUCKETS},
             saved_s=None if prev is None else prev.time_to_ready_s - ttr,
             throughput=tp,
-            throughput_ratio=tp / base_tp if tp is not None and base_tp else None,
+            throughput_vs_warm=ratio_interval(tps, warm_tp) if tps and warm_tp
+            and not warm_only else None,
+            reference=warm_only,
         ))
     base, best = out[0], out[-1]
+    best_runs = [r for r in runs if r.id in set(best.runs)]
+    best_is_warm = best.reference or any(tune_knobs(r) == best.knobs for r in warm)
     return Waterfall(
         session=session, inferred=kept is None, runs=len(runs), steps=tuple(out),
         baseline_s=base.time_to_ready_s, best_s=best.time_to_ready_s, best_knobs=best.knobs,
-        speedup=base.time_to_ready_s / best.time_to_ready_s if best.time_to_ready_s else None,
-        best_throughput_ratio=best.throughput_ratio,
-        vs_cold=kept.vs_cold if kept else None, vs_warm=kept.vs_warm if kept else None)
+        vs_warm=ratio_interval(_times(warm), _times(best_runs)) if warm and not best_is_warm
+        else None,
+        vs_cold=ratio_interval(_times(r for r in runs if r.id in set(base.runs)),
+                               _times(best_runs)) if len(out) > 1 else None,
+        warm_runs=len(warm), cold_state=kept.cold_state if kept else None,
+        best_is_warm=best_is_warm)
 
 
 def build(runs: Sequence[Run], sessions: Mapping[str, KeptSteps] | None = None) -> Tune:
@@ -212,16 +250,32 @@ def build(runs: Sequence[Run], sessions: Mapping[str, KeptSteps] | None = None) 
     return Tune(waterfalls=tuple(out), notes=tuple(notes))
 
 
-def _ratio_text(step: TuneStep) -> str:
-    r = step.throughput_ratio
-    return "throughput not measured" if r is None else f"throughput {r:.2f}× of baseline"
-
-
 def _interval_x(r: Ratio) -> str:
-    """A speed-up with its 95 % interval: ``2.71× [2.30×, 3.12×]``."""
+    """A ratio with its 95 % interval: ``2.71× [2.30×, 3.12×]``."""
     if r.low is None or r.high is None:
         return f"{fmt_x(r.value)} (no interval)"
     return f"{fmt_x(r.value)} [{fmt_x(r.low)}, {fmt_x(r.high)}]"
+
+
+def _throughput_x(step: TuneStep) -> str:
+    """A step's serving throughput against the warm default's, with its interval."""
+    r = step.throughput_vs_warm
+    if step.reference:
+        return "the reference"
+    return "not measured" if r is None or r.value is None else _interval_x(r)
+
+
+def _ratio_text(step: TuneStep) -> str:
+    x = _throughput_x(step)
+    return f"throughput: {x}" if step.reference or x == "not measured" else \
+        f"throughput {x} vs warm default"
+
+
+def cold_label(state: str | None) -> str:
+    """What the speed-up against the cold default is against (tune's ``cold_label``): a new
+    node only when the session file says its cold start-ups had a new node's page cache."""
+    from coldscope.tuning.report import cold_label as label_of
+    return label_of(state)
 
 
 def chart(w: Waterfall, title: str) -> str:
@@ -240,7 +294,11 @@ def chart(w: Waterfall, title: str) -> str:
             values.append(fmt_s(s.time_to_ready_s))
         elif kind == "best":
             names.append((f"best: {len(steps) - 1} change(s)", _ratio_text(s)))
-            values.append(f"{fmt_s(s.time_to_ready_s)} · {fmt_x(w.speedup)} faster")
+            vs = w.vs_warm
+            values.append(f"{fmt_s(s.time_to_ready_s)} · " + (
+                "the warm default itself" if w.best_is_warm else
+                f"{_interval_x(vs)} faster than warm default"
+                if vs is not None and vs.value is not None else "vs warm default not measured"))
         else:
             saved_s = s.saved_s or 0.0
             names.append((f"+ {s.name}", _ratio_text(s)))
@@ -314,12 +372,13 @@ def draw(section: Tune) -> str:
         csv_rows: list[dict[str, CsvValue]] = []
         for j, s in enumerate(steps):
             saved = s.saved or {}
+            tp = s.throughput_vs_warm
             trows.append([
                 esc("baseline (default, cold)" if j == 0 else f"+ {s.name}"),
                 str(s.n),
                 *(fmt_s(saved.get(b), "") if j else "" for b in shown),
                 fmt_s(s.saved_s, "") if j else "",
-                fmt_x(s.throughput_ratio),
+                esc(_throughput_x(s)),
                 f"<b>{fmt_s(s.time_to_ready_s, '')}</b>",
                 esc(s.description or ("the command as given, cold caches" if j == 0
                                       else "")),
@@ -328,24 +387,29 @@ def draw(section: Tune) -> str:
                 "session": w.session, "step": s.name, "knobs": "+".join(s.knobs),
                 "runs": " ".join(s.runs), "n": s.n, "time_to_ready_s": s.time_to_ready_s,
                 "saved_s": s.saved_s, "throughput_tokens_per_s": s.throughput,
-                "throughput_ratio": s.throughput_ratio}
+                "throughput_vs_warm": tp.value if tp else None,
+                "throughput_vs_warm_low": tp.low if tp else None,
+                "throughput_vs_warm_high": tp.high if tp else None}
             for b in BUCKETS:
                 row[f"{b}_s"] = s.stages[b]
                 row[f"{b}_saved_s"] = saved.get(b)
             csv_rows.append(row)
         columns = ["step", "runs", *(f"{label(b)} saved s" for b in shown), "saved s",
-                   "throughput ratio", "time to ready s", "what it does"]
+                   "throughput vs warm default (95 % interval), ratio", "time to ready s",
+                   "what it does"]
         tbl = table(columns, trows, numeric_to=len(columns) - 1,
                     caption="mean over each configuration's start-ups; saved: previous step "
                             "minus this one (negative: slower); throughput: serving tokens/s "
-                            "over the baseline's")
+                            f"over the warm default's ({w.warm_runs} start-up(s), each its "
+                            "median round), with its 95 % Fieller interval")
         title = (f"Tune session {w.session}: {fmt_s(w.baseline_s)} → "
-                 f"{fmt_s(w.best_s)} to ready ({fmt_x(w.speedup)} faster)")
+                 f"{fmt_s(w.best_s)} to ready")
         said = [f"{_interval_x(r)} {what}" for r, what in
-                ((w.vs_warm, "vs running the default again"), (w.vs_cold, "vs a new node"))
+                ((w.vs_warm, "vs running the default again"),
+                 (w.vs_cold, cold_label(w.cold_state)))
                 if r is not None and r.value is not None]
         if said:
-            title = f"Tune session {w.session}: " + "; ".join(said)
+            title += "; best " + "; ".join(said)
         drawn = [b for b in BUCKETS if any(
             abs((s.saved or {}).get(b) or 0.0) > 0.005 or (s.stages.get(b) or 0.0) > 0.005
             for s in steps)]
@@ -356,7 +420,9 @@ def draw(section: Tune) -> str:
         note = ("Top to bottom: the baseline's stages (seconds, mean of its start-ups); each "
                 "change the search kept, as the seconds it saved per stage, from the previous "
                 "time to ready down to its own; the best configuration's stages. Each row names "
-                "the change and its serving throughput as a ratio to the baseline's. "
+                "the change and its serving throughput as a ratio to the warm default's (the "
+                "default run again on its own caches, the reference tune judges the winner by), "
+                "with its 95 % interval. "
                 + ("The kept changes come from the session file. " if not w.inferred else
                    "No session file: the kept changes are read from the runs. ")
                 + f"{w.runs} start-ups in the session; the ones not kept, and the cold "
