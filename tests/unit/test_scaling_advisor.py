@@ -269,24 +269,35 @@ def _delayed_share(rate: float, cold: float, keep: float) -> float:
 
 
 def test_the_warm_floor_keeps_one_replica_when_scaling_to_zero_breaks_the_sla() -> None:
-    """One request per 20 s (0.05/s), none in flight at any tick, cold path 30 s, keep-alive
-    90 s, SLA 2 s: 2.7 % of requests would wait a cold start (> 1 %): floor 1. With a 60 s SLA
-    the cold path fits: no floor."""
-    assert _delayed_share(0.05, 30.0, 90.0) > 0.01
+    """One request per 20 s (0.05/s), none in flight at any tick, cold path 30 s, SLA 2 s.
+    With no keep-alive or hold, scaling to zero would make every request wait a cold start:
+    floor 1. With a 60 s SLA the cold path fits: no floor. With the default hold (two cold
+    paths, 60 s) the arrivals themselves keep one replica; scaling to zero after 60 s idle
+    would still delay 2.5 / (1.5 + e^3) = 11.6 % of requests (> 1 %), so with the 2 s SLA the
+    floor is 1 too."""
+    assert _delayed_share(0.05, 30.0, 0.0) > 0.01
+    assert _delayed_share(0.05, 30.0, 60.0) == pytest.approx(2.5 / (1.5 + math.exp(3.0)))
+    assert _delayed_share(0.05, 30.0, 60.0) > 0.01
 
-    def last(sla: float) -> ScaleDecision:
-        a = ScaleAdvisor(target_in_flight=5, startup=_fixed(30.0), sla_ttft_s=sla)
+    def last(sla: float, **kwargs: float) -> ScaleDecision:
+        a = ScaleAdvisor(target_in_flight=5, startup=_fixed(30.0), sla_ttft_s=sla, **kwargs)
         for k in range(600):
             d = a.tick(2.0 * k, rate_rps=0.5 if k % 10 == 0 else 0.0, in_flight=0,
                        running=1, starting=0)
         return d
 
-    held = last(2.0)
+    no_hold = {"keep_alive_s": 0.0, "scale_down_delay_s": 0.0}
+    held = last(2.0, **no_hold)
     assert (held.warm_floor, held.desired_replicas, held.driver) == (1, 1, "warm floor")
     assert "more than 1 %" in held.floor_reason
-    free = last(60.0)
+    free = last(60.0, **no_hold)
     assert (free.warm_floor, free.desired_replicas) == (0, 0)
     assert "fits in the 60 s SLA" in free.floor_reason
+    kept = last(60.0)  # the default hold: arrivals every 20 s keep one replica
+    assert (kept.warm_floor, kept.desired_replicas) == (0, 1)
+    assert kept.driver in ("keep-alive", "scale-down delay")
+    both = last(2.0)
+    assert (both.warm_floor, both.desired_replicas) == (1, 1)
 
 
 def test_from_plan_adds_the_plans_seconds_before_the_engine() -> None:

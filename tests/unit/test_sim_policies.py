@@ -108,9 +108,10 @@ def test_reactive_refuses_a_bad_target():
 
 
 def test_predictive_with_an_sla_keeps_the_planners_warm_floor():
-    """Quiet traffic, 30 s start-ups, 2 s SLA: scaling to zero would delay most requests, so
-    with sla_ttft_s the policy holds one replica (plan.hint.warm_floor); without, it drops to 0.
-    With a start-up that fits in the SLA, no floor."""
+    """Quiet traffic, 30 s start-ups, 2 s SLA, no keep-alive or hold: scaling to zero would
+    delay every request, so with sla_ttft_s the policy holds one replica
+    (plan.hint.warm_floor); without, it drops to 0. With a start-up that fits in the SLA, no
+    floor. With the default hold the arrivals keep one replica."""
     def last_answer(policy, startup):
         policy.start(_ctx(startup=startup))
         obs = TickObservation()
@@ -123,7 +124,10 @@ def test_predictive_with_an_sla_keeps_the_planners_warm_floor():
         return answer
 
     from coldscope.planning.hint import warm_floor
-    assert warm_floor(0.05, 30.0, 2.0, 0.5, 90.0) == 1
-    assert last_answer(Predictive(), 30.0) == 0
-    assert last_answer(Predictive(sla_ttft_s=2.0), 30.0) == 1
-    assert last_answer(Predictive(sla_ttft_s=2.0), 1.0) == 0
+    assert warm_floor(0.05, 30.0, 2.0, 0.5, 0.0) == 1
+    no_hold = {"keep_alive_s": 0.0, "scale_down_delay_s": 0.0}
+    assert last_answer(Predictive(**no_hold), 30.0) == 0
+    assert last_answer(Predictive(sla_ttft_s=2.0, **no_hold), 30.0) == 1
+    assert last_answer(Predictive(sla_ttft_s=2.0, **no_hold), 1.0) == 0
+    # the default hold (two cold paths): a request every 20 s keeps one replica by itself
+    assert last_answer(Predictive(), 30.0) == 1

@@ -25,9 +25,9 @@ running and starting) and answers a :class:`ScaleDecision`. The method, in order
    request per cold path (below that, keep-alive and the warm floor decide).
    ``capacity_replicas`` = the larger. While ``T`` is unknown the forecast cannot be turned into
    replicas (a warning says so) and the demand now decides.
-6. **Keep-alive.** One replica stays while a request was in the system (capacity now > 0) within
-   the last ``keep_alive_s``: scale to zero only after that long idle. Default: ``hold_s``
-   (step 8).
+6. **Keep-alive.** One replica stays while a request was in the system (capacity now > 0, or
+   a rate above 0) within the last ``keep_alive_s``: scale to zero only after that long idle.
+   Default: ``hold_s`` (step 8).
 7. **Warm floor.** With ``sla_ttft_s``, the planner's rule ``coldscope.planning.hint.warm_floor``
    (the one behind ``serve``'s scale hint): 1 replica when scaling to zero at the mean rate of the
    last ``rate_window_s`` would make more than 1 % of requests wait a cold path (``H``) plus
@@ -360,7 +360,7 @@ class ScaleAdvisor:
         need_ahead = 0 if per_request is None or forecast < self._least_rate \
             else _ceil(forecast * per_request)
         capacity = need_now if need_now >= need_ahead else need_ahead
-        if need_now > 0:
+        if need_now > 0 or rate > 0.0:  # arrivals were in the system, however briefly
             self._last_busy = now
         keep = 1 if now - self._last_busy < self.keep_alive_s else 0
         if self._floor is None:
