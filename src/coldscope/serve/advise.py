@@ -49,6 +49,7 @@ import math
 import os
 import threading
 import time
+import typing
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -61,7 +62,7 @@ from difflib import get_close_matches
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, create_model
 
 from coldscope.scaling import ScaleAdvisor, ScaleDecision, StartupDistribution, choose
 from coldscope.scaling.build import startup_inputs
@@ -178,45 +179,24 @@ class Basis:
                             burstiness=self.burstiness, **kwargs)
 
 
-class Percentiles3(BaseModel):
-    p50: float
-    p90: float
-    p99: float
-
-
-class ScaleHintAnswer(BaseModel):
-    """``/v1/scale-hint``'s JSON: the ``ScaleDecision`` of a fresh advisor's first tick at
-    ``rate`` (``desired_replicas`` = running + starting replicas to have now), and what it
+def _hint_answer_schema() -> type[BaseModel]:
+    """``/v1/scale-hint``'s JSON for the OpenAPI document: the ``ScaleDecision`` of a fresh
+    advisor's first tick at ``rate`` (``desired_replicas`` = running + starting replicas to
+    have now), its fields read from the record itself so the two cannot drift, and what it
     rests on. ``warm_replicas`` is ``desired_replicas`` under the name the hint had before."""
+    hints = typing.get_type_hints(ScaleDecision)
+    fields: dict[str, Any] = {"schema_version": (Literal[2], ...)}
+    for name in ScaleDecision.__dataclass_fields__:
+        fields[name] = (hints[name], ...)
+    fields["warnings"] = (list[str], ...)  # a tuple in the record, a list in JSON
+    fields.update(model=(str, ...), matched=(dict[str, str | None], ...),
+                  startup_source=(str, ...), warm_replicas=(int, ...),
+                  replica_rps=(float, ...), sla_p99_ttft_s=(float, ...))
+    return create_model("ScaleHintAnswer", __config__=ConfigDict(extra="forbid"),
+                        __doc__=_hint_answer_schema.__doc__, **fields)
 
-    model_config = ConfigDict(extra="forbid")
 
-    schema_version: Literal[2]
-    time_s: float
-    desired_replicas: int
-    capacity_replicas: int
-    now_replicas: int
-    ahead_replicas: int
-    driver: str
-    running: int
-    starting: int
-    rate_rps: float
-    forecast_rps: float
-    service_time_s: float | None
-    scale_ahead_s: float
-    scale_ahead_quantile: float
-    startup_s: Percentiles3
-    cold_path_s: Percentiles3
-    warm_floor: int
-    floor_reason: str
-    source: str
-    warnings: list[str]
-    model: str
-    matched: dict[str, str | None]
-    startup_source: str
-    warm_replicas: int
-    replica_rps: float
-    sla_p99_ttft_s: float
+ScaleHintAnswer = _hint_answer_schema()
 
 
 # -- building a basis --------------------------------------------------------------------------
