@@ -9,7 +9,7 @@ store read, the profile, the prediction in a process of its own), then sends an 
 (request i due at start + i/rate, latency counted from when it was due) over keep-alive
 connections, the rate cycling through 0-20 req/s so that every answer is computed afresh from
 the kept basis. Then a burst of 32 requests at once (the issue's "2.6 s at 32"). The same
-client as ``bench_serve_predict.py``, for GETs.
+client and schedule as ``bench_serve_predict.py`` (``httpload``).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from benchlib import figure
+from httpload import Conn, get_request, open_loop, pct, server_buckets
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -36,83 +37,19 @@ from tests.serve_replay import free_port, stop, wait_for  # noqa: E402
 QUERY = "/v1/scale-hint?model=llama-2-7b-hf&sla_p99_ttft=2s&rate={rate}"
 
 
-async def get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, port: int,
-              path: str) -> int:
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n"):
-        if line.lower().startswith(b"content-length:"):
-            length = int(line.split(b":", 1)[1])
-    await reader.readexactly(length)
-    return int(head.split(b" ", 2)[1])
-
-
-async def load(port: int, rate: float, seconds: float, connections: int,
-               warmup: float) -> dict:
-    pool: asyncio.Queue[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = asyncio.Queue()
-    for _ in range(connections):
-        pool.put_nowait(await asyncio.open_connection("127.0.0.1", port))
-    lat: list[float] = []
-    errors = 0
-
-    async def one(i: int, due: float, counted: bool) -> None:
-        nonlocal errors
-        conn = await pool.get()
-        try:
-            status = await get(*conn, port, QUERY.format(rate=i % 21))
-        finally:
-            pool.put_nowait(conn)
-        errors += status != 200
-        if counted:
-            lat.append(time.perf_counter() - due)
-
-    tasks = []
-    total, n_warm = int((warmup + seconds) * rate), int(warmup * rate)
-    start = time.perf_counter() + 0.1
-    for i in range(total):
-        due = start + i / rate
-        pause = due - time.perf_counter()
-        if pause > 0:
-            await asyncio.sleep(pause)
-        tasks.append(asyncio.ensure_future(one(i, due, i >= n_warm)))
-    await asyncio.gather(*tasks)
-    while not pool.empty():
-        pool.get_nowait()[1].close()
-    return {"latency": lat, "errors": errors}
-
-
 async def burst(port: int, n: int) -> tuple[list[float], int]:
     """``n`` requests sent at once: each one's latency, and how many were not a 200."""
-    conns = [await asyncio.open_connection("127.0.0.1", port) for _ in range(n)]
+    conns = [await Conn.open(port) for _ in range(n)]
     start = time.perf_counter()
 
     async def one(i: int) -> tuple[float, int]:
-        status = await get(*conns[i], port, QUERY.format(rate=i))
+        status = await conns[i].send(get_request(port, QUERY.format(rate=i)))
         return time.perf_counter() - start, status
 
     out = await asyncio.gather(*(one(i) for i in range(n)))
-    for _, writer in conns:
-        writer.close()
+    for conn in conns:
+        conn.close()
     return [t for t, _ in out], sum(status != 200 for _, status in out)
-
-
-def _server_buckets(port: int) -> dict[float, float]:
-    """Cumulative bucket counts of serve's own timing of /v1/scale-hint."""
-    import httpx
-
-    out = {}
-    for line in httpx.get(f"http://127.0.0.1:{port}/metrics").text.splitlines():
-        if line.startswith("coldscope_http_request_seconds_bucket{") and \
-                'route="/v1/scale-hint"' in line:
-            le = line.split('le="')[1].split('"')[0]
-            out[float("inf") if le == "+Inf" else float(le)] = float(line.split()[-1])
-    return out
-
-
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))] * 1000
 
 
 def main() -> int:
@@ -143,14 +80,15 @@ def main() -> int:
             first = httpx.get(f"http://127.0.0.1:{port}" + QUERY.format(rate=3), timeout=60)
             first_s = time.perf_counter() - t0
             assert first.status_code == 200, first.text
-            before = _server_buckets(port)
-            result = asyncio.run(load(port, args.rate, args.seconds, args.connections,
-                                      args.warmup))
-            after = _server_buckets(port)
+            before = server_buckets(port, "/v1/scale-hint")
+            result = asyncio.run(open_loop(
+                port, lambda i: get_request(port, QUERY.format(rate=i % 21)), args.rate,
+                args.seconds, args.connections, args.warmup))
+            after = server_buckets(port, "/v1/scale-hint")
             burst32, burst_errors = asyncio.run(burst(port, 32))
         finally:
             stop(server)
-    lat = result["latency"]
+    lat = result["due"]
     print(f"GET /v1/scale-hint (llama-2-7b-hf, predicted), {args.rate:g} req/s for "
           f"{args.seconds:g} s (+{args.warmup:g} s warm-up), {args.connections} connections, "
           f"{os.cpu_count()} CPUs; load average before {load0:.2f}, after "
