@@ -210,14 +210,14 @@ def _check_advise(advise: tuple[str, ...], sla: str | None, prometheus: str | No
                              "PromQL query (--rate-query); the watched logs show start-ups, "
                              "not requests")
     from coldscope.planning.hint import sla_seconds
-    from coldscope.serve.advise import check_url
+    from coldscope.serve.advise import check_rate_query, check_url
     try:
         sla_seconds(sla)
     except ColdscopeError as exc:
         raise ColdscopeError(f"--sla-p99-ttft: {exc}") from None
     check_url(prometheus)
-    if rate_query is not None and (not rate_query.strip() or len(rate_query) > 4096):
-        raise ColdscopeError("--rate-query must be a PromQL expression (1-4096 characters)")
+    if rate_query is not None:
+        check_rate_query(rate_query)
     for model in advise:
         if not model.strip() or len(model) > 4096 or "\x00" in model:
             raise ColdscopeError(f"--advise {model[:60]!r} is not a model name")

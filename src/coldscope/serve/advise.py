@@ -535,10 +535,7 @@ class AdviseLoop:
         self.names = list(dict.fromkeys(models))
         self.key = key
         self.prometheus = check_url(prometheus)
-        if not rate_query.strip() or len(rate_query) > 4096:
-            raise ColdscopeError("--rate-query must be a PromQL expression (1-4096 "
-                                 "characters)")
-        self.rate_query = rate_query
+        self.rate_query = check_rate_query(rate_query)
         if not 0.05 <= interval <= 3600:
             raise ColdscopeError(f"--advise-interval must be 0.05-3600 s, not {interval!r}")
         self.interval = interval
@@ -629,6 +626,13 @@ def check_url(url: str) -> str:
     except ValueError:
         raise ColdscopeError(f"--prometheus {url[:200]!r} has a bad port") from None
     return url.rstrip("/")
+
+
+def check_rate_query(promql: str) -> str:
+    """A ``--rate-query``: a PromQL expression of 1-4096 characters."""
+    if not promql.strip() or len(promql) > 4096:
+        raise ColdscopeError("--rate-query must be a PromQL expression (1-4096 characters)")
+    return promql
 
 
 def fetch_rate(base: str, promql: str, timeout: float) -> tuple[float, str | None]:
