@@ -101,6 +101,22 @@ def test_observed_startups_closed_form(tmp_path: Path) -> None:
         (1, 1, "warm floor")
 
 
+def test_the_cold_path_before_the_engine_is_added(tmp_path: Path) -> None:
+    """A plan's parts before the engine (provisioning, image pull, weight transfer) lengthen
+    the cold path the hint scales ahead by: the engine's p90 76 s + 30 + 20 + 4 s = 130 s; the
+    engine's own percentiles are unchanged and the cold path's are shifted by 54 s."""
+    client = TestClient(create_app(_service(tmp_path, {"qwen-7b": TIMES})))
+    engine_only = _hint(client, model="qwen-7b", replica_rps=0.5).json()
+    body = _hint(client, model="qwen-7b", replica_rps=0.5, provisioning_s=30,
+                 image_pull_s=20, weight_transfer_s=4).json()
+    assert body["scale_ahead_s"] == pytest.approx(76.0 + 54.0)
+    assert body["startup_s"] == engine_only["startup_s"]
+    assert body["cold_path_s"] == pytest.approx({"p50": 114.0, "p90": 130.0, "p99": 133.6})
+    assert engine_only["cold_path_s"] == pytest.approx(engine_only["startup_s"])
+    r = _hint(client, model="qwen-7b", image_pull_s=-1)
+    assert r.status_code == 422 and "image_pull_s" in r.json()["error"]
+
+
 @pytest.mark.parametrize("query, message", [
     ({"replicas_rps": 0.5}, "unknown query parameter 'replicas_rps' (did you mean replica_rps?)"),
     ({"modle": "x"}, "unknown query parameter 'modle' (did you mean model?)"),

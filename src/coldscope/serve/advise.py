@@ -83,7 +83,8 @@ from coldscope.util.errors import ColdscopeError
 log = logging.getLogger("coldscope.serve")
 
 #: The query parameters ``/v1/scale-hint`` takes; any other is a 422 naming it.
-HINT_PARAMS = ("model", "rate", "sla_p99_ttft", "replica_rps", "gpu", "params", "source")
+HINT_PARAMS = ("model", "rate", "sla_p99_ttft", "replica_rps", "gpu", "params", "source",
+               "provisioning_s", "image_pull_s", "weight_transfer_s")
 SOURCES = ("auto", "observed", "predicted")
 #: Bases kept, and for how long (seconds): a store written by another process shows up then.
 CACHE_SIZE = 256
@@ -146,6 +147,17 @@ class HintKey:
     replica_rps: float | None = None
     gpu: str | None = None
     params: str | None = None
+
+
+@dataclass(frozen=True)
+class ColdPathParts:
+    """The seconds of a cold path before the engine starts (``ScaleAdvisor``'s
+    ``provisioning_s``, ``image_pull_s``, ``weight_transfer_s``; e.g. a plan's parts): a
+    hint's own, not part of the cached basis."""
+
+    provisioning_s: float = 0.0
+    image_pull_s: float = 0.0
+    weight_transfer_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -309,8 +321,10 @@ class Advice:
         pending.set_result(basis)
         return basis
 
-    def hint(self, basis: Basis, rate: float) -> dict[str, Any]:
-        """A fresh advisor's first tick at ``rate`` (requests/s), as JSON data."""
+    def hint(self, basis: Basis, rate: float,
+             before_engine: ColdPathParts = ColdPathParts()) -> dict[str, Any]:
+        """A fresh advisor's first tick at ``rate`` (requests/s), as JSON data; the cold path
+        it scales ahead by is ``before_engine``'s seconds plus the engine's start-up."""
         if isinstance(rate, bool) or not isinstance(rate, int | float) or \
                 not math.isfinite(rate) or not 0 <= rate <= 1e6:
             raise BadQuery(f"rate must be 0-1e6 requests/s, not {rate!r}")
@@ -319,8 +333,8 @@ class Advice:
                            f"(rate {rate:g} req/s, one replica {basis.replica_rps:g} req/s); "
                            "check both")
         # no seasonal term: a first tick has no day of history, so it would change nothing
-        decision = basis.advisor(season_s=None).tick(0.0, rate_rps=float(rate), running=0,
-                                                     starting=0)
+        decision = basis.advisor(season_s=None, **dataclasses.asdict(before_engine)).tick(
+            0.0, rate_rps=float(rate), running=0, starting=0)
         return answer(basis, decision)
 
     def answer(self, key: HintKey, rate: float) -> dict[str, Any]:

@@ -33,7 +33,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from coldscope import __version__
 from coldscope.core.records import Run
 from coldscope.planning.result import PlanReport
-from coldscope.serve.advise import Advice, BadQuery, HintKey, ScaleHintAnswer, check_query
+from coldscope.serve.advise import (
+    Advice,
+    BadQuery,
+    ColdPathParts,
+    HintKey,
+    ScaleHintAnswer,
+    check_query,
+)
 from coldscope.serve.service import NotConfigured, NotFound, Service, Unavailable
 from coldscope.serve.workers import TooSlow
 from coldscope.util.errors import ColdscopeError
@@ -242,15 +249,26 @@ def create_app(service: Service, advice: Advice | None = None) -> FastAPI:
                              "known")),
                          source: Literal["auto", "observed", "predicted"] = Query(
                              "auto", description="the start-up to plan with: the stored runs, "
-                                                 "the prediction, or auto (runs when >= 5)")
+                                                 "the prediction, or auto (runs when >= 5)"),
+                         provisioning_s: float = Query(0.0, ge=0, le=86_400,
+                                                       allow_inf_nan=False, description=(
+                             "seconds of the cold path before the engine starts: a new node "
+                             "(e.g. `coldscope plan --json`'s provisioning part)")),
+                         image_pull_s: float = Query(0.0, ge=0, le=86_400, allow_inf_nan=False,
+                                                     description="... the image pull"),
+                         weight_transfer_s: float = Query(0.0, ge=0, le=86_400,
+                                                          allow_inf_nan=False,
+                                                          description="... the weights' "
+                                                                      "transfer")
                          ) -> JSONResponse:
         check_query(request.query_params.multi_items())
         key = HintKey(model, sla_p99_ttft, source, replica_rps, gpu, params)
+        before_engine = ColdPathParts(provisioning_s, image_pull_s, weight_transfer_s)
         try:
             basis = advice.cached(key)  # after the first call: no thread, nothing read
             if basis is None:
                 basis = await work(advice.basis, key, what="scale-hint")
-            return JSONResponse(advice.hint(basis, rate))
+            return JSONResponse(advice.hint(basis, rate, before_engine))
         except (BadQuery, NotFound, NotConfigured, Unavailable):
             raise
         except ColdscopeError as exc:  # any other mistake in the query: one status for all
