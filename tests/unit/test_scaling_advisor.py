@@ -407,3 +407,47 @@ def test_the_simulators_predictive_policy_decides_as_a_bare_advisor(params) -> N
                        .desired_replicas)
     assert answers == [answer for _, answer in recorder.seen]
     assert max(answers) > 3 and len(set(answers)) > 3  # it scaled up and down
+
+
+def test_the_predictive_policy_observing_as_ray_does_decides_as_the_adapter_is_fed() -> None:
+    """``observe="ray"``: what ``ColdscopePolicy`` sees behind Ray Serve. The same recorded
+    observations, turned here into Ray's view by hand (the mean over the last 30 s of ticks of
+    the requests in service and of those queued, no rate; with nothing running and requests
+    seen, Ray's fast path answers max(1, last target) without asking the policy) and fed to a
+    bare ScaleAdvisor given the service time, give the same answer at every tick."""
+    rng = np.random.default_rng(5)
+    rate = np.repeat(rng.choice([0.0, 0.5, 3.0], 40), 60)
+    arrival = np.sort(np.concatenate(
+        [k + rng.random(rng.poisson(r)) for k, r in enumerate(rate)]))
+    work = Workload(arrival, rng.exponential(3.0, arrival.size))
+    startup = LogNormal(40.0, 25.0, 70.0, source="test")
+    recorder = _Recorder(Predictive(observe="ray", service_time_s=3.0))
+    Simulator(8, startup, np.random.default_rng(3)).run(work, recorder)
+    bare = ScaleAdvisor(target_in_flight=0.7 * 8, service_time_s=3.0,
+                        startup=StartupDistribution.given(startup.quantile, "test"), step_s=2.0)
+    times = np.array([obs["time"] for obs, _ in recorder.seen])
+    answers, target, fast_paths = [], 0, 0
+    for k, (obs, _) in enumerate(recorder.seen):
+        window = [o for o, _ in recorder.seen[: k + 1]][int(np.searchsorted(
+            times, obs["time"] - 30.0, side="right")):]
+        in_service = sum(o["in_flight"] for o in window) / len(window)
+        queued = sum(o["queued"] for o in window) / len(window)
+        if obs["ready"] == 0 and in_service + queued > 0:
+            target, fast_paths = max(1, target), fast_paths + 1
+        else:
+            target = bare.tick(obs["time"], in_flight=in_service, queued=queued,
+                               running=obs["ready"], starting=obs["starting"]).desired_replicas
+        answers.append(target)
+    assert answers == [answer for _, answer in recorder.seen]
+    assert fast_paths > 0 and max(answers) > 2 and len(set(answers)) > 2
+
+
+def test_observing_as_ray_needs_the_service_time() -> None:
+    from coldscope.sim.policies import make_policy
+    policy = make_policy("predictive", {"observe": "ray"})
+    startup = LogNormal(40.0, 25.0, 70.0, source="test")
+    work = Workload(np.array([1.0]), np.array([1.0]))
+    with pytest.raises(ColdscopeError, match="observe=ray needs service_time_s"):
+        Simulator(8, startup, np.random.default_rng(0)).run(work, policy)
+    with pytest.raises(ColdscopeError, match="observe"):
+        make_policy("predictive", {"observe": "arrival"})

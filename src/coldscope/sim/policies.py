@@ -17,7 +17,7 @@ import inspect
 import math
 import typing
 from collections import deque
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, create_model
 
@@ -194,6 +194,18 @@ class Predictive:
     ``ScaleAdvisor``'s ``hold_s``); and with ``sla_ttft_s`` keeps the
     planner's warm floor (``coldscope.planning.hint.warm_floor``).
 
+    ``observe`` says what the advisor is shown. ``"arrivals"`` (default): the rate of arrivals,
+    as ``serve``'s gauges and ``/v1/scale-hint`` give it. ``"ray"``: what
+    ``ColdscopePolicy`` is shown behind a real Ray Serve, which reports no arrivals: the mean
+    over ``look_back_period_s`` of the requests in service and of those queued (Ray's
+    ``total_num_requests`` minus ``total_queued_requests``, and the latter), the rate then
+    being Little's law on the requests in service with ``service_time_s`` (required); and
+    Ray's 0-replica fast path, which answers ``max(1, last target)`` without asking the policy
+    while nothing runs and requests wait. Ray's metrics push lag is not modelled (as in
+    :class:`RayServeDefault`). ``benches/bench_autoscale.py`` simulates both beside the real
+    loop, to tell how much of the gap between the simulated and the real advisor comes from
+    what Ray lets the policy see.
+
     Before the advisor, this policy was Knative's KPA (panic and stable windows) plus the
     forecast; the advisor's "now" is the concurrency seen at the tick instead, held by the
     scale-down delay (docs/autoscale.md, "The simulator's predictive policy").
@@ -210,7 +222,10 @@ class Predictive:
                  scale_down_delay_s: Seconds | None = None,
                  sla_ttft_s: Positive | None = None,
                  warm_ttft_s: Seconds = 0.5, min_workers: Count = 0,
-                 max_workers: Count | None = None, tick_s: TickSeconds = 2.0) -> None:
+                 max_workers: Count | None = None, tick_s: TickSeconds = 2.0,
+                 observe: Literal["arrivals", "ray"] = "arrivals",
+                 service_time_s: Positive | None = None,
+                 look_back_period_s: Positive = 30.0) -> None:
         self.target = target
         self.target_utilization = target_utilization
         self.startup_quantile = startup_quantile
@@ -227,16 +242,22 @@ class Predictive:
         self.min_workers = min_workers
         self.max_workers = max_workers
         self.tick_s = tick_s
+        self.observe = observe
+        self.service_time_s = service_time_s
+        self.look_back_period_s = look_back_period_s
 
     def advisor(self, context: PolicyContext) -> ScaleAdvisor:
         """The advisor this policy runs for a simulation of ``context``."""
         tick = self.tick_s
         if not tick or tick <= 0:
             raise ColdscopeError("the predictive policy needs tick_s > 0")
+        if self.observe == "ray" and self.service_time_s is None:
+            raise ColdscopeError("the predictive policy with observe=ray needs service_time_s "
+                                 "(Ray reports requests in flight, not a rate)")
         target = self.target or self.target_utilization * context.concurrency
         startup = StartupDistribution.given(context.startup.quantile, context.startup.source)
         return ScaleAdvisor(
-            target_in_flight=target, startup=startup,
+            target_in_flight=target, startup=startup, service_time_s=self.service_time_s,
             scale_ahead_quantile=self.startup_quantile, alpha=self.alpha, beta=self.beta,
             step_s=tick, trend_damping=self.trend_damping, season_s=self.season_s,
             season_window_s=self.season_window_s, rate_window_s=self.rate_window_s,
@@ -247,12 +268,44 @@ class Predictive:
     def start(self, context: PolicyContext) -> int:
         self.advisor_ = self.advisor(context)
         self.tick_ = float(self.tick_s or 0.0)
+        self.seen_ = _LookBack(self.look_back_period_s)
+        self.target_ = self.min_workers
         return self.min_workers
 
     def desired(self, obs: TickObservation) -> int:
-        return self.advisor_.tick(
-            obs.time, rate_rps=obs.arrivals / self.tick_, in_flight=obs.in_flight,
-            queued=obs.queued, running=obs.ready, starting=obs.starting).desired_replicas
+        if self.observe == "arrivals":
+            return self.advisor_.tick(
+                obs.time, rate_rps=obs.arrivals / self.tick_, in_flight=obs.in_flight,
+                queued=obs.queued, running=obs.ready, starting=obs.starting).desired_replicas
+        in_service, queued = self.seen_.add(obs.time, obs.in_flight, obs.queued)
+        if obs.ready == 0 and in_service + queued > 0:  # Ray's _get_cold_start_scale_up_replicas
+            self.target_ = max(1, self.target_)
+            return self.target_
+        self.target_ = self.advisor_.tick(
+            obs.time, in_flight=in_service, queued=queued, running=obs.ready,
+            starting=obs.starting).desired_replicas
+        return self.target_
+
+
+class _LookBack:
+    """The means of two counts over the last ``period_s`` of ticks, as Ray's controller
+    aggregates ``total_num_requests`` and ``total_queued_requests`` (mean over the look-back)."""
+
+    def __init__(self, period_s: float) -> None:
+        self.period_s = period_s
+        self.samples: deque[tuple[float, int, int]] = deque()
+        self.sum_a = self.sum_b = 0
+
+    def add(self, now: float, a: int, b: int) -> tuple[float, float]:
+        self.samples.append((now, a, b))
+        self.sum_a += a
+        self.sum_b += b
+        while self.samples[0][0] <= now - self.period_s:
+            _, old_a, old_b = self.samples.popleft()
+            self.sum_a -= old_a
+            self.sum_b -= old_b
+        n = len(self.samples)
+        return self.sum_a / n, self.sum_b / n
 
 
 class RayServeDefault:
