@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from coldscope.engines.vllm_log import parse_vllm_log
+from coldscope.engines.vllm.grammar import parse_vllm_log
 
 
 def log_lines(src: Path) -> list[str]:

@@ -18,7 +18,8 @@ from coldscope.analysis.findings import compile_key_changes, findings_for_run
 from coldscope.cli.main import cli
 from coldscope.core.records import CompileKey, Run
 from coldscope.engines import GenericEngine, options
-from coldscope.engines.vllm import VLLM, compile_dirs
+from coldscope.engines.vllm import VLLM
+from coldscope.engines.vllm.facts import compile_dirs
 from coldscope.launch.runner import (
     COMPILE_KEYS_FILE,
     KEEP_COMPILE_KEYS,

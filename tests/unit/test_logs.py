@@ -17,18 +17,10 @@ import pytest
 
 from coldscope.core.stages import BUCKETS, STAGES
 from coldscope.core.timeline import reconcile
-from coldscope.engines.vllm_log import (
-    FAMILIES,
-    PAPER_METRICS,
-    family_of,
-    log_spans,
-    log_time_to_ready,
-    log_timeline,
-    missed,
-    paper_metrics,
-    parse_vllm_log,
-    read_vllm_log,
-)
+from coldscope.engines.vllm.grammar import FAMILIES, family_of, parse_vllm_log, read_vllm_log
+from coldscope.engines.vllm.paper import PAPER_METRICS, missed, paper_metrics
+from coldscope.engines.vllm.spans import log_spans
+from coldscope.engines.vllm.timeline import log_time_to_ready, log_timeline
 from coldscope.util.errors import ColdscopeError
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"

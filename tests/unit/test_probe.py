@@ -217,6 +217,7 @@ def _vllm_like_events():
 
 
 def test_process_roles_and_their_start_substeps_come_from_the_adapter():
+    from coldscope.engines import process_roles_of
     from coldscope.engines.sglang import SGLang
     from coldscope.engines.vllm import VLLM
     procs = processes_from_events(_vllm_like_events(), VLLM().process_roles)
@@ -234,8 +235,8 @@ def test_process_roles_and_their_start_substeps_come_from_the_adapter():
     assert [p.role for p in procs if p.pid == 1] == ["api_server"]  # the launched process
     # an adapter without roles (SGLang's, for now): its children are helpers, no start
     # sub-steps are made up for them
-    procs = processes_from_events(_vllm_like_events(), SGLang().process_roles)
+    procs = processes_from_events(_vllm_like_events(), process_roles_of(SGLang()))
     assert {p.role for p in procs if p.pid != 1} == {"helper"}
     spans = probe_spans(procs, launch_mono=100.0, root_pid=1, ready_at=30.0,
-                        compile_enabled=False, roles=SGLang().process_roles)
+                        compile_enabled=False, roles=process_roles_of(SGLang()))
     assert not [s for s in spans if s.name.endswith(("_start", "worker_init"))]

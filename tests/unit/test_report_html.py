@@ -146,7 +146,7 @@ def _write_session(store_path, last_kept: bool):
     """A session file for ``_session()``'s runs without their confirm: the budget ran out
     after the mp trial, which only the file says was kept (or not)."""
     from coldscope.analysis.comparison import ratio_interval
-    from coldscope.engines.knob import Knob
+    from coldscope.engines.knobs import Knob
     from coldscope.tuning.search import Baseline, Outcome, TrialRow
     from coldscope.tuning.session import SessionSpec, save, sessions_dir
     runs = _session()[:-1]

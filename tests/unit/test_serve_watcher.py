@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from coldscope.core.timeline import timeline_dict
-from coldscope.engines.vllm_log import log_timeline, parse_vllm_log
+from coldscope.engines.vllm.grammar import parse_vllm_log
+from coldscope.engines.vllm.timeline import log_timeline
 from coldscope.serve.watcher import LogWatcher, Startup, classify, replica_name
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "fixtures"

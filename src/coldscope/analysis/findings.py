@@ -46,7 +46,7 @@ from coldscope.core.stages import (
     MODEL_LOADING,
     TORCH_COMPILE,
 )
-from coldscope.engines import Engine, LogFacts, LogReading
+from coldscope.engines import Engine, FindingsAdvice, LogFacts, LogReading, process_roles_of
 
 #: The stable ids, in the order ``docs/findings.md`` explains them.
 FINDING_IDS: tuple[str, ...] = (
@@ -123,10 +123,10 @@ class RunFacts:
 # -- building the facts ------------------------------------------------------------------------
 
 
-def facts_from_log(lines: Iterable[str],
-                   read: tuple[Engine, LogReading] | None = None) -> RunFacts:
+def facts_from_log(lines: Iterable[str], read: LogReading | None = None) -> RunFacts:
     """Facts of a log read on its own: the timeline the log shows, cache state unknown.
-    ``read`` is ``engines.read_log(lines)`` when the caller has it already."""
+    ``read`` is ``engines.read_log(lines)`` when the caller has it already (it carries the
+    engine that read the log)."""
     # a sequence is looked up, not copied (a saved log's lines by their own numbers)
     lines = lines if isinstance(lines, Sequence) and not isinstance(lines, str) else list(lines)
     read = read or engines.read_log(lines)
@@ -134,10 +134,8 @@ def facts_from_log(lines: Iterable[str],
     facts: LogFacts | None = None
     tl: dict[str, Any] = {"stages": {}, "substeps": {}, "segments": []}
     if read is not None:  # the engine whose adapter reads the log: its timeline and facts
-        engine, tl = read[0], timeline_fields(read[1].timeline)
-        facts = read[1].facts if read[1].facts is not None else engine.log_facts(lines)
-    elif (known := engines.log_facts(lines)) is not None:
-        engine, facts = known
+        engine, tl = read.engine, timeline_fields(read.timeline)
+        facts = read.facts if read.facts is not None else read.engine.log_facts(lines)
     if facts is None:
         facts = LogFacts()
     return RunFacts(lines=lines, log=facts, engine=engine, stages=tl["stages"],
@@ -186,7 +184,7 @@ def facts_from_run(run: Run, log: Sequence[str | Sequence[Any]] | None = None) -
 
 
 def _registered(name: str | None) -> Engine | None:
-    return next((e for e in engines.ENGINES if e.name == name), None)
+    return engines.named(name)
 
 
 # -- the rules ---------------------------------------------------------------------------------
@@ -194,7 +192,7 @@ def _registered(name: str | None) -> Engine | None:
 
 def _advice(f: RunFacts, finding_id: str, neutral: str) -> str:
     """The run's engine's advice for a finding, else the rule's engine-neutral advice."""
-    own = f.engine.advice(finding_id) if f.engine is not None else None
+    own = f.engine.advice(finding_id) if isinstance(f.engine, FindingsAdvice) else None
     return own if own is not None else neutral
 
 
@@ -370,8 +368,7 @@ def start_substeps(engine: Engine | None) -> dict[str, str]:
     launched process's imports, then each of the engine's own processes as its adapter names
     them (``Engine.process_roles``; every registered engine's when the engine is unknown)."""
     from coldscope.capture.probe import ROOT_ROLE
-    roles = engine.process_roles if engine is not None else \
-        tuple(r for e in engines.ENGINES for r in e.process_roles)
+    roles = process_roles_of(engine)
     out = {ROOT_ROLE: f"{BOOTSTRAP}/api_server_imports"}
     out.update((r.name, r.start_substep) for r in roles if r.start_substep)
     return out
@@ -634,8 +631,7 @@ def evaluate(facts: RunFacts) -> list[Finding]:
     return sorted(out, key=lambda x: (x.id == "engine_warning", -(x.seconds_at_stake or 0.0)))
 
 
-def findings_from_log(lines: Iterable[str],
-                      read: tuple[Engine, LogReading] | None = None) -> list[Finding]:
+def findings_from_log(lines: Iterable[str], read: LogReading | None = None) -> list[Finding]:
     """Findings of a log read on its own (cache state unknown); ``read`` as for
     ``facts_from_log``."""
     return evaluate(facts_from_log(lines, read))

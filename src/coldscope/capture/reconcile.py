@@ -28,7 +28,6 @@ from coldscope.core.records import (
     Storage,
     timeline_fields,
 )
-from coldscope.core.stages import CUDA_GRAPH_CAPTURE, TORCH_COMPILE
 from coldscope.core.timeline import Span, Timeline, reconcile
 
 
@@ -60,12 +59,9 @@ def build_timeline(evidence: Mapping[str, Any], ctx: Context) -> Reconciled:
             spans += got.spans
             facts.update(got.facts)
     log_info: LogInfo | None = facts.get("log_info")
-    not_applicable = set()
-    if not ctx.compile_enabled:
-        not_applicable.add(TORCH_COMPILE)
     on_cpu = (log_info is not None and log_info.device == "cpu") or not ctx.has_gpu
-    if not ctx.compile_enabled or on_cpu:
-        not_applicable.add(CUDA_GRAPH_CAPTURE)
+    not_applicable = ctx.engine.not_applicable(compile_enabled=ctx.compile_enabled,
+                                               on_cpu=on_cpu)
     tl = reconcile(spans, ctx.ready_at, not_applicable=not_applicable,
                    origin_unix=ctx.launch_wall)
     processes = list(facts.get("processes") or [])

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from coldscope.capture.probe import ProbeEvent, ProcessRole
     from coldscope.core.records import LogInfo
 class EngineReader(Protocol):
-    """What the sources ask of an engine adapter (``coldscope.engines.Engine`` has it)."""
+    """What the sources ask of a run's engine (``coldscope.engines.RunReader`` puts it together
+    from the command's adapter and the adapter of its log)."""
 
     def log_spans(self, lines: Sequence[tuple[float, str]]) -> tuple[list[Span],
                                                                       LogInfo | None]: ...
@@ -33,6 +34,11 @@ class EngineReader(Protocol):
 
     @property
     def process_roles(self) -> Sequence[ProcessRole]: ...
+
+    def not_applicable(self, *, compile_enabled: bool | None, on_cpu: bool,
+                       eager: bool | None = None) -> frozenset[str]:
+        """The stages that do not apply to the run: the engine adapter's answer."""
+        ...
 
 
 @dataclass(frozen=True)

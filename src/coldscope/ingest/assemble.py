@@ -14,10 +14,10 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from coldscope import __version__
 from coldscope.capture.reconcile import apply, build_timeline
 from coldscope.capture.sources import Context
 from coldscope.core.records import Origin, Run, Tool
+from coldscope.core.version import __version__
 
 if TYPE_CHECKING:
     from coldscope.engines import LogFacts
@@ -63,21 +63,22 @@ def read_run(lines: Sequence[str], *, name: str, origin: Origin = "log",
     from coldscope.analysis.findings import findings_from_log
     from coldscope.capture.logtext import NumberedLines
     from coldscope.core.records import EngineInfo
-    from coldscope.engines import LogFacts, read_log
+    from coldscope.engines import ComparedWithPaper, LogFacts, read_log
     from coldscope.util.errors import ColdscopeError
-    found = read_log(lines)
-    if found is None:
+    reading = read_log(lines)  # identified once: the reading carries its engine
+    if reading is None:
         raise ColdscopeError(f"{name} does not look like a log of a known engine "
                              "(no known line found)")
-    engine, reading = found
+    engine = reading.engine
     if reading.refused is not None:
         raise ColdscopeError(f"{name}: refused: {reading.refused}")
     facts = reading.facts if reading.facts is not None else engine.log_facts(lines)
     # the rules read these facts (none: empty ones, as findings_from_log would) and quote
     # lines by the numbers the engine gave
     by_number = lines.by_number() if isinstance(lines, NumberedLines) else list(lines)
-    findings = findings_from_log(by_number, (engine, replace(reading, facts=facts or LogFacts())))
+    findings = findings_from_log(by_number, replace(reading, facts=facts or LogFacts()))
     info = reading.info
+    paper = reading if isinstance(reading, ComparedWithPaper) else None
     ready = reading.timeline.time_to_ready is not None and reading.failure is None
     reason = reading.failure or ("the log never shows the engine ready (truncated, or it "
                                  "failed during start-up)")
@@ -92,7 +93,8 @@ def read_run(lines: Sequence[str], *, name: str, origin: Origin = "log",
                           model=reading.model),
         model=_model_ref(reading.model),
         log_info=info, log_tail="\n".join(lines[-TAIL_LINES:]),
-        paper_metrics=reading.paper_metrics, missed_by_paper_parser=reading.missed,
+        paper_metrics=paper.paper_metrics if paper is not None else None,
+        missed_by_paper_parser=paper.missed if paper is not None else [],
         findings=findings,
         notes=list(reading.notes),
     )

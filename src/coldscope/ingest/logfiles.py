@@ -439,23 +439,27 @@ class StartupLines:
 def startups(lines: Sequence[str]) -> list[StartupLines]:
     """The start-ups one log holds, in order; every line is in exactly one.
 
-    A new start-up begins at a line an engine says opens one (``engines.startup_boundary``:
-    vLLM's version banner or engine line, SGLang's server arguments) once the start-up before
+    A new start-up begins at a line the log's engine (``engines.identify_log``, once) says
+    opens one (``LogReader.startup_boundary``: vLLM's version banner or engine line, SGLang's
+    server arguments) once the start-up before
     it has ended: shown the engine ready, or said it failed. A start line before the previous
     start-up ended does not cut: one start-up prints several (the API server's banner, then
     each data-parallel engine core's line), and a harness may repeat them in a summary above
     the full log, so a restart that left no ready or failure line stays one start-up, read as
     before. A log with no start line is one start-up. The parts keep the file's line numbers
     (``NumberedLines``; a plain list is numbered from 0)."""
-    from coldscope.engines import FAILED, READY, START_PREFIX, startup_boundary
+    from coldscope.engines import FAILED, OWN_LINE, READY, START_PREFIX, identify_log
     numbered = lines if isinstance(lines, NumberedLines) else NumberedLines(lines)
+    reader = identify_log(numbered)
+    if reader is None:
+        return [StartupLines(numbered)]
     cuts, ends = [0], []
     begun = ended = False
     for i, line in enumerate(numbered):
         if not line:
             continue
-        kind = startup_boundary(line)
-        if kind is None:
+        kind = reader.startup_boundary(line)
+        if kind is None or kind == OWN_LINE:
             continue
         if kind.startswith(START_PREFIX):
             if ended:
@@ -518,17 +522,15 @@ def _read(lines: NumberedLines, name: str) -> tuple[Run | None, str | None, LogF
 
 def _with_log_facts(run: Run, lines: Sequence[str], source: LogSource,
                     facts: LogFacts | None, *, cut: int = 0) -> Run:
-    """The model the engine's log names (as the serve watcher fills it: the facts of the
-    run's own engine, else of the first other engine that knows the lines), the file read,
-    and a note when lines were cut at ``MAX_LINE_BYTES``."""
+    """The model the engine's log names (the facts of the run's own engine's reading), the
+    file read, and a note when lines were cut at ``MAX_LINE_BYTES``."""
     from coldscope.core.records import ModelRef
     update: dict[str, Any] = {}
     if source.path is not None:
         update["log_path"] = str(source.path)
     if run.model.path is None and run.model.name is None:
         from coldscope.engines import LogFacts as Facts
-        path = facts.model if facts is not None and facts != Facts() else \
-            _model_from_other_engines(lines, run)
+        path = facts.model if facts is not None and facts != Facts() else None
         if path:
             update["model"] = ModelRef(path=path, name=path.rstrip("/").rsplit("/", 1)[-1])
     if cut:
@@ -536,21 +538,6 @@ def _with_log_facts(run: Run, lines: Sequence[str], source: LogSource,
                            f"{MAX_LINE_BYTES:,} bytes: only their first {MAX_LINE_BYTES:,} "
                            "bytes were read"]
     return run.evolve(**update) if update else run
-
-
-def _model_from_other_engines(lines: Sequence[str], run: Run) -> str | None:
-    """``engines.log_facts``'s model when the run's own engine gave no facts: the first other
-    engine whose facts the lines have. Neither the run's own engine nor those asked before it
-    to read the log (``engines.read_log`` asks them in ``ENGINES`` order; they declined it:
-    an adapter that reads none of a log has no facts for it) are asked again."""
-    from coldscope.engines import ENGINES
-    names = [engine.name for engine in ENGINES]
-    after = names.index(run.engine.name) + 1 if run.engine.name in names else 0
-    for engine in ENGINES[after:]:
-        facts = engine.log_facts(lines)
-        if facts is not None:
-            return facts.model
-    return None
 
 
 # -- the fleet summary --------------------------------------------------------------------------

@@ -40,7 +40,6 @@ from typing import IO, TYPE_CHECKING, Any, Literal
 import psutil
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from coldscope import __version__
 from coldscope.capture.environment import collect as environment_of
 from coldscope.capture.environment import storage_kind
 from coldscope.capture.imports import read_import_files
@@ -61,7 +60,16 @@ from coldscope.core.records import (
     Storage,
     Tool,
 )
-from coldscope.engines import Engine, resolve
+from coldscope.core.version import __version__
+from coldscope.engines import (
+    Engine,
+    LogReader,
+    ProcessEvidence,
+    identify_log,
+    probe_hooks_of,
+    resolve,
+    run_reader,
+)
 from coldscope.ingest.assemble import finish
 from coldscope.util.errors import ColdscopeError
 
@@ -393,7 +401,8 @@ def run_once(config: RunConfig, *, run_id: str | None = None,
         run = run.evolve(compile_key=key)
         if config.cache == "warm" and ok:
             _remember_compile_key(prep.dirs.root, key)
-    ctx = Context(engine=prep.engine, launch_mono=seen.launch["mono"],
+    ctx = Context(engine=run_reader(prep.engine, [text for _, text in seen.lines]),
+                  launch_mono=seen.launch["mono"],
                   launch_wall=seen.launch["wall"], root_pid=seen.launch["root_pid"],
                   ready_at=seen.ready_at, compile_enabled=prep.engine.compile_enabled(prep.argv),
                   has_gpu=bool(run.environment.gpus))
@@ -555,13 +564,14 @@ def _prepare(config: RunConfig, run_id: str, cache_state: CacheState | None) -> 
                 env["COLDSCOPE_PROBE_IMPORTS"] = "1"
             else:  # only what the config asks for: the runner reads the files only then
                 env.pop("COLDSCOPE_PROBE_IMPORTS", None)
-            hooks = ";".join(f"{m}:{q}={n}" for m, q, n in engine.probe_hooks())
+            hooks = ";".join(f"{m}:{q}={n}" for m, q, n in probe_hooks_of(engine))
             env["COLDSCOPE_PROBE_HOOKS"] = ";".join(
                 h for h in (hooks, env.get("COLDSCOPE_PROBE_HOOKS", "")) if h)
 
         if config.spans:
             receiver = Receiver()
-            otlp = engine.otlp(argv, receiver.endpoint)
+            otlp = engine.otlp(argv, receiver.endpoint) \
+                if isinstance(engine, ProcessEvidence) else None
             if otlp is None:
                 receiver.stop()  # never started: just close its socket
                 receiver = None
@@ -632,6 +642,9 @@ def _launch(config: RunConfig, prep: _Prepared, pattern: re.Pattern[str] | None,
     sampler: _CpuSampler | None = None
     pattern_hit = threading.Event()
     current_stage: list[str | None] = [None]
+    # the adapter that reads the output: the engine's own, else (a wrapper script) the one
+    # whose own line comes first, identified once
+    live: list[LogReader | None] = [prep.engine if isinstance(prep.engine, LogReader) else None]
 
     def _on_line(text: str) -> None:
         if pattern is not None and pattern.search(text):
@@ -639,7 +652,9 @@ def _launch(config: RunConfig, prep: _Prepared, pattern: re.Pattern[str] | None,
         if on_line:
             on_line(text)
         if on_stage is not None:
-            stage = prep.engine.live_stage(text)
+            if live[0] is None:
+                live[0] = identify_log([text])
+            stage = live[0].live_stage(text) if live[0] is not None else None
             if stage is not None and stage != current_stage[0]:
                 current_stage[0] = stage
                 on_stage(stage, time.monotonic() - seen.launch["mono"])

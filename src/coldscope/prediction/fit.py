@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from coldscope import __version__
 from coldscope.core.stages import BUCKETS, MODEL_LOADING, UNATTRIBUTED
+from coldscope.core.version import __version__
 from coldscope.prediction import core
 from coldscope.prediction.core import Observation
 from coldscope.prediction.features import ModelFeatures

@@ -11,8 +11,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from importlib import resources
 
-from coldscope import __version__
 from coldscope.core.stages import STAGES
+from coldscope.core.version import __version__
 from coldscope.report.contents import Report
 from coldscope.report.markup import legend
 from coldscope.report.sections import (

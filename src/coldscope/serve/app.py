@@ -30,8 +30,8 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from coldscope import __version__
 from coldscope.core.records import Run
+from coldscope.core.version import __version__
 from coldscope.planning.result import PlanReport
 from coldscope.serve.advise import (
     Advice,

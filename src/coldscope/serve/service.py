@@ -37,7 +37,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ValidationError
 
@@ -53,6 +53,7 @@ from coldscope.util.errors import ColdscopeError, validation_error
 from coldscope.util.safeio import confined, file_kind, finite_or_none
 
 if TYPE_CHECKING:
+    from coldscope.planning.planner import PlanRequest
     from coldscope.store.db import Store
 
 log = logging.getLogger("coldscope.serve")
@@ -294,7 +295,7 @@ class Service:
         if self.startup_model is None:
             raise NotConfigured("no startup model loaded: start serve with --startup-model")
         body = dict(body)
-        options = _predict_options(body)
+        options = PredictOptions.pop_from(body)
         if len(body) == 1 and self.reads_files(body):
             (name, given), = body.items()
             check_path_name(self.model_roots, given, name)  # before a process is started
@@ -305,21 +306,26 @@ class Service:
         if not isinstance(target, Mapping):
             raise ColdscopeError("features must be a JSON object (a features document) or a "
                                  "path under a --model-root")
-        return finite(predict_json(self.startup_model, target, **options))
+        return options.predict(self.startup_model, target)
 
     def plan(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """``plan --json`` for plan options given by their CLI names, in a process of its own.
         Files named in the body must lie under a --model-root (``resolve_path``); the startup
-        model and the store are serve's own."""
-        options = dict(body)
+        model and the store are serve's own. The body becomes the CLI's ``PlanRequest`` here,
+        before a process is started; the process resolves its files and plans."""
+        from coldscope.planning.planner import PlanRequest
         for key in ("startup_model", "store", "no_store"):
-            if key in options:
+            if key in body:
                 raise ColdscopeError(f"{key} is serve's own (--{key.replace('_', '-')}); "
                                      "it cannot be set per request")
         for key in _PLAN_FILES:
-            if options.get(key) is not None:
-                check_path_name(self.model_roots, options[key], key)
-        return self.workers.isolated(_plan_job, self.sandbox, options,
+            if body.get(key) is not None:
+                check_path_name(self.model_roots, body[key], key)
+        try:
+            request = PlanRequest(**body)
+        except ValidationError as exc:
+            raise validation_error(exc, "plan request") from None
+        return self.workers.isolated(_plan_job, self.sandbox, request,
                                      timeout=self.config.request_timeout, what="plan")
 
     def runs(self, status: str | None = None, cache: str | None = None,
@@ -358,7 +364,7 @@ class Service:
         out = []
         for s in self.watcher.running():
             found = read_log(list(s.lines))  # the engine adapter that knows these lines
-            tl = timeline_dict(found[1].timeline if found is not None else
+            tl = timeline_dict(found.timeline if found is not None else
                                Timeline(time_to_ready=None, stages={}))
             out.append({"replica": s.replica, "path": s.path, "status": "running",
                         "seconds_since_first_line": round(now - s.first_seen, 3),
@@ -460,54 +466,70 @@ class Sandbox:
             yield
 
 
+@dataclass(frozen=True)
+class PredictOptions:
+    """The options of a /v1/predict body, each checked against the CLI's bounds (so every
+    answer stays finite): CUDA-graph capture sizes, storage bandwidth in bytes/s, page cache."""
+
+    capture_sizes: int | None = None
+    storage_bandwidth: float | None = None
+    page_cache: Literal["hot", "cold"] | None = None
+
+    @classmethod
+    def pop_from(cls, body: dict[str, Any]) -> PredictOptions:
+        """The options taken out of ``body`` (what is left names the model); ``ColdscopeError``
+        (one line) for a value out of bounds or of the wrong type."""
+        given = {k: body.pop(k) for k in _PREDICT_OPTIONS if k in body}
+        sizes = given.get("capture_sizes")
+        if sizes is not None and (type(sizes) is not int or not
+                                  0 <= sizes <= MAX_CAPTURE_SIZES):
+            raise ColdscopeError(f"capture_sizes must be a whole number in "
+                                 f"0-{MAX_CAPTURE_SIZES}")
+        bandwidth = given.get("storage_bandwidth")
+        if bandwidth is not None and (type(bandwidth) not in (int, float) or not
+                                      MIN_STORAGE_BPS <= bandwidth <= MAX_STORAGE_BPS):
+            raise ColdscopeError(f"storage_bandwidth must be a number of bytes/s in "
+                                 f"{MIN_STORAGE_BPS:.0e}-{MAX_STORAGE_BPS:.0e} "
+                                 "(1 MB/s-10 TB/s)")
+        page_cache = given.get("page_cache")
+        if page_cache not in (None, "hot", "cold"):
+            raise ColdscopeError("page_cache must be hot or cold")
+        return cls(sizes, bandwidth, page_cache)
+
+    def predict(self, startup_model: StartupModel,
+                model: str | Mapping[str, Any]) -> dict[str, Any]:
+        """``predict --json`` of ``model`` (a path, or a features document) with these
+        options, as JSON may hold it (``finite``)."""
+        return finite(predict_json(startup_model, model, capture_sizes=self.capture_sizes,
+                                   storage_bandwidth=self.storage_bandwidth,
+                                   page_cache=self.page_cache))
+
+
 def _predict_job(sandbox: Sandbox, name: str, given: str,
-                 options: dict[str, Any]) -> dict[str, Any]:
+                 options: PredictOptions) -> dict[str, Any]:
     """/v1/predict for a path: the model at ``given`` under a root, predicted."""
     assert sandbox.startup_model is not None
     with sandbox.bounds():
         target = resolve_path(sandbox.roots, given, name)
-        return finite(predict_json(sandbox.startup_model, str(target), **options))
+        return options.predict(sandbox.startup_model, str(target))
 
 
-def _plan_job(sandbox: Sandbox, options: dict[str, Any]) -> dict[str, Any]:
-    """/v1/plan: every file option resolved by the one rule, then ``plan`` as the CLI's."""
-    from coldscope.planning import PlanRequest, plan
+def _plan_job(sandbox: Sandbox, request: PlanRequest) -> dict[str, Any]:
+    """/v1/plan: every file the request names resolved by the one rule, serve's own startup
+    model and store added, then ``plan`` as the CLI's."""
+    from coldscope.planning import plan
     with sandbox.bounds():
-        for key in _PLAN_FILES:
-            if options.get(key) is not None:
-                options[key] = str(resolve_path(sandbox.roots, options[key], key))
-        named = [options[key] for key in _PLAN_FILES if options.get(key) is not None]
-        if sandbox.startup_model_path is not None and options.get("model") is not None:
-            options["startup_model"] = str(sandbox.startup_model_path)
-        if sandbox.store_path.exists():
-            options["store"] = str(sandbox.store_path)
-        else:
-            options["no_store"] = True  # what the CLI does when the default store is absent
-        try:
-            request = PlanRequest(**options)
-        except ValidationError as exc:
-            raise validation_error(exc, "plan request") from None
+        files = {key: str(resolve_path(sandbox.roots, getattr(request, key), key))
+                 for key in _PLAN_FILES if getattr(request, key) is not None}
+        own: dict[str, Any] = {"store": str(sandbox.store_path)} \
+            if sandbox.store_path.exists() else {"no_store": True}  # as the CLI without one
+        if sandbox.startup_model_path is not None and request.model is not None:
+            own["startup_model"] = str(sandbox.startup_model_path)
+        request = request.model_copy(update={**files, **own})
         try:
             return finite(plan(request).to_json())
         except ColdscopeError as exc:
-            raise ColdscopeError(_withhold_quotes(str(exc), named)) from None
-
-
-def _predict_options(body: dict[str, Any]) -> dict[str, Any]:
-    """The predict options popped from ``body``, each checked against the CLI's bounds (so
-    every answer stays finite): capture_sizes, storage_bandwidth, page_cache."""
-    options = {k: body.pop(k) for k in _PREDICT_OPTIONS if k in body}
-    sizes = options.get("capture_sizes")
-    if sizes is not None and (type(sizes) is not int or not 0 <= sizes <= MAX_CAPTURE_SIZES):
-        raise ColdscopeError(f"capture_sizes must be a whole number in 0-{MAX_CAPTURE_SIZES}")
-    bandwidth = options.get("storage_bandwidth")
-    if bandwidth is not None and (type(bandwidth) not in (int, float) or not
-                                  MIN_STORAGE_BPS <= bandwidth <= MAX_STORAGE_BPS):
-        raise ColdscopeError(f"storage_bandwidth must be a number of bytes/s in "
-                             f"{MIN_STORAGE_BPS:.0e}-{MAX_STORAGE_BPS:.0e} (1 MB/s-10 TB/s)")
-    if options.get("page_cache") not in (None, "hot", "cold"):
-        raise ColdscopeError("page_cache must be hot or cold")
-    return options
+            raise ColdscopeError(_withhold_quotes(str(exc), list(files.values()))) from None
 
 
 def _withhold_quotes(message: str, paths: Sequence[str]) -> str:

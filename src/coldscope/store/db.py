@@ -453,20 +453,20 @@ class Store:
         before probe events were kept (schema 1) rebuild from their log and spans only."""
         from coldscope.capture.reconcile import build_timeline
         from coldscope.capture.sources import Context
-        from coldscope.engines import read_log, resolve
+        from coldscope.engines import read_log, resolve, run_reader
         run = self.run(run_id)
         if run.time_to_ready_s is None:
             raise ColdscopeError(f"run {run.id} never became ready ({run.reason}); no timeline")
         evidence = self.evidence(run.id)
         if "saved_log" in evidence:  # a log read alone: no arrival times, read it again
-            found = read_log(evidence["saved_log"])
-            if found is None:
+            reading = read_log(evidence["saved_log"])
+            if reading is None:
                 raise ColdscopeError(f"run {run.id}: its stored log is no longer recognised")
-            return found[1].timeline
+            return reading.timeline
         launch = evidence.get("launch") or {}
         engine = resolve(run.engine.argv)
         ctx = Context(
-            engine=engine,
+            engine=run_reader(engine, [str(text) for _, text in evidence.get("log") or ()]),
             launch_mono=float(launch.get("mono") or 0.0),
             launch_wall=float(launch.get("wall") or run.origin_unix or 0.0),
             root_pid=launch.get("root_pid"),

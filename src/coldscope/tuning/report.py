@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from pydantic import Field
 
 from coldscope.analysis.comparison import Comparison, Ratio, compare
-from coldscope.engines.knob import apply_all
+from coldscope.engines.knobs import apply_all
 from coldscope.tuning.search import (
     Baseline,
     Outcome,

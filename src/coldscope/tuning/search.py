@@ -52,7 +52,7 @@ from typing import Any, Final, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field
 
 from coldscope.analysis.comparison import Ratio, ratio_interval
-from coldscope.engines.knob import ALL_CACHES, Knob
+from coldscope.engines.knobs import ALL_CACHES, Knob
 from coldscope.tuning.verify import first_difference
 from coldscope.util.errors import ColdscopeError
 

@@ -39,7 +39,7 @@ from pydantic import (
     model_serializer,
 )
 
-from coldscope.engines.knob import ALL_CACHES, Knob, apply_all
+from coldscope.engines.knobs import ALL_CACHES, Knob, apply_all
 from coldscope.tuning.search import (
     FindingCost,
     Measurement,

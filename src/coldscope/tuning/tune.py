@@ -87,14 +87,15 @@ def new_session(command: Sequence[str], *, store_path: Path,
     ``ColdscopeError`` when the command is empty, the budget below 2, no adapter with a tune
     catalogue reads the command, or the bundle is refused.
     """
-    from coldscope.engines import resolve
+    from coldscope.engines import TuneCatalogue, resolve
     from coldscope.tuning.bundle import unpack_for_session
     argv = list(command)
     if not argv:
         raise ColdscopeError("a tune session needs the engine's command line")
     check_budget(budget)
     engine = resolve(argv)
-    caps, knobs = engine.tune_catalogue(_engine_python(argv, engine_python))
+    caps, knobs = engine.tune_catalogue(_engine_python(argv, engine_python)) \
+        if isinstance(engine, TuneCatalogue) else ({}, [])
     if not knobs:
         raise ColdscopeError(f"tune knows no start-up knobs of {engine.name}: no engine "
                              "adapter with a tune catalogue reads this command")

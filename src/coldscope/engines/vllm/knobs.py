@@ -1,4 +1,4 @@
-"""vLLM's start-up mitigation catalogue, read from the installed vLLM.
+"""vLLM's start-up knob catalogue (its ``TuneCatalogue`` role), read from the installed vLLM.
 
 ``capabilities(python)`` asks the engine's own interpreter what its vLLM really has: the
 environment variables its ``vllm.envs`` module defines (and the defaults it computes for the AOT
@@ -17,14 +17,11 @@ import json
 import shutil
 import subprocess
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from coldscope.core.stages import BOOTSTRAP, KV_CACHE_PROFILING, MODEL_LOADING, TORCH_COMPILE
-from coldscope.engines.knob import ALL_CACHES, Knob
+from coldscope.engines.knobs import ALL_CACHES, Knob
 from coldscope.util.errors import ColdscopeError
-
-if TYPE_CHECKING:
-    from coldscope.engines import Mitigation
 
 #: Run by the engine's interpreter; prints one JSON object. Imports vLLM's config layer (a few
 #: seconds), never a model.
@@ -87,7 +84,8 @@ try:
     out["device"] = current_platform.device_type
 except Exception:
     out["device"] = None
-out["cpu_forces_spawn"] = has("platforms/cpu.py", "spawn")
+out["cpu_forces_spawn"] = has("platforms/cpu.py",
+                              'os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"')
 print(json.dumps(out))
 """
 
@@ -289,13 +287,16 @@ def catalogue(caps: dict[str, Any]) -> list[Knob]:
     )
     if fork.available and on_cpu and caps.get("cpu_forces_spawn"):
         fork = fork.model_copy(update={"available": False,
-                                       "reason": "the CPU platform forces spawn (measured: no "
-                                                 "effect)"})
+                                       "reason": "vLLM's CPU platform sets "
+                                                 "VLLM_WORKER_MULTIPROC_METHOD=spawn itself "
+                                                 "when it configures the engine (read in "
+                                                 "vllm/platforms/cpu.py, not measured), so "
+                                                 "fork would be overridden"})
     knobs.append(fork)
     return knobs
 
 
-def _static_caps() -> dict[str, Any]:
+def static_caps() -> dict[str, Any]:
     """The catalogue's shape without asking an engine: every knob, availability unknown."""
     return {"version": "unknown", "env_vars": ["VLLM_CACHE_ROOT", "VLLM_USE_AOT_COMPILE",
             "VLLM_USE_MEGA_AOT_ARTIFACT", "VLLM_ENABLE_V1_MULTIPROCESSING",
@@ -304,15 +305,3 @@ def _static_caps() -> dict[str, Any]:
             "load_formats": list(_LOAD_PACKAGES), "packages": dict.fromkeys(
                 _LOAD_PACKAGES.values(), True), "model_info_cache": True,
             "snapshot_cli": True, "criu": {"ok": False, "detail": "criu not checked"}}
-
-
-def _mitigations() -> tuple[Mitigation, ...]:
-    try:
-        return tuple(k.to_mitigation() for k in catalogue(_static_caps()))
-    except ImportError:  # the engines package's record is not there
-        return ()
-
-
-#: Every knob vLLM may have, as ``coldscope.engines.Mitigation`` records, without asking the
-#: installed engine (for listings; ``tune`` uses ``catalogue(capabilities(python))``).
-MITIGATIONS: tuple[Mitigation, ...] = _mitigations()

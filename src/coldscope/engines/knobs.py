@@ -1,6 +1,7 @@
-"""A start-up knob (a mitigation): a named transform of an engine's command line and environment.
+"""A start-up knob: a named transform of an engine's command line and environment (the record of
+the ``TuneCatalogue`` role).
 
-Engines own their catalogue (``coldscope.engines.vllm_knobs`` for vLLM); the tuner only sees
+Engines own their catalogue (``coldscope.engines.vllm.knobs`` for vLLM); the tuner only sees
 these records, so it stays engine-neutral. A mitigation that the installed engine or this
 machine cannot do is kept in the catalogue with ``available=False`` and the reason, so the tune
 report shows it as skipped instead of hiding it.
@@ -8,12 +9,7 @@ report shows it as skipped instead of hiding it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import BaseModel, ConfigDict, Field
-
-if TYPE_CHECKING:
-    from coldscope.engines import Mitigation
 
 #: ``seed`` value meaning "every cache an earlier start-up of the same configuration left".
 ALL_CACHES = "*"
@@ -53,13 +49,6 @@ class Knob(BaseModel):
         """Whether it changes the command line or environment (a seed-only knob does not):
         what the engine keys its compile cache by."""
         return bool(self.env or self.add_args or self.remove_args)
-
-    def to_mitigation(self) -> Mitigation:
-        """The engine-neutral ``coldscope.engines.Mitigation`` record of this knob."""
-        from coldscope.engines import Mitigation
-        return Mitigation(id=f"vllm.{self.name}", stage=self.stage, title=self.description,
-                          add_args=self.add_args, remove_flags=self.remove_args, env=self.env,
-                          caveat=self.tradeoff)
 
     def apply(self, argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
         """The command line and environment with this knob applied (pure)."""

@@ -1,10 +1,17 @@
-"""vLLM: the one module that knows it (command line, environment, caches, OTLP export, log
-adapters' entry point, span names, the log facts and advice of the findings rules, the lines
-that open, finish or fail a start-up, probe hooks, mitigations).
+"""vLLM's adapter: the one package that knows it. It plays every role (``engines.roles``):
+command line, environment and caches; its logs; its processes, probe hooks and OpenTelemetry
+spans; the tune catalogue; the findings' advice.
 
-The log grammar (version-aware rule tables) is in ``coldscope.engines.vllm_log``,
-reached only from here; the mitigation catalogue's content is in
-``coldscope.engines.vllm_knobs``.
+Its modules, each reached only from this package (an import-linter contract):
+
+- ``grammar``: what a line means (record names, the format families' rule tables, line
+  anatomy, ``parse_vllm_log``), sections 1 and 2 of vLLM's log grammar;
+- ``timeline``: one start-up as a saved log shows it (durations, ``read_startup``),
+  sections 3 and 6;
+- ``spans``: the evidence on the arrival clock of a live run, section 4;
+- ``paper``: the parser of "Breaking the Ice" emulated for ``parse --vs-paper``, section 5;
+- ``facts``: what a reading says for the findings rules (``LogFacts``);
+- ``knobs``: the start-up knobs ``tune`` may try.
 """
 
 from __future__ import annotations
@@ -14,9 +21,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from coldscope.capture.logtext import without_colours
 from coldscope.capture.probe import ProcessRole
-from coldscope.core.records import LogInfo, MissedItem
+from coldscope.core.records import LogInfo
 from coldscope.core.stages import (
     BOOTSTRAP,
     CUDA_GRAPH_CAPTURE,
@@ -26,22 +32,14 @@ from coldscope.core.stages import (
     TORCH_COMPILE,
 )
 from coldscope.core.timeline import Span
-from coldscope.engines import (
-    FAILED,
-    READY,
-    EngineWarning,
-    GenericEngine,
-    LogFacts,
-    LogLine,
-    LogReading,
-    Mitigation,
-    flag,
-    module_of,
-    starts,
-)
+from coldscope.engines.command import GenericEngine, flag, module_of, starts
+from coldscope.engines.roles import FAILED, READY, CommandSettings, LogFacts
 
 if TYPE_CHECKING:
     from coldscope.capture.otlp import OtelSpan
+    from coldscope.engines.knobs import Knob
+    from coldscope.engines.vllm.grammar import LogEvidence
+    from coldscope.engines.vllm.paper import VLLMReading
 #: vLLM's OpenTelemetry start-up span names mapped onto coldscope's stages. Container spans
 #: ("Overall Loading", "Executor init", "Prepare model", ...) wrap several stages and are kept
 #: only as raw spans; the spans below name one stage or sub-step.
@@ -126,35 +124,11 @@ LIVE_STAGES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
 )
 
 
-#: Lines meaning "a compile cache was there but could not be used, so the graphs were compiled
-#: again" (0.32's AOT loader, whose warning names ``finalize_loading``; the older inductor-cache
-#: wording).
-LOAD_FAILED = re.compile(
-    r"Compiling model again due to a load failure"
-    r"|Failed to load (?:the )?(?:AOT[- ]compiled|compiled) (?:graph|function|artifact)"
-    r"|Cache (?:load|loading) failed(?:(?!Cache (?:load|loading) failed).)*?recompil"
-)
-# (In these patterns, what lies between a phrase and its end never holds the phrase again:
-# the same lines match, and a line that repeats the phrase costs its length, not its square.)
-#: Lines that end a compile: the AOT artefact saved, or a graph's compile time reported.
-COMPILE_SAVED = re.compile(r"saved AOT compiled function"
-                           r"|Compiling a graph for (?:(?!Compiling a graph for ).)*? takes")
-#: A warning or error line: optional process prefix, level, ``MM-DD HH:MM:SS``, ``[where]``.
-WARNING_LINE = re.compile(
-    r"^(?:\((?P<tag>[A-Za-z][\w\-]*)(?:\s+rank=\d+)?\s+pid=\d+\)\s*)?"
-    r"(?P<level>WARNING|ERROR|CRITICAL)\s+\d{2}-\d{2} [\d:.]+\s+"
-    r"\[(?P<where>[^\]]*)\]\s?(?P<msg>.*)$"
-)
-#: Lines of a shutdown (after readiness or after a failure), never start-up warnings.
-SHUTDOWN = re.compile(r"\[shutdown\]|shutdown triggered|EngineDeadError|output_handler failed")
 #: Lines that say the start-up failed (vLLM V1 engine core, its API server, uvicorn).
 STARTUP_FAILED = re.compile(
     r"Engine core initialization failed|EngineCore failed to start|"
     r"Engine process failed to start|Application startup failed"
 )
-#: The child processes whose spawn the log's clock shows (coldscope's probe roles).
-_CHILD_ROLES = ("engine_core", "worker")
-
 #: vLLM's own flags and variables in the findings' advice (``coldscope.analysis.findings`` keeps the
 #: engine-neutral wording for other engines).
 FINDING_ADVICE: dict[str, str] = {
@@ -277,7 +251,7 @@ class VLLM(GenericEngine):
             out += ["--load-format", load_format]
         return out
 
-    def describe(self, argv: Sequence[str]) -> dict[str, Any]:
+    def describe(self, argv: Sequence[str]) -> CommandSettings:
         return {**super().describe(argv), "enforce_eager": "--enforce-eager" in argv,
                 "load_format": flag(argv, "--load-format")}
 
@@ -333,26 +307,35 @@ class VLLM(GenericEngine):
         return ["--otlp-traces-endpoint", endpoint], env
 
     def log_spans(self, lines: Sequence[tuple[float, str]]) -> tuple[list[Span], LogInfo | None]:
-        from coldscope.engines.vllm_log import log_spans, parse_vllm_log
+        from coldscope.engines.vllm.grammar import parse_vllm_log
+        from coldscope.engines.vllm.spans import log_spans
         parsed = parse_vllm_log([text for _, text in lines])
         spans = log_spans(parsed, [t for t, _ in lines])
         return spans, _info(parsed)
 
-    def read_log(self, lines: Sequence[str]) -> LogReading | None:
-        """A saved log read once (``vllm_log.read_startup``): the timeline, the failure or the
-        refusal, the notes, and the findings' facts of the same reading."""
-        from coldscope.engines.vllm_log import missed, paper_metrics, read_startup
+    def first_own_line(self, lines: Sequence[str]) -> int | None:
+        from coldscope.engines.vllm.grammar import first_own_line
+        return first_own_line(lines)
+
+    def read_log(self, lines: Sequence[str]) -> VLLMReading | None:
+        """A saved log read once (``timeline.read_startup``): the timeline, the failure or the
+        refusal, the notes, the findings' facts of the same reading, and what the paper's
+        parser reads from it (``paper.VLLMReading``)."""
+        from coldscope.core.records import MissedItem
+        from coldscope.engines.vllm.facts import startup_facts
+        from coldscope.engines.vllm.paper import VLLMReading, missed, paper_metrics
+        from coldscope.engines.vllm.timeline import read_startup
         st = read_startup(lines)
         ev = st.evidence
         if not _is_vllm(ev):
             return None
-        return LogReading(
-            timeline=st.timeline, info=_info(ev),
+        return VLLMReading(
+            engine=self, timeline=st.timeline, info=_info(ev),
             time_to_ready_from=st.time_to_ready_from,
+            failure=st.failure, notes=list(st.notes), refused=st.refused,
+            facts=startup_facts(st), model=st.model,
             paper_metrics=paper_metrics(ev),
             missed=[MissedItem(**m) for m in missed(ev)],
-            failure=st.failure, notes=list(st.notes), refused=st.refused,
-            facts=_facts(st), model=st.model,
         )
 
     def otel_spans(self, spans: Sequence[OtelSpan], *, origin_unix: float,
@@ -388,11 +371,12 @@ class VLLM(GenericEngine):
     def log_facts(self, lines: Sequence[str]) -> LogFacts | None:
         """The findings' facts of a vLLM log; None when no line means anything to vLLM's
         adapter (then every fact would be empty anyway)."""
-        from coldscope.engines.vllm_log import read_startup
+        from coldscope.engines.vllm.facts import startup_facts
+        from coldscope.engines.vllm.timeline import read_startup
         st = read_startup(lines)
         if not _is_vllm(st.evidence):
             return None
-        facts = _facts(st)
+        facts = startup_facts(st)
         return None if facts == LogFacts() else facts
 
     def startup_boundary(self, line: str) -> str | None:
@@ -402,7 +386,11 @@ class VLLM(GenericEngine):
         server's version banner). A cheap substring test runs first; only candidate lines go
         through the parser, so the cost stays low for the thousands of lines a start-up
         prints."""
-        from coldscope.engines.vllm_log import APP_STARTUP_COMPLETE, HARNESS_END, parse_vllm_log
+        from coldscope.engines.vllm.grammar import (
+            APP_STARTUP_COMPLETE,
+            HARNESS_END,
+            parse_vllm_log,
+        )
         if STARTUP_FAILED.search(line):
             return FAILED
         if "startup complete" in line or "initialize_engine took" in line:
@@ -418,175 +406,24 @@ class VLLM(GenericEngine):
     def advice(self, finding_id: str) -> str | None:
         return FINDING_ADVICE.get(finding_id)
 
-    def mitigations(self) -> tuple[Mitigation, ...]:
-        try:
-            from coldscope.engines.vllm_knobs import MITIGATIONS
-        except ImportError:
-            return ()
-        return tuple(MITIGATIONS)
-
-    def tune_catalogue(self, python: str | None) -> tuple[dict[str, Any], list[Any]]:
+    def tune_catalogue(self, python: str | None) -> tuple[dict[str, Any], list[Knob]]:
         """The installed vLLM's capabilities (asked in a subprocess of ``python``) and the
-        knobs of ``vllm_knobs.catalogue`` they allow."""
-        from coldscope.engines.vllm_knobs import capabilities, catalogue
+        knobs of ``knobs.catalogue`` they allow."""
+        from coldscope.engines.vllm.knobs import capabilities, catalogue
         caps = capabilities(python)
         return caps, list(catalogue(caps))
 
 
-def _info(parsed: Any) -> LogInfo:
+def _info(parsed: LogEvidence) -> LogInfo:
     cache = parsed.compile_cache if parsed.compile_cache in ("hit", "miss") else None
     return LogInfo(version=parsed.version, family=parsed.family, device=parsed.device,
                    enforce_eager=parsed.enforce_eager, compile_cache=cache)
 
 
-#: Lines saying compiled artefacts were written to the compile cache (inductor graphs, the AOT
-#: function of 0.20+, the computation graph).
-COMPILE_CACHE_SAVED = re.compile(
-    r"saved AOT compiled function"
-    r"|Cache the graph (?:of|for) (?:(?!Cache the graph (?:of|for) ).)*? for later use"
-    r"|Computation graph saved to"
-    r"|Store the \d+-th graph (?:(?!Store the \d+-th graph ).)*? from inductor"
-)
-
-
-#: Lines naming the compile-cache directory vLLM chose (0.7+), saved its AOT function to, loaded
-#: it from, or failed to load it from (0.20+).
-COMPILE_CACHE_DIR = re.compile(
-    r"Using cache directory: (?P<a>\S+) for vLLM's torch\.compile"
-    r"|saved AOT compiled function to (?P<b>\S+)"
-    r"|Directly load AOT compilation from path (?P<c>\S+)"
-    r"|load failure from (?P<d>\S+?),? reason")
-
-
-def compile_dirs(lines: Sequence[str]) -> tuple[str, ...]:
-    """The compile-cache directories ``lines`` name, in order of first mention, each once."""
-    out: dict[str, None] = {}
-    for text in lines:
-        if "torch" not in text and "AOT" not in text and "load failure" not in text:
-            continue
-        m = COMPILE_CACHE_DIR.search(text)
-        if m is not None:
-            out.setdefault(next(g for g in m.groups() if g), None)
-    return tuple(out)
-
-
-def _is_vllm(ev: Any) -> bool:
+def _is_vllm(ev: LogEvidence) -> bool:
     """Whether a log shows vLLM's own markers: its version line, or a meaningful line in vLLM's
     own format (level, MM-DD time, [file:line]). uvicorn's "Application startup complete" is any
     Python server's, and SGLang prints vLLM's compile lines in its own format."""
-    from coldscope.engines.vllm_log import APP_STARTUP_COMPLETE
+    from coldscope.engines.vllm.grammar import APP_STARTUP_COMPLETE
     return ev.version is not None or any(
         r.wallclock is not None and r.name != APP_STARTUP_COMPLETE for r in ev.records)
-
-
-def _facts(st: Any) -> LogFacts:
-    """The findings' facts of one reading (``vllm_log.Startup``); line numbers are the log's
-    own physical lines (0-based), so evidence quotes the line the user sees."""
-    from coldscope.engines.vllm_log import DOWNLOAD, STARTUP_PLAN, _total
-    lines, ev, src = list(st.lines), st.evidence, st.source
-
-    def phys(i: int | None) -> int | None:
-        return None if i is None else src[i]
-
-    def first(pattern: re.Pattern[str]) -> LogLine | None:
-        at = next((i for i, t in enumerate(lines) if pattern.search(t)), None)
-        return None if at is None else LogLine(src[at], _message(lines[at]))
-
-    failed = _load_failure(lines, ev.line_clock)
-    if failed.get("compile_cache_load_failed") is not None:
-        line = failed["compile_cache_load_failed"]
-        failed["compile_cache_load_failed"] = LogLine(src[line.line_no], line.message)
-    memory = _memory_profiling(ev)
-    if memory:
-        memory["memory_profiling_line"] = phys(memory["memory_profiling_line"])
-    download = ev.last(DOWNLOAD)
-    plans = ev.named(STARTUP_PLAN)
-    return LogFacts(
-        compile_enabled=ev.compile_enabled,
-        compile_cache=ev.compile_cache,
-        capture_sizes=ev.capture_sizes,
-        device=ev.device,
-        child_process_gaps=_child_process_gaps(lines, ev.line_clock),
-        model=st.model,
-        ready_line=phys(st.ready_line),
-        warnings=tuple(EngineWarning(src[w.line_no], w.level, w.where, w.message)
-                       for w in _warnings(lines)),
-        compile_saved=first(COMPILE_CACHE_SAVED),
-        weights_download=None if download is None else
-        LogLine(src[download.line_no], _message(lines[download.line_no])),
-        weights_download_s=_total(ev, DOWNLOAD),
-        startup_plan=LogLine(src[plans[0].line_no], _message(lines[plans[0].line_no]))
-        if plans else None,
-        compile_dirs=compile_dirs(lines),
-        **failed,
-        **memory,
-    )
-
-
-def _message(text: str) -> str:
-    from coldscope.engines.vllm_log import _split
-    return _split(text).message or text
-
-
-def _load_failure(lines: Sequence[str], clock: Sequence[float | None]) -> dict[str, Any]:
-    """The first compile-cache load failure line, and the seconds on the log's clock from it to
-    the first later line with a time that says the new compile was done."""
-    from coldscope.engines.vllm_log import _split
-    at = next((i for i, t in enumerate(lines) if LOAD_FAILED.search(t)), None)
-    if at is None:
-        return {}
-    text = lines[at]
-    seconds = None
-    start = clock[at] if at < len(clock) else None
-    if start is not None:
-        for i in range(at + 1, min(len(lines), len(clock))):
-            done = clock[i]
-            if done is not None and COMPILE_SAVED.search(lines[i]):
-                seconds = max(0.0, done - start)
-                break
-    return {"compile_cache_load_failed": LogLine(at, _split(text).message or text),
-            "recompile_s": seconds}
-
-
-def _memory_profiling(ev: Any) -> dict[str, Any]:
-    """The line reporting memory profiling (the first that gives seconds, else the last
-    one), and its seconds."""
-    from coldscope.engines.vllm_log import MEMORY_PROFILING_END
-    rec = next((r for r in ev.records if r.name.endswith("memory_profiling_end")
-                and r.duration is not None), ev.last(MEMORY_PROFILING_END))
-    if rec is None:
-        return {}
-    return {"memory_profiling_line": rec.line_no, "memory_profiling_s": rec.duration}
-
-
-def _warnings(lines: Sequence[str]) -> tuple[EngineWarning, ...]:
-    """Every WARNING/ERROR/CRITICAL line but the compile-cache load failure and shutdown."""
-    out = []
-    for i, text in enumerate(lines):
-        clean = without_colours(text)
-        m = WARNING_LINE.match(clean)
-        if not m or LOAD_FAILED.search(clean) or SHUTDOWN.search(clean):
-            continue
-        out.append(EngineWarning(i, m.group("level"), m.group("where"), m.group("msg").strip()))
-    return tuple(out)
-
-
-def _child_process_gaps(lines: Sequence[str], clock: Sequence[float | None]) -> dict[str, float]:
-    """Per child process (engine core, worker): seconds on the log's clock between the last
-    timestamped line before its first timestamped line and that line."""
-    from coldscope.engines.vllm_log import _split
-    if not clock:
-        return {}
-    gaps: dict[str, float] = {}
-    seen: set[str] = set()
-    prev_clock: float | None = None
-    for i, text in enumerate(lines):
-        ln = _split(text)
-        t = clock[i] if i < len(clock) else None
-        if ln.process in _CHILD_ROLES and ln.process not in seen and ln.wallclock:
-            seen.add(ln.process)
-            if prev_clock is not None and t is not None:
-                gaps[ln.process] = max(0.0, t - prev_clock)
-        if ln.wallclock and t is not None:
-            prev_clock = t
-    return gaps

@@ -1,22 +1,21 @@
-"""SGLang: the one module that knows it (command line, environment, the log adapter's entry
-point, the log facts and advice of the findings rules, the lines that open, finish or fail a
-start-up in a followed log).
+"""SGLang's adapter: the one package that knows it. It plays the roles it has
+(``engines.roles``): command line and environment, its logs (``LogReader``: the log facts, the
+lines that open, finish or fail a start-up in a followed log) and the findings' advice.
 
 Supported through its logs: ``coldscope parse``, ``parse --save``, ``report``, ``fit`` and
 ``serve --watch`` read SGLang 0.5.x start-ups. Profiling a live SGLang server is not tested
-here (SGLang has no CPU build that installs on these machines), so the adapter has no probe
-hooks, OTLP export or mitigations yet.
+here (SGLang has no CPU build that installs on these machines), so the adapter does not play
+``ProcessEvidence`` (probe hooks, OTLP export) or ``TuneCatalogue`` yet.
 
-The log rules themselves are in ``coldscope.engines.sglang_log``, reached only from here.
+The log rules themselves are in ``coldscope.engines.sglang.log``, reached only from this
+package.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
 
-from coldscope.capture.probe import ProcessRole
 from coldscope.core.records import LogInfo
 from coldscope.core.stages import (
     BOOTSTRAP,
@@ -26,18 +25,17 @@ from coldscope.core.stages import (
     SERVER_READY,
 )
 from coldscope.core.timeline import Span, from_durations
-from coldscope.engines import (
+from coldscope.engines.command import GenericEngine, flag, starts
+from coldscope.engines.roles import (
     FAILED,
     OWN_LINE,
     READY,
+    CommandSettings,
     EngineWarning,
-    GenericEngine,
     LogFacts,
     LogReading,
-    flag,
-    starts,
 )
-from coldscope.engines.sglang_log import FATAL_RX, STAMP
+from coldscope.engines.sglang.log import FATAL_RX, STAMP, SGLangEvidence
 
 #: Output lines that show SGLang entering a stage, for live progress only.
 LIVE_STAGES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
@@ -127,7 +125,7 @@ class SGLang(GenericEngine):
                 return len(values) or None
         return None
 
-    def describe(self, argv: Sequence[str]) -> dict[str, Any]:
+    def describe(self, argv: Sequence[str]) -> CommandSettings:
         return {**super().describe(argv), "load_format": flag(argv, "--load-format")}
 
     def version(self, packages: Mapping[str, str | None], log: LogInfo | None) -> str | None:
@@ -136,7 +134,7 @@ class SGLang(GenericEngine):
     def log_spans(self, lines: Sequence[tuple[float, str]]) -> tuple[list[Span], LogInfo | None]:
         """Spans from output lines with their arrival times: the saved log's rules, on the
         arrival clock instead of the stamps."""
-        from coldscope.engines.sglang_log import parse_sglang_log, sglang_spans
+        from coldscope.engines.sglang.log import parse_sglang_log, sglang_spans
         ev = parse_sglang_log([text for _, text in lines])
         if not ev.recognised:
             return [], None
@@ -145,28 +143,26 @@ class SGLang(GenericEngine):
         spans = sglang_spans(ev, lambda e: arrival[e.line_no], ready=ready)
         return spans, _info(ev)
 
+    def first_own_line(self, lines: Sequence[str]) -> int | None:
+        """Own lines carry SGLang's ``[YYYY-MM-DD HH:MM:SS]`` stamp, its banner its name: a
+        head with neither (a vLLM log) is declined without running the rules."""
+        if not any("glang" in t or STAMP.search(t) for t in lines):
+            return None
+        from coldscope.engines.sglang.log import first_own_line
+        return first_own_line(lines)
+
     def read_log(self, lines: Sequence[str]) -> LogReading | None:
         """A saved SGLang log read alone; None unless a line only SGLang prints is there."""
-        from coldscope.engines.sglang_log import parse_sglang_log, sglang_reading
+        from coldscope.engines.sglang.log import parse_sglang_log, sglang_reading
         ev = parse_sglang_log(lines)
         if not ev.recognised:
             return None
         read = sglang_reading(ev)
         timeline = read.timeline if read.timeline is not None else \
             from_durations({}, source="log")
-        return LogReading(timeline=timeline, info=_info(ev),
+        return LogReading(engine=self, timeline=timeline, info=_info(ev),
                           time_to_ready_from="timestamps" if read.failure is None else None,
                           failure=read.failure, notes=read.notes)
-
-    def probe_hooks(self) -> tuple[tuple[str, str, str], ...]:
-        """None yet: the probe's hooks need a live SGLang to be tested against."""
-        return ()
-
-    @property
-    def process_roles(self) -> tuple[ProcessRole, ...]:
-        """None yet, as for ``probe_hooks``: every probed process but the launched one is a
-        helper."""
-        return ()
 
     def live_stage(self, line: str) -> str | None:
         if "[" not in line or not STAMP.search(line):
@@ -178,7 +174,7 @@ class SGLang(GenericEngine):
 
     def log_facts(self, lines: Sequence[str]) -> LogFacts | None:
         """The findings' facts of an SGLang log; None when it is not one."""
-        from coldscope.engines.sglang_log import describe, parse_sglang_log, sglang_reading
+        from coldscope.engines.sglang.log import describe, parse_sglang_log, sglang_reading
         ev = parse_sglang_log(lines)
         if not ev.recognised:
             return None
@@ -220,8 +216,8 @@ class SGLang(GenericEngine):
         return FINDING_ADVICE.get(finding_id)
 
 
-def _info(ev: Any) -> LogInfo:
-    from coldscope.engines.sglang_log import describe
+def _info(ev: SGLangEvidence) -> LogInfo:
+    from coldscope.engines.sglang.log import describe
     version = ev.version
     family = "sglang" if version is None else "sglang-" + ".".join(version.split(".")[:2])
     return LogInfo(version=version, family=family, device=describe(ev)["device"])

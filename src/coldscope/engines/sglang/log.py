@@ -3,9 +3,9 @@
 Pure functions of lines: ``parse_sglang_log(lines) -> SGLangEvidence``, ``sglang_spans(ev,
 clock)`` and ``sglang_reading(ev)``. One table of line rules (``RULES``) over the message of
 SGLang's own lines, which carry a ``[YYYY-MM-DD HH:MM:SS]`` stamp (``[... TP0]`` with tensor
-parallelism). Unknown lines are skipped, never fatal. Reached only from
-``coldscope.engines.sglang`` (import-linter contract ``sglang-knowledge``), as vLLM's rules in
-``coldscope.engines.vllm_log`` are reached only from ``coldscope.engines.vllm``.
+parallelism). Unknown lines are skipped, never fatal. Reached only from the
+``coldscope.engines.sglang`` package (import-linter contract ``engine-packages``), as vLLM's
+rules are reached only from ``coldscope.engines.vllm``.
 
 How the stages come out of a log (times on the log's own clock, 1 s resolution, unless a line
 states its seconds):
@@ -769,3 +769,14 @@ def describe(ev: SGLangEvidence) -> dict[str, Any]:
     compile_on = {"True": True, "False": False}.get(ev.args.get("enable_torch_compile", ""))
     return {"model": ev.args.get("model_path"), "device": ev.args.get("device"),
             "capture_sizes": sizes, "compile_enabled": compile_on}
+
+
+def first_own_line(lines: Sequence[str]) -> int | None:
+    """The index of the first of ``lines`` that only SGLang prints (a line of
+    ``SGLangEvidence.recognised``: one of its own start-up lines, or its banner), or None."""
+    ev = parse_sglang_log(lines)
+    at = [e.line_no for e in ev.events if e.name in _OWN_MARKERS][:1]
+    if ev.banner:
+        at += [i for i, text in enumerate(lines)
+               if any(BANNER_LINE.fullmatch(seg.strip()) for seg in text.split("\n"))][:1]
+    return min(at) if at else None
