@@ -62,6 +62,15 @@ learns the time in service from the rate it sees, where ``ColdscopePolicy`` is g
 replay's mean, warm-up included). The output names the segment and the warm-up; with ``--json``
 the last line is ``{"policies": {"ray_default": {"real": {...}, "sim": {...}}, ...}, "start_s":
 ..., "seconds": ..., "warmup_s": ..., "segment": {...}, ...}``.
+
+What the simulator may miss is measured and simulated beside it: each replica records when its
+``__init__`` began and ended, so Ray's own part of each cold start is measured (``ray_lag``;
+``sim_lag`` simulates with each policy's measured median instead of the assumed 5 s); for
+``coldscope``, ``sim_ray`` shows the simulated advisor what Ray shows ``ColdscopePolicy``
+(in-flight and queued means over the look-back, Ray's 0-replica fast path: ``simulate``'s
+``observe=ray``), and ``sim_ray_lag`` both; ``beyond_prefill_ms`` is the first byte past each
+request's own prefill (its 10th percentile: Ray's path per request). ``--sim-only
+[--ray-start-s S]`` runs only the simulated sides (seconds, no Ray).
 """
 
 from __future__ import annotations
@@ -164,16 +173,21 @@ def ray_config(policy: str, world: World, service: np.ndarray) -> dict[str, Any]
                        "policy_kwargs": kwargs}}
 
 
-def app(config: dict[str, Any], startups: list[float], slots: int) -> Any:
-    """The replica: a start-up drawn from ``startups`` (replay s), then the trace's service."""
+def app(config: dict[str, Any], startups: list[float], slots: int, record: Path) -> Any:
+    """The replica: a start-up drawn from ``startups`` (replay s), then the trace's service.
+    Each replica appends ``[init began, init ended]`` (``time.time()``) to ``record``, so that
+    Ray's own part of a cold start (before and after ``__init__``) can be measured."""
     from ray import serve
     from starlette.responses import StreamingResponse
 
     @serve.deployment(name="llm", max_ongoing_requests=slots,
                       ray_actor_options={"num_cpus": 0}, autoscaling_config=config)
     class Replica:
-        def __init__(self) -> None:
+        def __init__(self, record: str) -> None:
+            began = time.time()
             time.sleep(random.choice(startups))
+            with open(record, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps([began, time.time()]) + "\n")
 
         async def __call__(self, request: Any) -> Any:
             prefill = float(request.query_params["p"])
@@ -187,7 +201,7 @@ def app(config: dict[str, Any], startups: list[float], slots: int) -> Any:
 
             return StreamingResponse(tokens())
 
-    return Replica.bind()
+    return Replica.bind(str(record))
 
 
 class Sampler(threading.Thread):
@@ -249,9 +263,11 @@ def run_policy(policy: str, world: World, seg: Any, service: np.ndarray, port: i
     name, speed = f"bench-{policy}", world.speed
     config = ray_config(policy, world, service)
     startups = [s / speed for s in MEASURED_STARTUPS_S]
-    serve.run(app(config, startups, world.slots), name=name, route_prefix="/")
-    sampler = Sampler(name)
+    record = Path(tempfile.mkstemp(prefix=f"csbench-{policy}-", suffix=".jsonl")[1])
+    sampler = Sampler(name)  # from before the deployment: a replica may start during run()
+    sampler.samples.append((time.time(), 0, 0))
     sampler.start()
+    serve.run(app(config, startups, world.slots, record), name=name, route_prefix="/")
     time.sleep(1.0)
     prefill = seg.context_tokens / PREFILL_TPS / speed
     decode = seg.generated_tokens / DECODE_TPS / speed
@@ -275,7 +291,16 @@ def run_policy(policy: str, world: World, seg: Any, service: np.ndarray, port: i
     first = np.array([r[0] for r in results])[scored]
     ok = np.array([r[2] for r in results])[scored]
     ttft = first * speed  # trace seconds; a failed request never got a first byte (inf)
+    inits = [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
+    record.unlink()
+    lag = ray_lag(samples, inits)
+    beyond = first - prefill[scored]  # replay s past the request's own prefill: wait + Ray
+    beyond = beyond[np.isfinite(beyond)]
     return {"requests": int(scored.sum()), "failed": int((~ok).sum()),
+            "ray_lag": lag,
+            "beyond_prefill_ms": {"p10": float(np.quantile(beyond, 0.1)) * 1e3,
+                                  "p50": float(np.quantile(beyond, 0.5)) * 1e3}
+            if beyond.size else None,
             "over_sla": int((ttft > SLA_S).sum()),
             "p99_ttft_s": float(np.quantile(ttft, 0.99)) if np.isfinite(ttft).all()
             else float("inf"),
@@ -283,11 +308,40 @@ def run_policy(policy: str, world: World, seg: Any, service: np.ndarray, port: i
             "ready_at_start": at_score[1], "starting_at_start": at_score[2]}
 
 
-def simulate(policy: str, world: World, seg: Any, warmup_s: float) -> dict[str, Any]:
+def ray_lag(samples: list[tuple[float, int, int]],
+            inits: list[list[float]]) -> dict[str, float | int] | None:
+    """Ray's own part of each cold start, in replay seconds: from the sample that first shows
+    a new replica (running + starting grew) to its ``__init__`` beginning, and from
+    ``__init__``'s end to the sample that shows one more replica running. Replicas are matched
+    in order (the k-th start seen with the k-th ``__init__`` begun; the k-th running increase
+    with the k-th ``__init__`` ended), which holds while replicas start and come up in order;
+    the samples are 0.25 s apart, so each lag is known to about that. Medians over the run
+    (warm-up included), with the count."""
+    wanted: list[float] = []
+    up: list[float] = []
+    for (_, ra, sa), (tb, rb, sb) in zip(samples, samples[1:], strict=False):
+        wanted += [tb] * max(0, (rb + sb) - (ra + sa))
+        up += [tb] * max(0, rb - ra)
+    began = sorted(b for b, _ in inits)
+    ended = sorted(e for _, e in inits)
+    before = [b - w for w, b in zip(wanted, began, strict=False)]
+    after = [u - e for e, u in zip(ended, up, strict=False)]
+    if not before or not after:
+        return None
+    return {"replicas": len(inits), "before_init_s": float(np.median(before)),
+            "after_init_s": float(np.median(after)),
+            "total_s": float(np.median(before)) + float(np.median(after))}
+
+
+def simulate(policy: str, world: World, seg: Any, warmup_s: float, service: np.ndarray,
+             observe: str = "arrivals", ray_start_s: float = RAY_START_S) -> dict[str, Any]:
     """The simulator on the same warm-up + segment, replica, start-ups and policy, scored from
     ``warmup_s`` as the real side is; every start-up longer by Ray's own start of a replica
-    (``RAY_START_S`` replay seconds, unscaled by the replay, so ``speed`` times that in trace
-    seconds)."""
+    (``ray_start_s`` replay seconds, default ``RAY_START_S``, unscaled by the replay, so
+    ``speed`` times that in trace seconds). For ``coldscope``, ``observe="ray"`` shows the
+    simulated advisor what ``ColdscopePolicy`` sees behind Ray (requests in service and queued,
+    averaged over the look-back, with the replay's mean service time; Ray's 0-replica fast
+    path) instead of the arrivals."""
     from coldscope.sim.simulate import ReplicaSpec, SimConfig
     from coldscope.sim.simulate import simulate as sim
     from coldscope.sim.startup import Empirical
@@ -295,6 +349,9 @@ def simulate(policy: str, world: World, seg: Any, warmup_s: float) -> dict[str, 
     if policy == "coldscope":
         name, params = "predictive", {"target": world.advisor_target, "sla_ttft_s": SLA_S,
                                       "max_workers": world.max_replicas, "min_workers": 0}
+        if observe == "ray":
+            params |= {"observe": "ray", "service_time_s": float(service.mean()),
+                       "look_back_period_s": 30.0}
     else:
         name = "ray-default"
         params = {"min_replicas": 0, "max_replicas": world.max_replicas,
@@ -302,7 +359,7 @@ def simulate(policy: str, world: World, seg: Any, warmup_s: float) -> dict[str, 
                   "upscale_delay_s": 0.0 if policy == "ray_tuned" else 30.0,
                   "downscale_delay_s": 600.0, "look_back_period_s": 30.0}
     config = SimConfig(policy=name, policy_params=params, sla_ttft_s=SLA_S,
-                       startup_extra_s=RAY_START_S * world.speed, score_from_s=warmup_s,
+                       startup_extra_s=ray_start_s * world.speed, score_from_s=warmup_s,
                        replica=ReplicaSpec(concurrency=world.slots,
                                            prefill_tokens_per_s=PREFILL_TPS,
                                            decode_tokens_per_s=DECODE_TPS))
@@ -334,6 +391,12 @@ def main() -> None:
                     help=f"every policy's max_replicas (default {MAX_REPLICAS})")
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--sim-only", action="store_true",
+                    help="only the simulated sides (no Ray): the attribution runs")
+    ap.add_argument("--ray-start-s", type=float, default=None,
+                    help="Ray's own start of a replica given to the simulator, replay s "
+                         f"(default {RAY_START_S:g}; the real runs also simulate with the "
+                         "start they measured)")
     args = ap.parse_args()
     if args.quick:
         args.repeats, args.seconds, args.speed = 1, 360.0, 6.0
@@ -355,11 +418,19 @@ def main() -> None:
           f"(trace {args.start_s - warmup:g} s on, {n_warm} requests, not scored); mean service "
           f"{service.mean():.2f} s; replayed {args.speed:g}x faster "
           f"({(warmup + args.seconds) / args.speed:.0f} s a policy)", flush=True)
+    ray_start = RAY_START_S if args.ray_start_s is None else args.ray_start_s
+    if not 0 <= ray_start < 3600:
+        sys.exit("--ray-start-s must be between 0 and 3600")
+    if args.sim_only:
+        sims = {p: simulated(p, world, seg, warmup, service, ray_start, None)
+                for p in policies}
+        print_table({p: dict(sides) for p, sides in sims.items()}, args, warmup)
+        if args.json:
+            print(json.dumps({"policies": sims, "ray_start_s": ray_start}, default=float))
+        return
     import ray
     from ray import serve
 
-    sys.path.insert(0, str(REPO))
-    from tests.serve_replay import free_port
     temp = Path(tempfile.mkdtemp(prefix="csbench", dir="/tmp"))
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     port = free_port()
@@ -385,32 +456,84 @@ def main() -> None:
                            "warmup_s": warmup, "max_replicas": world.max_replicas,
                            "speed": args.speed, "thin": args.thin,
                            "repeats": args.repeats}
+    out["ray_start_s"] = {"assumed": ray_start, "measured": {}}
     for policy in policies:
         runs = real[policy]
+        lags = [r["ray_lag"]["total_s"] for r in runs if r["ray_lag"]]
+        measured_start = float(np.median(lags)) if lags else None
+        out["ray_start_s"]["measured"][policy] = measured_start
         keys = ("requests", "over_sla", "p99_ttft_s", "replica_seconds", "cold_starts",
                 "ready_at_start", "starting_at_start")
-        side = {key: float(np.mean([r[key] for r in runs])) for key in keys}
+        side: dict[str, Any] = {key: float(np.mean([r[key] for r in runs])) for key in keys}
         side["spread"] = {key: [min(r[key] for r in runs), max(r[key] for r in runs)]
                           for key in keys}
-        out["policies"][policy] = {"real": side, "sim": simulate(policy, world, seg, warmup)}
-    print(f"scored: trace {args.start_s:g}-{args.start_s + args.seconds:g} s after a "
-          f"{warmup:g} s warm-up; {args.speed:g}x faster, 1 request in {args.thin}; figures in "
-          f"trace seconds")
-    print(f"{'policy':<12} {'side':<5} {'requests':>8} {'over SLA':>9} {'p99 TTFT s':>11} "
-          f"{'replica-s':>10} {'cold starts':>11} {'at start':>9}")
+        side["ray_lag"] = [r["ray_lag"] for r in runs]
+        side["beyond_prefill_ms"] = [r["beyond_prefill_ms"] for r in runs]
+        out["policies"][policy] = {"real": side, **simulated(policy, world, seg, warmup, service,
+                                                             ray_start, measured_start)}
+    print_table(out["policies"], args, warmup)
+    for policy, measured in out["ray_start_s"]["measured"].items():
+        if measured is not None:
+            print(f"{policy}: Ray's own start of a replica, measured (median over the repeats "
+                  f"of each run's median): {measured:.2f} s replay "
+                  f"({measured * world.speed:.1f} trace s), assumed {ray_start:g} s; "
+                  f"'sim_lag' simulates with the measured one")
+    for policy in policies:
+        for r in real[policy]:
+            if r["beyond_prefill_ms"]:
+                b = r["beyond_prefill_ms"]
+                print(f"{policy}: first byte past the request's own prefill (queue + Ray), "
+                      f"replay ms: p10 {b['p10']:.0f}, p50 {b['p50']:.0f}")
     for policy, sides in out["policies"].items():
-        for side_name in ("real", "sim"):
-            s = sides[side_name]
-            print(f"{policy:<12} {side_name:<5} {s['requests']:>8.0f} {s['over_sla']:>9.0f} "
-                  f"{s['p99_ttft_s']:>11.2f} {s['replica_seconds']:>10.0f} "
-                  f"{s['cold_starts']:>11.1f} "
-                  f"{s['ready_at_start']:>4.1f}+{s['starting_at_start']:<4.1f}")
         figure(f"{policy}: requests over the {SLA_S:g} s SLA, real (sim)",
                f"{sides['real']['over_sla']:.0f} ({sides['sim']['over_sla']})")
         figure(f"{policy}: replica-seconds, real (sim)",
                f"{sides['real']['replica_seconds']:.0f} ({sides['sim']['replica_seconds']:.0f})")
     if args.json:
         print(json.dumps(out, default=float))
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (the kernel's pick)."""
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def simulated(policy: str, world: World, seg: Any, warmup: float, service: np.ndarray,
+              ray_start: float, measured_start: float | None) -> dict[str, dict[str, Any]]:
+    """The simulated sides of one policy: ``sim`` (Ray's start as assumed; the advisor shown
+    the arrivals), ``sim_lag`` (Ray's start as measured in the real runs, when it was), and for
+    ``coldscope`` ``sim_ray`` (the advisor shown what Ray shows ``ColdscopePolicy``) and, with a
+    measured start, ``sim_ray_lag`` (both). What moves from ``sim`` to these is what the plain
+    simulation misses."""
+    sides = {"sim": simulate(policy, world, seg, warmup, service, ray_start_s=ray_start)}
+    if measured_start is not None:
+        sides["sim_lag"] = simulate(policy, world, seg, warmup, service,
+                                    ray_start_s=measured_start)
+    if policy == "coldscope":
+        sides["sim_ray"] = simulate(policy, world, seg, warmup, service, observe="ray",
+                                    ray_start_s=ray_start)
+        if measured_start is not None:
+            sides["sim_ray_lag"] = simulate(policy, world, seg, warmup, service,
+                                            observe="ray", ray_start_s=measured_start)
+    return sides
+
+
+def print_table(policies: dict[str, dict[str, dict[str, Any]]], args: Any,
+                warmup: float) -> None:
+    print(f"scored: trace {args.start_s:g}-{args.start_s + args.seconds:g} s after a "
+          f"{warmup:g} s warm-up; {args.speed:g}x faster, 1 request in {args.thin}; figures in "
+          f"trace seconds")
+    print(f"{'policy':<12} {'side':<11} {'requests':>8} {'over SLA':>9} {'p99 TTFT s':>11} "
+          f"{'replica-s':>10} {'cold starts':>11} {'at start':>9}")
+    for policy, sides in policies.items():
+        for side_name, s in sides.items():
+            print(f"{policy:<12} {side_name:<11} {s['requests']:>8.0f} {s['over_sla']:>9.0f} "
+                  f"{s['p99_ttft_s']:>11.2f} {s['replica_seconds']:>10.0f} "
+                  f"{s['cold_starts']:>11.1f} "
+                  f"{s['ready_at_start']:>4.1f}+{s['starting_at_start']:<4.1f}")
 
 
 if __name__ == "__main__":
