@@ -136,6 +136,29 @@ def test_followed_sglang_log_is_ready_at_its_fired_up_line(shared):
         == READY
 
 
+def test_a_followed_stream_is_identified_once(shared, monkeypatch):
+    """serve's watcher asks every adapter only until one claims a start line; from then on only
+    that adapter reads the stream (the vLLM adapter is never asked again)."""
+    lines = lines_of(shared, V0511)
+    vllm = engines.by_name("vllm")
+    asked: list[str] = []
+    original = type(vllm).startup_boundary
+    monkeypatch.setattr(type(vllm), "startup_boundary",
+                        lambda self, line: asked.append(line) or original(self, line))
+    engine, identified_at = None, None
+    for i, line in enumerate(lines):
+        kind, engine = engines.follow_boundary(line, engine)
+        if engine is not None and identified_at is None:
+            identified_at = i
+            assert kind == "start:server" and "server_args=" in line
+    assert engine is not None and engine.name == "sglang"
+    # every line before the start line (and the start line itself if asked before SGLang's
+    # adapter), none after it
+    assert asked in (lines[:identified_at], lines[:identified_at + 1])
+    ready_at = next(i for i, x in enumerate(lines) if "ready to roll" in x)
+    assert engines.follow_boundary(lines[ready_at], engine) == (READY, engine)
+
+
 # -- synthetic logs -----------------------------------------------------------------------------
 
 T0 = dt.datetime(2026, 1, 2, 3, 4, 0)

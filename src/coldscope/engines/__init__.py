@@ -60,9 +60,10 @@ __all__ = [
     "UNNAMED_ENGINE", "CommandSettings", "ComparedWithPaper", "Engine", "EngineWarning",
     "FindingsAdvice", "GenericEngine", "LogEngine", "LogFacts", "LogLine", "LogReader",
     "LogReading", "ProcessEvidence", "RunReader", "TuneCatalogue", "by_distribution", "by_name",
-    "demo_command", "distributions", "engine_name", "flag", "identify_log", "log_facts",
-    "log_reader", "module_of", "named", "options", "plugins", "probe_hooks_of", "process_roles_of",
-    "read_log", "resolve", "role_order", "run_reader", "starts", "startup_boundary",
+    "demo_command", "distributions", "engine_name", "flag", "follow_boundary", "identify_log",
+    "log_facts", "log_reader", "module_of", "named", "options", "plugins", "probe_hooks_of",
+    "process_roles_of", "read_log", "resolve", "role_order", "run_reader", "starts",
+    "startup_boundary",
 ]
 
 
@@ -226,14 +227,30 @@ def log_facts(lines: Sequence[str],
 
 
 def startup_boundary(line: str) -> str | None:
-    """What one line of a followed log means to a start-up, for a follower that does not yet
-    know the stream's engine (``coldscope serve``): the answer of the adapter that claims it."""
-    for engine in ENGINES:
-        if isinstance(engine, LogReader):
-            kind = engine.startup_boundary(line)
+    """What one line of a followed log means to a start-up (``"start:<what>"``, ``"ready"``,
+    ``"failed"`` or None) when the stream's engine is not known: the answer of the first
+    reading adapter, in registry order, that claims the line."""
+    return follow_boundary(line, None)[0]
+
+
+def follow_boundary(line: str, engine: LogReader | None) -> tuple[str | None, LogReader | None]:
+    """``startup_boundary`` for a follower that identifies a stream's engine once
+    (``coldscope serve``'s watcher): the line's meaning, and the stream's engine after it.
+
+    The engine is identified at the first line an adapter claims as a start of its own (the
+    engine announcing itself); give it back as ``engine`` and only that adapter is asked from
+    then on. Until then every reading adapter is asked, in registry order."""
+    if engine is not None:
+        kind = engine.startup_boundary(line)
+        return (None if kind == OWN_LINE else kind), engine
+    for reader in ENGINES:
+        if isinstance(reader, LogReader):
+            kind = reader.startup_boundary(line)
             if kind is not None:
-                return None if kind == OWN_LINE else kind
-    return None
+                if kind.startswith(START_PREFIX):
+                    return kind, reader
+                return (None if kind == OWN_LINE else kind), None
+    return None, None
 
 
 # -- what a run's evidence asks of its engine ---------------------------------------------------

@@ -4,9 +4,11 @@ A fleet writes one log per replica (a pod's log file, a systemd unit's journal e
 terminal redirected to a file). The watcher polls the files and directories it is given, reads
 what was appended since the last poll, and runs each replica's lines through a small state
 machine that recognises where a start-up begins, when it became ready, and when it failed.
-What a line *means* comes from the engine adapters (``Engine.startup_boundary``, asked through
-:func:`coldscope.engines.startup_boundary`), the same package ``coldscope parse`` reads logs
+What a line *means* comes from the engine adapters (``LogReader.startup_boundary``, asked through
+:func:`coldscope.engines.follow_boundary`), the same package ``coldscope parse`` reads logs
 with; this module knows no engine and only decides where one start-up's lines begin and end.
+A stream's engine is identified once, at the first start line an adapter claims, and only that
+adapter reads the stream's later lines (until the file is truncated or replaced).
 
 Why polling and not inotify: it works the same on every filesystem (NFS, overlay, bind mounts
 of pod logs), needs no extra dependency, and at the default 0.2 s period costs a few stat calls
@@ -68,7 +70,7 @@ from pathlib import Path
 from typing import IO
 
 from coldscope import engines
-from coldscope.engines import FAILED, READY, START_PREFIX
+from coldscope.engines import FAILED, READY, START_PREFIX, LogReader
 from coldscope.util.errors import ColdscopeError
 from coldscope.util.safeio import open_regular
 
@@ -105,7 +107,8 @@ FORGET_AFTER_S = 30.0
 
 def classify(line: str) -> str | None:
     """What one line means to the state machine: ``"start:<what>"``, ``"ready"``,
-    ``"failed"`` or None, as the first registered engine that knows the line says."""
+    ``"failed"`` or None, as the first registered engine that knows the line says (for a line
+    of a stream whose engine is not known yet)."""
     return engines.startup_boundary(line)
 
 
@@ -176,6 +179,7 @@ class _Stream:
         self.seq = 0
         self.done = False  # the last start-up finished: wait for a start line
         self.foreign = False  # not an engine log: stop reading the file
+        self.engine: LogReader | None = None  # identified at the first start line
 
     def held(self) -> int:
         """Bytes of memory this stream holds (its running or unconfirmed start-up)."""
@@ -198,7 +202,7 @@ class _Stream:
     def feed(self, line: str, now: float) -> None:
         if self.foreign:
             return
-        kind = classify(line)
+        kind, self.engine = engines.follow_boundary(line, self.engine)
         cur = self.current
         if cur is None:
             if self.done and (kind is None or not kind.startswith(START_PREFIX)):
@@ -243,6 +247,7 @@ class _Stream:
 
     def reset(self) -> None:
         """The file was truncated or replaced: what it shows next is judged afresh."""
+        self.engine = None
         if self.foreign:
             self.foreign, self.current, self.done = False, None, False
 
