@@ -7,12 +7,13 @@ The front door, one name per thing coldscope does (``docs/api.md`` has an exampl
     runs = coldscope.parse_log("vllm.log")          # a saved log -> one Run per start-up
     runs[0].time_to_ready_s, runs[0].stages          # seconds, per stage
 
-``parse_log``, ``profile``, ``compare``, ``fit``, ``predict``, ``calibrate``, ``plan``,
-``simulate`` and ``tune`` are plain functions (``coldscope.api``); ``ScaleAdvisor`` is the
-start-up-aware scaling policy an autoscaler calls each tick; ``Run``, ``Store`` and the
-other records they take and return are named here too. Everything is loaded on first use:
+``parse_log``, ``parse_logs``, ``profile``, ``compare``, ``fit``, ``predict``, ``calibrate``,
+``plan``, ``simulate`` and ``tune`` are plain functions (``coldscope.api``); ``ScaleAdvisor``
+is the start-up-aware scaling policy an autoscaler calls each tick; ``Run``, ``Store`` and
+the other records they take and return are named here too. Everything is loaded on first use:
 ``import coldscope`` itself loads no engine, web server or data-frame library, so a script
-or an autoscaler that only reads logs or predicts start-ups stays light.
+or an autoscaler that only reads logs or predicts start-ups stays light. ``__version__`` is
+``coldscope.core.version``'s: modules below the front door read it there, never from here.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from coldscope.core.version import __version__
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`` loads these
     from coldscope.analysis.comparison import Comparison
@@ -29,6 +30,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
         compare,
         fit,
         parse_log,
+        parse_logs,
         plan,
         predict,
         profile,
@@ -36,6 +38,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
         tune,
     )
     from coldscope.core.records import Run
+    from coldscope.ingest.logfiles import ParsedLog
     from coldscope.launch.runner import RunConfig
     from coldscope.planning.planner import PlanRequest
     from coldscope.planning.result import PlanReport
@@ -55,6 +58,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
 _HOMES: dict[str, str] = {
     # what coldscope does
     "parse_log": "coldscope.api",
+    "parse_logs": "coldscope.api",
     "profile": "coldscope.api",
     "compare": "coldscope.api",
     "fit": "coldscope.api",
@@ -69,6 +73,7 @@ _HOMES: dict[str, str] = {
     "ScaleDecision": "coldscope.scaling.advisor",
     # the records they take and return
     "Run": "coldscope.core.records",
+    "ParsedLog": "coldscope.ingest.logfiles",
     "Store": "coldscope.store.db",
     "RunConfig": "coldscope.launch.runner",
     "Comparison": "coldscope.analysis.comparison",
@@ -86,11 +91,11 @@ _HOMES: dict[str, str] = {
 }
 
 __all__ = [
-    "ColdscopeError", "Comparison", "ModelFeatures", "PlanReport", "PlanRequest", "Prediction",
-    "Run", "RunConfig", "ScaleAdvisor", "ScaleDecision", "SimRequest", "SimResult",
-    "StartupModel", "Store", "SweepResult", "TrainingSet", "TuneResult", "__version__",
-    "calibrate", "compare", "fit", "model_features", "parse_log", "plan", "predict", "profile",
-    "simulate", "tune",
+    "ColdscopeError", "Comparison", "ModelFeatures", "ParsedLog", "PlanReport", "PlanRequest",
+    "Prediction", "Run", "RunConfig", "ScaleAdvisor", "ScaleDecision", "SimRequest",
+    "SimResult", "StartupModel", "Store", "SweepResult", "TrainingSet", "TuneResult",
+    "__version__", "calibrate", "compare", "fit", "model_features", "parse_log", "parse_logs",
+    "plan", "predict", "profile", "simulate", "tune",
 ]
 
 

@@ -17,43 +17,66 @@ gather what the CLI used to do around the library call (reading a log per start-
 caches from a bundle, loading a startup model file, picking a training source, opening or
 resuming a tune session).
 
-Heavy modules are imported inside the functions, so importing this module loads no engine
-(torch, vLLM), web server, pyarrow or Ray; ``docs/api.md`` has a worked example of each
-function.
+Every function imports what it uses when it is called, and the re-exported names are loaded
+on first access (``__getattr__``), so importing this module loads nothing but itself: a script
+that only predicts never loads the planner, the tuner or an engine adapter, and nothing here
+loads an engine (torch, vLLM), a web server, pyarrow or Ray. ``docs/api.md`` has a worked
+example of each function.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from coldscope.analysis.comparison import compare
-from coldscope.planning.planner import plan
-from coldscope.scaling.advisor import ScaleAdvisor, ScaleDecision
-from coldscope.tuning.session import DEFAULT_BUDGET, DEFAULT_TIMEOUT_S
 from coldscope.util.errors import ColdscopeError
 
 if TYPE_CHECKING:
+    from coldscope.analysis.comparison import compare
     from coldscope.core.records import Run
+    from coldscope.ingest.logfiles import ParsedLog
     from coldscope.launch.runner import RunConfig
+    from coldscope.planning.planner import plan
     from coldscope.prediction.core import Prediction
     from coldscope.prediction.features import ModelFeatures
     from coldscope.prediction.startup_model import StartupModel
     from coldscope.prediction.training import TrainingSet
+    from coldscope.scaling.advisor import ScaleAdvisor, ScaleDecision
     from coldscope.sim.request import SimInputs, SimRequest
     from coldscope.sim.simulate import SimResult
     from coldscope.sim.sweep import SweepResult
     from coldscope.store.db import Store
     from coldscope.tuning.report import TuneResult
     from coldscope.tuning.search import Measurement, TrialRequest
+    from coldscope.tuning.tune import TuneSession
 
-__all__ = ["ScaleAdvisor", "ScaleDecision", "calibrate", "compare", "fit", "parse_log", "plan",
-           "predict", "profile", "simulate", "tune"]
+__all__ = ["ScaleAdvisor", "ScaleDecision", "calibrate", "compare", "fit", "parse_log",
+           "parse_logs", "plan", "predict", "profile", "simulate", "tune"]
 
 #: A file or directory argument: a ``str`` or a ``pathlib.Path``.
 PathArg = str | os.PathLike[str]
+
+#: The library's own functions and records this module re-exports as they are -> their module,
+#: imported on first access, so that ``predict`` never loads the planner.
+_REEXPORTED = {
+    "compare": "coldscope.analysis.comparison",
+    "plan": "coldscope.planning.planner",
+    "ScaleAdvisor": "coldscope.scaling.advisor",
+    "ScaleDecision": "coldscope.scaling.advisor",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """A re-exported name, imported from its module on first access and kept."""
+    home = _REEXPORTED.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
 
 
 # -- measuring ----------------------------------------------------------------------------------
@@ -87,6 +110,57 @@ def parse_log(path: PathArg, *, max_bytes: int | None = None) -> list[Run]:
             raise ColdscopeError(parsed.reason or f"{given}: not parsed")
         runs.append(parsed.run)
     return runs
+
+
+def parse_logs(paths: Sequence[PathArg], *, max_bytes: int | None = None,
+               max_lines: int | None = None,
+               store: Store | PathArg | None = None) -> list[ParsedLog]:
+    """Every start-up in saved engine logs, as ``coldscope parse LOG...`` reads them: files,
+    directories (recursively) and ``-`` for standard input; one ``ParsedLog`` per start-up
+    (``run`` and its status) or per log that was skipped, unreadable or refused (``reason``),
+    in order. Unlike ``parse_log``, a log that cannot be read is an entry, not an error.
+
+    Given one log (not a directory), its runs are named after the file's base name, as
+    ``parse_log`` names them; else after the path as given. ``max_bytes`` and ``max_lines``
+    bound each log (defaults as for ``parse_log``). ``store`` (a ``Store`` or a store file,
+    opened only when there is a run to store): each run is also stored with the lines it was
+    read from, named ``NAME-DIGEST`` (the first 8 hex digits of the log's SHA-256), so that
+    the same log saved twice is one run (stored once) and two logs of one name are two; the
+    returned runs carry those ids.
+    """
+    import dataclasses
+
+    from coldscope.ingest.logfiles import MAX_LOG_LINES, STDIN
+    from coldscope.ingest.logfiles import parse_logs as read_logs
+    given = [os.fspath(p) for p in paths]
+    single = len(given) == 1 and (given[0] == STDIN or not Path(given[0]).is_dir())
+    parsed = list(read_logs(given, limit=max_bytes, max_lines=max_lines or MAX_LOG_LINES,
+                            single=single, keep_lines=store is not None))
+    if store is None or not any(p.run is not None for p in parsed):
+        return parsed
+    from coldscope.store.db import Store
+    opened = store if isinstance(store, Store) else Store(os.fspath(store))
+    saved = []
+    try:
+        for p in parsed:
+            if p.run is not None:
+                run = p.run.evolve(id=f"{p.run.id}-{(p.digest or '')[:8]}")
+                if not _stored(opened, run.id):  # this log saved before: that run it is
+                    opened.add_run(run, {"saved_log": p.lines})
+                p = dataclasses.replace(p, run=run)
+            saved.append(p)
+    finally:
+        if opened is not store:  # opened here: closed here
+            opened.close()
+    return saved
+
+
+def _stored(store: Store, run_id: str) -> bool:
+    """Whether ``store`` holds a run of exactly this id."""
+    try:
+        return store.run(run_id).id == run_id
+    except ColdscopeError:  # none (or only longer ids it is a prefix of)
+        return False
 
 
 def profile(config: RunConfig, store: Store | None = None, *, bundle: PathArg | None = None,
@@ -131,12 +205,13 @@ def _seeded(config: RunConfig, bundle: Path) -> RunConfig:
     return config
 
 
-def tune(command: Sequence[str] = (), store: Store | None = None, *,
+def tune(command: Sequence[str] = (), store: Store | PathArg | None = None, *,
          resume: bool | str = False, env: Mapping[str, str] | None = None,
-         budget: int = DEFAULT_BUDGET, max_throughput_loss: float | None = None,
-         allow_output_change: bool = False, timeout: float = DEFAULT_TIMEOUT_S,
+         budget: int | None = None, max_throughput_loss: float | None = None,
+         allow_output_change: bool = False, timeout: float | None = None,
          bundle: PathArg | None = None, engine_python: str | None = None,
-         cold_evict: bool = True, on_line: Callable[[str], None] | None = None,
+         cold_evict: bool = True, on_open: Callable[[TuneSession], None] | None = None,
+         on_line: Callable[[str], None] | None = None,
          on_start: Callable[[Run], None] | None = None,
          on_stage: Callable[[str, float], None] | None = None,
          on_measured: Callable[[TrialRequest, Measurement, bool], None] | None = None,
@@ -147,39 +222,50 @@ def tune(command: Sequence[str] = (), store: Store | None = None, *,
     confirmed against the default with intervals. Returns the ``TuneResult`` that
     ``coldscope tune --json`` prints.
 
-    Every start-up is stored in ``store`` (default: the usual store), and the session in
-    ``tune/`` beside the store file, rewritten after each start-up, so an interrupted tune
-    resumes: ``resume=True`` finishes the newest session, ``resume="tune-..."`` that one
-    (then ``command`` and the session's options are not given again).
-    ``max_throughput_loss``: the share of serving throughput (0.1 for 10 %) a kept change may
-    be shown to lose at most; ``allow_output_change``: keep changes whose greedy output
-    differs from the default's; ``timeout``: seconds from launch to ready before a start-up
-    fails; ``env``: extra environment for the engine; ``bundle``: a
+    Every start-up is stored in ``store`` (a ``Store`` or a store file, opened once the
+    session is; default: the usual store), and the session in ``tune/`` beside the store
+    file, rewritten after each start-up, so an interrupted tune resumes: ``resume=True``
+    finishes the newest session, ``resume="tune-..."`` that one (then ``command`` and the
+    session's options are not given again). ``budget``: start-ups in all (default
+    ``tuning.session.DEFAULT_BUDGET``, 16); ``max_throughput_loss``: the share of serving
+    throughput (0.1 for 10 %) a kept change may be shown to lose at most;
+    ``allow_output_change``: keep changes whose greedy output differs from the default's;
+    ``timeout``: seconds from launch to ready before a start-up fails (default
+    ``tuning.session.DEFAULT_TIMEOUT_S``, 900); ``env``: extra environment for the engine;
+    ``bundle``: a
     ``coldscope bundle`` file that seeds its configuration's caches; ``engine_python``: the
     interpreter whose engine lists the knobs (default: the command's ``python``);
     ``cold_evict``: evict the model's and the engine's Python files from the page cache before
     each start-up on empty caches, as on a new node (the result's ``baselines.cold_state``
-    says what the cold start-ups had). The callbacks
-    feed live displays, as for ``profile``; ``on_measured(request, measurement, replayed)``
-    after each start-up. Ctrl-C (or SIGTERM, SIGHUP) stops the engine and raises
-    ``KeyboardInterrupt`` with the session resumable.
+    says what the cold start-ups had). ``on_open(session)``: the session opened (its
+    ``spec``: id, budget, knobs; ``reaped_run``: the run whose engine a resume stopped),
+    before its first start-up. The other callbacks feed live displays, as for ``profile``;
+    ``on_measured(request, measurement, replayed)`` after each start-up. Ctrl-C (or SIGTERM,
+    SIGHUP) stops the engine and raises ``KeyboardInterrupt`` with the session resumable.
     """
-    from coldscope.store.db import Store
+    from coldscope.store.db import Store, default_store_path
+    from coldscope.tuning import session as spec_file
     from coldscope.tuning import tune as ts
-    store = store if store is not None else Store()
+    store_path = store.path if isinstance(store, Store) else \
+        default_store_path() if store is None else Path(store)
     if resume:
         if command:
             raise ColdscopeError("resuming a tune session takes no command: the session has "
                                  "its own")
-        opened = ts.resume_session(store.path, resume if isinstance(resume, str) else None)
+        opened = ts.resume_session(store_path, resume if isinstance(resume, str) else None)
     else:
         opened = ts.new_session(
-            command, store_path=store.path, env=env,
-            budget=budget, max_throughput_loss=max_throughput_loss,
-            allow_output_change=allow_output_change, timeout=timeout,
+            command, store_path=store_path, env=env,
+            budget=spec_file.DEFAULT_BUDGET if budget is None else budget,
+            max_throughput_loss=max_throughput_loss,
+            allow_output_change=allow_output_change,
+            timeout=spec_file.DEFAULT_TIMEOUT_S if timeout is None else timeout,
             bundle=None if bundle is None else Path(bundle), engine_python=engine_python,
             cold_evict=cold_evict)
-    return ts.run_session(opened, store, on_line=on_line, on_start=on_start, on_stage=on_stage,
+    if on_open is not None:
+        on_open(opened)
+    return ts.run_session(opened, store if isinstance(store, Store) else Store(store_path),
+                          on_line=on_line, on_start=on_start, on_stage=on_stage,
                           on_measured=on_measured)
 
 

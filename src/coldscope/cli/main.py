@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from coldscope import __version__
+from coldscope.core.version import __version__
 from coldscope.util.errors import ColdscopeError
 
 COMMANDS: dict[str, tuple[str, str]] = {

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -207,26 +206,19 @@ def parse(logs: tuple[str, ...], save: bool, vs_paper: bool, max_bytes: int | No
     holds several start-ups (a restart): one line per start-up (LOG#1, LOG#2, ...) and a fleet
     summary per engine, version and model (exit 2 only when a file could not be read); --json
     gives {"runs": [...], "refused": [...], "fleet": [...]}."""
-    from coldscope.ingest.logfiles import MAX_LOG_LINES, STDIN, parse_logs
+    from coldscope.api import parse_logs
+    from coldscope.ingest.logfiles import STDIN
+    from coldscope.store.db import default_store_path
     single = len(logs) == 1 and (logs[0] == STDIN or not Path(logs[0]).is_dir())
-    parsed = list(parse_logs(logs, limit=max_bytes, max_lines=max_lines or MAX_LOG_LINES,
-                             single=single, keep_lines=save))
+    parsed = parse_logs(logs, max_bytes=max_bytes, max_lines=max_lines,
+                        store=(store_path or default_store_path()) if save else None)
     if not parsed:
         raise ColdscopeError(f"no files found in {', '.join(logs)}")
-    store = None
-    if save and any(p.run is not None for p in parsed):
-        from coldscope.store.db import Store
-        store = Store(store_path)
-    for p in parsed:
-        if store is not None and p.run is not None:
-            # one stored run per distinct log content, named after the file
-            p.run = p.run.evolve(id=f"{p.run.id}-{(p.digest or '')[:8]}")
-            store.add_run(p.run, {"saved_log": p.lines})
+    saved = save and any(p.run is not None for p in parsed)
     if single and len(parsed) == 1:  # one log of one start-up (else a line per start-up)
-        _print_one(parsed[0], logs[0], vs_paper=vs_paper, saved=store is not None,
-                   as_json=as_json)
+        _print_one(parsed[0], logs[0], vs_paper=vs_paper, saved=saved, as_json=as_json)
         return
-    _print_many(parsed, vs_paper=vs_paper, saved=store is not None, as_json=as_json)
+    _print_many(parsed, vs_paper=vs_paper, saved=saved, as_json=as_json)
     unreadable = [p for p in parsed if p.status == "unreadable"]
     if unreadable:
         raise ColdscopeError(f"{len(unreadable)} of {len(parsed)} logs could not be read "
@@ -240,51 +232,26 @@ def _run_doc(run: Run, vs_paper: bool) -> dict[str, Any]:
     return doc
 
 
-def _engine_line(run: Run) -> str:
-    from coldscope.engines import by_name
-    try:
-        title = by_name(run.engine.name or "").title
-    except ColdscopeError:
-        title = run.engine.name or "engine"
-    return (f"{title} {run.engine.version or 'unknown version'} ({run.engine.family}), "
-            f"device {run.engine.device or 'unknown'}")
-
-
 def _print_one(p: ParsedLog, given: str, *, vs_paper: bool, saved: bool,
                as_json: bool) -> None:
-    """``parse LOG``: the run as JSON or its timeline; a log that is not ok exits 2."""
+    """``parse LOG``: the run as JSON or its timeline (``render.logs.parsed_log``); a log
+    that is not ok exits 2."""
     if p.run is None:
         raise ColdscopeError(p.reason or f"{given}: not parsed")
     run = p.run
     if as_json:
         print_json(_run_doc(run, vs_paper))
     else:
-        from rich.text import Text
-
-        from coldscope.render.tables import timeline_table
-        out = console()
-        out.print(_engine_line(run))
-        out.print(timeline_table(run))
-        for note in run.notes:
-            out.print(f"note: {note}", markup=False)
-        if vs_paper and run.paper_metrics:
-            read = ", ".join(f"{k} {'null' if v is None else f'{round(v, 3):g} s'}"
-                             for k, v in run.paper_metrics.items())
-            out.print(Text.assemble(("the paper's parser reads:", "bold"), f" {read}"))
-        if vs_paper and run.missed_by_paper_parser:
-            out.print("what the paper's parser missed:", style="bold")
-            for item in run.missed_by_paper_parser:
-                secs = f" ({item.seconds:.2f} s)" if item.seconds is not None else ""
-                out.print(f"  • {item.what}{secs}: {item.detail or ''}")
-        if saved:
-            out.print(f"stored as run {run.id}")
+        from coldscope.render.logs import parsed_log
+        console().print(parsed_log(run, vs_paper=vs_paper, saved=saved))
     if run.status != "ok":
         raise ColdscopeError(f"{given}: {run.reason}")
 
 
 def _print_many(parsed: Sequence[ParsedLog], *, vs_paper: bool, saved: bool,
                 as_json: bool) -> None:
-    """``parse LOG LOG ...`` / ``parse DIR``: one line per log, then the fleet summary."""
+    """``parse LOG LOG ...`` / ``parse DIR``: one line per log, then the fleet summary
+    (``render.logs.parsed_logs``)."""
     from coldscope.ingest.logfiles import fleet_summary
     runs = [p.run for p in parsed if p.run is not None]
     fleet = fleet_summary(runs)
@@ -293,55 +260,8 @@ def _print_many(parsed: Sequence[ParsedLog], *, vs_paper: bool, saved: bool,
                     "refused": [p.to_json() for p in parsed if p.run is None],
                     "fleet": [g.to_json() for g in fleet]})
         return
-    from rich import box
-    from rich.table import Table
-    from rich.text import Text
-
-    out = console()
-    # names relative to the folder they share, which the title names once (narrow terminals)
-    names = [p.source.name for p in parsed]
-    files = [n for n in names if n != "-"]
-    common = os.path.commonpath(files) if len(files) > 1 else ""
-    if common and common in files:  # one of them is the common path itself: keep names whole
-        common = ""
-    shown = {n: os.path.relpath(n, common) if common and n != "-" else n for n in names}
-    n_logs = len(dict.fromkeys(names))
-    title = (f"{len(parsed)} logs" if n_logs == len(parsed) else
-             f"{len(parsed)} start-ups in {n_logs} log{'s' if n_logs > 1 else ''}") + \
-        (f" in {common}" if common else "")
-    table = Table(title=Text(title), title_justify="left", box=box.SIMPLE_HEAVY)
-    widest = max(len(x) for x in shown.values())
-    cols = ["log", "status", "ready (s)", "engine", "model"] + (["stored as"] if saved else [])
-    for col in cols:
-        table.add_column(col, justify="right" if col == "ready (s)" else "left",
-                         overflow="fold", min_width=min(widest, 48) if col == "log" else None,
-                         no_wrap=col in ("status", "ready (s)"))
-    for p in parsed:
-        run = p.run
-        engine = f"{run.engine.name} {run.engine.version or '?'}" if run is not None else ""
-        model = (run.model.name or run.model.path or "") if run is not None else ""
-        ready = f"{run.time_to_ready_s:.2f}" if run is not None and \
-            run.time_to_ready_s is not None and run.status == "ok" else ""
-        cells = [shown[p.source.name] + p.part, p.status, ready, engine, model]
-        if saved:
-            cells.append(run.id if run is not None else "")
-        # cells as plain text: a file name or a quoted log line may hold [brackets]
-        table.add_row(*(Text(x) for x in cells))
-    out.print(table)
-    for p in parsed:  # why, under the table: a reason is a sentence, not a cell
-        if p.reason:
-            out.print(Text(f"{shown[p.source.name]}{p.part}: {p.status}: {p.reason}"))
-    for g in fleet:
-        t = Table(title=Text(f"fleet: {g.engine} {g.version or 'unknown version'} · "
-                             f"{g.model or 'unknown model'} · {g.count} ok run(s)"),
-                  title_justify="left", box=box.SIMPLE)
-        for col in ("bucket", "p50 (s)", "p90 (s)", "runs that know it"):
-            t.add_column(col, justify="left" if col == "bucket" else "right")
-        for key, v in g.stats.items():
-            t.add_row(key.replace("_", " ") if key == "time_to_ready" else key,
-                      *(("–", "–", "0") if v is None else
-                        (f"{v[0]:.2f}", f"{v[1]:.2f}", str(v[2]))))
-        out.print(t)
+    from coldscope.render.logs import parsed_logs
+    console().print(parsed_logs(parsed, fleet, saved=saved))
 
 
 @click.command()

@@ -1,5 +1,6 @@
-"""``coldscope simulate``: parse the options, build a ``SimRequest``, call ``coldscope.sim.run``,
-print the ``SimResult`` (or ``SweepResult``) as ``coldscope.render.simulate`` draws it."""
+"""``coldscope simulate``: parse the options, build a ``SimRequest``, call the front door's
+``coldscope.api.simulate``, print the ``SimResult`` (or ``SweepResult``) as
+``coldscope.render.simulate`` draws it."""
 
 from __future__ import annotations
 
@@ -96,8 +97,9 @@ def simulate(trace_path: str, repair: bool, policy: str, min_workers: int | None
     """Simulate autoscaling with cold starts over a request trace: TTFT, SLA, GPU-hours."""
     from pydantic import ValidationError
 
+    from coldscope.api import simulate as run_simulation
     from coldscope.cli.progress import bar, wanted
-    from coldscope.sim.request import SimRequest, StartupChoice, load_inputs, replica_spec, run
+    from coldscope.sim.request import SimRequest, StartupChoice, replica_spec
     from coldscope.util.errors import validation_error
     params: dict[str, Any] = {}
     if min_workers is not None:
@@ -146,7 +148,7 @@ def simulate(trace_path: str, repair: bool, policy: str, min_workers: int | None
         def progress(fraction: float) -> None:
             update(fraction, "simulating")
 
-        result = run(load_inputs(request), progress=progress)
+        result = run_simulation(request, progress=progress)
     text = result.model_dump_json(indent=2, exclude_none=False)
     if out_path:
         try:

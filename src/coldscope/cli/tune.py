@@ -23,6 +23,7 @@ from coldscope.util.errors import ColdscopeError
 
 if TYPE_CHECKING:
     from coldscope.tuning.search import Measurement, TrialRequest
+    from coldscope.tuning.tune import TuneSession
 
 
 def parse_fraction(text: str | None) -> float | None:
@@ -79,45 +80,50 @@ def tune(budget: int, max_loss: str | None, allow_output_change: bool, timeout: 
 
     coldscope tune --budget 16 -- python -m vllm.entrypoints.openai.api_server --model DIR
     """
+    from coldscope.api import tune as run_tune
     from coldscope.cli.progress import StartupProgress, wanted
     from coldscope.render.tune import session_banner, startup_line
-    from coldscope.store.db import Store, default_store_path
-    from coldscope.tuning.tune import new_session, resume_session, run_session
-    store_file = Path(store_path) if store_path else default_store_path()
-    if resume:
-        if command:
-            raise ColdscopeError("--resume takes no COMMAND: the session has its own")
-        opened = resume_session(store_file, session)
-        if opened.reaped_run and not as_json:
-            echo(f"stopped the engine of the interrupted start-up {opened.reaped_run}", err=True)
-    else:
-        if not command:
-            raise ColdscopeError("give the engine command after `--` (or --resume)")
-        opened = new_session(
-            command, store_path=store_file, env=parse_env(env_pairs), budget=budget,
-            max_throughput_loss=parse_fraction(max_loss), allow_output_change=allow_output_change,
-            timeout=timeout, bundle=Path(bundle_file) if bundle_file else None,
-            engine_python=engine_python, cold_evict=cold_evict)
-    spec = opened.spec
-    if not as_json:
-        console().print(session_banner(spec))
+    from coldscope.store.db import default_store_path
+    if resume and command:
+        raise ColdscopeError("--resume takes no COMMAND: the session has its own")
+    if not resume and not command:
+        raise ColdscopeError("give the engine command after `--` (or --resume)")
     show_line = None if (quiet or as_json) else (lambda line: echo(f"  │ {line}", err=True))
-    # On a terminal: the running start-up's elapsed time and the stage it is in now.
-    live = StartupProgress(wanted(as_json), runs=spec.budget)
+    # On a terminal: the running start-up's elapsed time and the stage it is in now (drawn
+    # from the first launch on; its count of start-ups is the session's budget).
+    live = StartupProgress(wanted(as_json))
+    opened: list[TuneSession] = []
+
+    def on_open(session: TuneSession) -> None:
+        opened.append(session)
+        if session.reaped_run and not as_json:
+            echo(f"stopped the engine of the interrupted start-up {session.reaped_run}",
+                 err=True)
+        if not as_json:
+            console().print(session_banner(session.spec))
+        live.runs = session.spec.budget
 
     def progress(req: TrialRequest, m: Measurement, replayed: bool) -> None:
         live.done()
         if not as_json:
-            echo(startup_line(req, m, replayed, spec.budget), err=True)
+            echo(startup_line(req, m, replayed, live.runs), err=True)
 
     try:
         with live:
-            result = run_session(opened, Store(store_file), on_line=show_line,
-                                 on_start=live.launched, on_stage=live.stage,
-                                    on_measured=progress)
+            result = run_tune(
+                command, store_path or default_store_path(),
+                resume=(session or True) if resume else False,
+                # a resumed session has its own options: the ones given are not read
+                env=None if resume else parse_env(env_pairs), budget=budget,
+                max_throughput_loss=None if resume else parse_fraction(max_loss),
+                allow_output_change=allow_output_change, timeout=timeout,
+                bundle=bundle_file, engine_python=engine_python, cold_evict=cold_evict,
+                on_open=on_open, on_line=show_line, on_start=live.launched,
+                on_stage=live.stage, on_measured=progress)
     except KeyboardInterrupt:
-        echo(f"interrupted; finish with `coldscope tune --resume --session {spec.id}`",
-             err=True)
+        if opened:
+            echo(f"interrupted; finish with `coldscope tune --resume --session "
+                 f"{opened[0].spec.id}`", err=True)
         raise
     if as_json:
         print_json(result.to_json())
