@@ -33,7 +33,7 @@ FIXTURES = ROOT.parent / "shared" / "fixtures"
 
 from tests.serve_replay import free_port, log_lines, stop, wait_for  # noqa: E402
 
-from coldscope.engines.vllm_log import parse_vllm_log  # noqa: E402
+from coldscope.engines.vllm.grammar import parse_vllm_log  # noqa: E402
 from coldscope.serve.watcher import classify  # noqa: E402
 
 STORED = re.compile(r"^(?P<ts>\S+ \S+) coldscope.serve stored (?P<id>\S+): (?P<replica>\S+) "

@@ -3,8 +3,9 @@
     BENCH-FIGURE {"bench": "tune", "figure": "speed-up vs cold", "target": ">= 2.5x",
                   "measured": "4.9x", "status": "met"}
 
-with ``status`` one of ``met``, ``not met``, ``could not run`` (then ``measured`` says why) or
-``measured`` (a figure with no target).
+with ``status`` one of ``met``, ``not met``, ``unresolved`` (the measurement's interval holds
+both sides of the target: neither met nor missed is shown), ``could not run`` (then
+``measured`` says why) or ``measured`` (a figure with no target).
 A bench exits 0 whenever it ran to its end, whatever it measured; any other exit is a crash.
 ``benches/run_all.py`` (``make bench``) runs every bench, collects these lines and prints one
 table. A bench run by hand prints the same lines among its own output.
@@ -19,6 +20,7 @@ from pathlib import Path
 
 PREFIX = "BENCH-FIGURE "
 MET, NOT_MET, COULD_NOT_RUN, MEASURED = "met", "not met", "could not run", "measured"
+UNRESOLVED = "unresolved"
 
 
 def bench_name() -> str:
