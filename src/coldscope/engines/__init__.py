@@ -61,6 +61,7 @@ __all__ = [
     "FindingsAdvice", "GenericEngine", "LogEngine", "LogFacts", "LogLine", "LogReader",
     "LogReading", "ProcessEvidence", "RunReader", "TuneCatalogue", "by_distribution", "by_name",
     "demo_command", "distributions", "engine_name", "flag", "follow_boundary", "identify_log",
+    "identify_output",
     "log_facts", "log_reader", "module_of", "named", "options", "plugins", "probe_hooks_of",
     "process_roles_of", "read_log", "resolve", "role_order", "run_reader", "starts",
     "startup_boundary",
@@ -192,6 +193,18 @@ def identify_log(lines: Sequence[str]) -> LogEngine | None:
         if len(head) < size:
             return None
         size *= 2
+
+
+def identify_output(line: str) -> LogEngine | None:
+    """The engine whose output one line of a live start-up is, for a runner that does not know
+    it (a wrapper script): the first reading adapter that claims the line as its own
+    (``first_own_line``) or names the stage it shows (``live_stage``). The runner asks once per
+    line until one answers, and only that adapter afterwards."""
+    for reader in ENGINES:
+        if isinstance(reader, LogEngine) and (
+                reader.first_own_line([line]) is not None or reader.live_stage(line) is not None):
+            return reader
+    return None
 
 
 def read_log(lines: Sequence[str]) -> LogReading | None:

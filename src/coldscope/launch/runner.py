@@ -65,7 +65,7 @@ from coldscope.engines import (
     Engine,
     LogReader,
     ProcessEvidence,
-    identify_log,
+    identify_output,
     probe_hooks_of,
     resolve,
     run_reader,
@@ -653,7 +653,7 @@ def _launch(config: RunConfig, prep: _Prepared, pattern: re.Pattern[str] | None,
             on_line(text)
         if on_stage is not None:
             if live[0] is None:
-                live[0] = identify_log([text])
+                live[0] = identify_output(text)
             stage = live[0].live_stage(text) if live[0] is not None else None
             if stage is not None and stage != current_stage[0]:
                 current_stage[0] = stage
