@@ -146,7 +146,7 @@ def test_a_new_engine_gets_fleet_watching_through_its_adapter_alone(tmp_path, mo
     assert len(ok) == 1 and ok[0].time_to_ready_s == 5.0
     assert ok[0].model.path == "/models/toy-7b" and ok[0].label == "replica-a"
     assert [f.evidence for f in ok[0].findings if f.id == "engine_warning"] == \
-        ["line 3: WARNING [toy] kernel cache is empty"]
+        ["line 3 (x2): WARNING [toy] kernel cache is empty"]
     reasons = sorted(r.reason for r in runs if r.status == "failed")
     assert reasons[0].startswith("a new start-up began")
     assert reasons[1] == "the log says so: toy FAILED: out of memory"

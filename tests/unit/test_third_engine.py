@@ -159,7 +159,7 @@ def test_a_toy_log_is_a_run_with_its_own_findings_and_advice(toy, shared):
     assert run.engine.name == "toy" and run.status == "ok" and run.time_to_ready_s == 5.0
     assert run.paper_metrics is None  # the paper's parser is vLLM's, not the contract's
     warnings = [f for f in run.findings if f.id == "engine_warning"]
-    assert [f.evidence for f in warnings] == ["line 3: WARNING [toy] kernel cache is empty"]
+    assert [f.evidence for f in warnings] == ["line 3 (x2): WARNING [toy] kernel cache is empty"]
     [unknown] = [f for f in run.findings if f.id == "compile_cache_unknown"]
     assert unknown.seconds_at_stake == 3.0 and unknown.advice == TOY_ADVICE
     assert "vLLM" not in " ".join(f.advice for f in run.findings)

@@ -62,6 +62,7 @@ FINDING_IDS: tuple[str, ...] = (
     "cuda_graph_capture_heavy",
     "kv_profiling_every_start",
     "engine_warning",
+    "engine_error",
 )
 
 
@@ -571,17 +572,30 @@ def rule_cuda_graph_capture(f: RunFacts) -> list[Finding]:
 
 def rule_kv_profiling(f: RunFacts) -> list[Finding]:
     """``kv_profiling_every_start``: memory profiling ran on a GPU start-up where its result
-    (the KV-cache size) could have been reused."""
+    (the KV-cache size) could have been reused.
+
+    At stake is what reusing the result saves: the kv_cache_profiling stage. The log's own
+    figure ("Memory profiling takes X seconds") is used when it fits inside the stage; on vLLM
+    0.10-0.11 it includes the torch.compile that the profiling run triggers (11.88 s reported
+    for a 2.46 s stage), so the stage caps it."""
     ev = f.log
     if ev is None or ev.device in (None, "cpu") or ev.startup_plan is not None:
         return []  # a persisted start-up plan (or a set KV-cache size) skipped the profiling
-    secs = ev.memory_profiling_s if ev.memory_profiling_s is not None else \
-        _stage(f, KV_CACHE_PROFILING)
+    stage = _stage(f, KV_CACHE_PROFILING)
+    said = ev.memory_profiling_s
+    secs = said if said is not None else stage
+    capped = said is not None and stage is not None and said > stage
+    if capped:
+        secs = stage
     if secs is None or secs < MIN_GPU_STAGE_S:
         return []
     at = ev.memory_profiling_line
     quote = f"line {at + 1}: {_quote(f.lines[at])}" if at is not None and \
         at < len(f.lines) else f"kv_cache_profiling took {secs:.1f} s"
+    if capped:
+        quote += (f" (the log's {said:.2f} s includes the torch.compile that runs inside "
+                  f"the profiling; at stake is the kv_cache_profiling stage itself, "
+                  f"{secs:.2f} s)")
     return [Finding(
         id="kv_profiling_every_start", stage=KV_CACHE_PROFILING, seconds_at_stake=secs,
         evidence=quote,
@@ -591,30 +605,61 @@ def rule_kv_profiling(f: RunFacts) -> list[Finding]:
     )]
 
 
+#: Levels filed as ``engine_error`` rather than ``engine_warning``.
+ERROR_LEVELS = frozenset({"ERROR", "CRITICAL", "FATAL"})
+
+
+def _level_finding(f: RunFacts, finding_id: str, kind: str,
+                   lines: Sequence[tuple[int, str, str, str]], advice: str) -> Finding:
+    """One finding for all of a start-up's lines of one kind (``kind``: "WARNING" or
+    "ERROR"): how many, and each distinct message once (its first line, how often), at most
+    ``MAX_WARNINGS`` of them."""
+    distinct: dict[str, list[tuple[int, str, str]]] = {}
+    for i, level, where, msg in lines:
+        distinct.setdefault(msg, []).append((i, level, where))
+    if len(distinct) == 1:  # one message (maybe repeated): its first line, how often
+        msg, [(i, level, where), *again] = next(iter(distinct.items()))
+        times = f" (x{len(again) + 1})" if again else ""
+        evidence = f"line {i + 1}{times}: {level} [{where}] {_quote(msg)}"
+    else:
+        parts = []
+        for msg, seen in list(distinct.items())[:MAX_WARNINGS]:
+            i, level, where = seen[0]
+            times = f" (x{len(seen)})" if len(seen) > 1 else ""
+            parts.append(f"line {i + 1}{times}: {level} [{where}] {_quote(msg, 160)}")
+        more = len(distinct) - MAX_WARNINGS
+        evidence = (f"{len(lines)} {kind} lines, {len(distinct)} distinct: " + "; ".join(parts)
+                    + (f"; {more} more distinct not listed (see the run's log)" if more > 0
+                       else ""))
+    return Finding(id=finding_id, stage=None, seconds_at_stake=None, evidence=evidence,
+                   advice=_advice(f, finding_id, advice))
+
+
 def rule_engine_warnings(f: RunFacts) -> list[Finding]:
-    """``engine_warning``: any other WARNING/ERROR the engine logged during start-up, quoted
-    once per distinct message."""
-    seen: dict[str, tuple[int, str, str]] = {}
+    """``engine_warning`` and ``engine_error``: the WARNING lines, and apart from them the
+    ERROR/CRITICAL lines, the engine logged during start-up (up to readiness), each one
+    finding per start-up that counts them and quotes every distinct message once. An error
+    is not a warning: a start-up that reached ready despite one deserves its own line."""
+    warned: list[tuple[int, str, str, str]] = []
+    errors: list[tuple[int, str, str, str]] = []
     end = _startup_end(f)
     for w in f.log.warnings if f.log is not None else ():
         if w.line_no >= end:
             break
-        if w.message and w.message not in seen:
-            seen[w.message] = (w.line_no, w.level, w.where)
+        if w.message:
+            item = (w.line_no, w.level, w.where, w.message)
+            (errors if w.level.upper() in ERROR_LEVELS else warned).append(item)
     out = []
-    for msg, (i, level, where) in list(seen.items())[:MAX_WARNINGS]:
-        out.append(Finding(
-            id="engine_warning", stage=None, seconds_at_stake=None,
-            evidence=f"line {i + 1}: {level} [{where}] {_quote(msg)}",
-            advice=_advice(f, "engine_warning", "the engine's own warning during start-up; "
-                           "coldscope cannot time its effect."),
-        ))
-    if len(seen) > MAX_WARNINGS:
-        out.append(Finding(
-            id="engine_warning", stage=None, seconds_at_stake=None,
-            evidence=f"{len(seen) - MAX_WARNINGS} more distinct warnings not listed",
-            advice="see the run's log.",
-        ))
+    if warned:
+        out.append(_level_finding(
+            f, "engine_warning", "WARNING", warned,
+            "the engine's own warnings during start-up; coldscope cannot time their effect: "
+            "read each once and fix or silence it."))
+    if errors:
+        out.append(_level_finding(
+            f, "engine_error", "ERROR", errors,
+            "the engine logged errors during start-up; coldscope cannot time their effect: "
+            "check each, a start-up that reached ready may still run degraded."))
     return out
 
 
@@ -623,12 +668,38 @@ RULES = (rule_compile_cache, rule_weights_downloaded, rule_model_inspect, rule_r
          rule_engine_warnings)
 
 
+#: Findings that cannot be timed; they come last.
+UNTIMED_IDS = frozenset({"engine_warning", "engine_error"})
+
+
+def within_stage(f: RunFacts, finding: Finding) -> Finding:
+    """The finding with its seconds at stake no larger than its stage's own seconds: a change
+    to one stage cannot save more than the stage takes. A rule's figure from elsewhere (a
+    log's own count, a gap estimate) that exceeds the stage is capped, and the evidence says
+    so."""
+    stage = _stage(f, finding.stage) if finding.stage else None
+    secs = finding.seconds_at_stake
+    if stage is None or secs is None or secs <= stage:
+        return finding
+    return Finding.model_validate({
+        **finding.model_dump(), "seconds_at_stake": stage,
+        "evidence": f"{finding.evidence} (capped at the {finding.stage} stage's own "
+                    f"{stage:.2f} s; the evidence gives {secs:.2f} s)"})
+
+
+def _ordered(f: RunFacts, found: Iterable[Finding]) -> list[Finding]:
+    """Findings capped by their stages, most seconds at stake first, untimed ones last."""
+    capped = [within_stage(f, x) for x in found]
+    return sorted(capped, key=lambda x: (x.id in UNTIMED_IDS, -(x.seconds_at_stake or 0.0)))
+
+
 def evaluate(facts: RunFacts) -> list[Finding]:
-    """All findings of one start-up, most seconds at stake first (engine warnings last)."""
+    """All findings of one start-up, most seconds at stake first (engine warnings and errors
+    last), none claiming more seconds than its stage takes."""
     out: list[Finding] = []
     for rule in RULES:
         out.extend(rule(facts))
-    return sorted(out, key=lambda x: (x.id == "engine_warning", -(x.seconds_at_stake or 0.0)))
+    return _ordered(facts, out)
 
 
 def findings_from_log(lines: Iterable[str], read: LogReading | None = None) -> list[Finding]:
@@ -651,7 +722,7 @@ def findings_for_run(run: Run, log: Sequence[str | Sequence[Any]] | None = None
             out.extend(rule(facts))
         except (TypeError, ValueError, KeyError, IndexError, AttributeError):
             continue
-    return sorted(out, key=lambda x: (x.id == "engine_warning", -(x.seconds_at_stake or 0.0)))
+    return _ordered(facts, out)
 
 
 def findings_json(findings: Iterable[Finding]) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from coldscope.cli.common import echo, json_option, print_json, show, store_option
+from coldscope.cli.common import echo, json_option, print_json, show
 from coldscope.prediction.formulas import MAX_CAPTURE_SIZES
 from coldscope.util.errors import ColdscopeError
 from coldscope.util.safeio import check_output_target
@@ -17,6 +17,44 @@ from coldscope.util.safeio import check_output_target
 _compile_cache_option = click.option(
     "--compile-cache", type=click.Path(exists=True, file_okay=False), default=None,
     help="Compile cache directory of this model: its bytes become the compiled graph size.")
+
+
+#: ``--store`` with an optional value: ``--store`` alone is the default store (the README's
+#: ``calibrate BASE --store --models a,b``), ``--store FILE`` a given one.
+_store_flag_option = click.option(
+    "--store", "store_path", type=click.Path(dir_okay=False), is_flag=False, flag_value="",
+    default=None, metavar="[FILE]",
+    help="Run store (SQLite file); alone: $COLDSCOPE_STORE or ./.coldscope/store.db.")
+
+_selection_options = [
+    click.option("--label", default=None,
+                 help="Use only stored runs saved under this label (parse --save --label)."),
+    click.option("--engine", "engine_name", default=None,
+                 help="Use only stored runs of this engine (vllm, sglang, ...)."),
+    click.option("--model-root", type=click.Path(exists=True, file_okay=False), default=None,
+                 help="Directory holding the runs' models: a logged name Org/Name is found "
+                      "as DIR/Org/Name, DIR/Name or DIR/models--Org--Name (any case), a "
+                      "logged path by its last part."),
+    click.option("--model-map", multiple=True, metavar="NAME=DIR",
+                 help="Where the model logged as NAME is (repeatable); before --model-root."),
+]
+
+
+def _with_selection(f: Any) -> Any:
+    for option in reversed(_selection_options):
+        f = option(f)
+    return f
+
+
+def _places(model_root: str | None, model_map: tuple[str, ...]) -> Any:
+    """The ``ModelPlaces`` of ``--model-root`` and ``--model-map`` (None when neither)."""
+    from pathlib import Path
+
+    from coldscope.prediction.training import ModelPlaces, parse_model_map
+    if model_root is None and not model_map:
+        return None
+    return ModelPlaces(root=Path(model_root) if model_root else None,
+                       mapping=parse_model_map(model_map))
 
 
 @click.command("features")
@@ -42,9 +80,10 @@ def features_cmd(path: str, compile_cache: str | None, as_json: bool) -> None:
 @click.option("--timings", type=click.Path(exists=True, dir_okay=False), default=None,
               help="With --paper: the comparison_results.json to use "
                    "(default figures/figure-rest/avg_comparison_results.json).")
-@store_option
+@_store_flag_option
 @click.option("--cache", type=click.Choice(["cold", "warm"]), default=None,
               help="Use only stored runs with this cache state.")
+@_with_selection
 @click.option("--formulas", type=click.Choice(["auto", "paper"]), default="auto",
               show_default=True,
               help="auto: per stage, the candidate with the lowest leave-one-model-out error; "
@@ -59,24 +98,36 @@ def features_cmd(path: str, compile_cache: str | None, as_json: bool) -> None:
               show_default=True, help="Startup model JSON to write.")
 @json_option
 def fit_cmd(paper_dir: str | None, timings: str | None, store_path: str | None,
-            cache: str | None, formulas: str, kinds: str, level: float,
-            capture_sizes: int | None, out_path: str, as_json: bool) -> None:
-    """Fit the white-box startup model (one linear formula per stage) and write it as JSON."""
+            cache: str | None, label: str | None, engine_name: str | None,
+            model_root: str | None, model_map: tuple[str, ...], formulas: str, kinds: str,
+            level: float, capture_sizes: int | None, out_path: str, as_json: bool) -> None:
+    """Fit the white-box startup model (one linear formula per stage) and write it as JSON:
+    from the paper's artifacts, or from stored runs (profiled, or saved logs: --label and
+    --engine select them, --model-root / --model-map say where their models are)."""
     from coldscope.api import fit
     from coldscope.prediction.modelfile import fit_summary
     from coldscope.prediction.training import training_set
     kind_list = tuple(k.strip() for k in kinds.split(",") if k.strip())
     check_output_target(out_path)  # before the work: never a device node, FIFO or directory
+    places = _places(model_root, model_map)
     from coldscope.cli.progress import bar, wanted
     # on a terminal only: a bar while the runs are read (most of the time on a large store:
     # benches/bench_fit_store.py), then while the model is fitted
     with bar("reading the training runs", wanted(as_json)) as update:
-        training = training_set(paper_dir=paper_dir, timings=timings, store_path=store_path,
-                                cache=cache, capture_sizes=capture_sizes,
-                                progress=_progress(update))
+        training = training_set(paper_dir=paper_dir, timings=timings,
+                                store_path=store_path or None, cache=cache,
+                                capture_sizes=capture_sizes, progress=_progress(update),
+                                label=label, engine=engine_name, places=places)
         update(description=f"fitting the startup model on {len(training.observations)} "
                            "observations", pulse=True)
-        model = fit(training, formulas=formulas, kinds=kind_list, level=level)
+        try:
+            model = fit(training, formulas=formulas, kinds=kind_list, level=level)
+        except ColdscopeError as exc:
+            # too few models because some were not found here: say how to find them
+            missing = next((n for n in training.notes if "--model-root" in n), None)
+            if missing is None:
+                raise
+            raise ColdscopeError(f"{exc}; {missing}") from None
     model.save(out_path)
     summary = fit_summary(model.file_, out_path, training.notes)
     if as_json:
@@ -161,9 +212,10 @@ def predict_cmd(path: str, startup_model: str, capture_sizes: int | None,
               default=None, help="Calibration runs from the paper's artifact directory.")
 @click.option("--timings", type=click.Path(exists=True, dir_okay=False), default=None,
               help="With --paper: the comparison_results.json of the new machine.")
-@store_option
+@_store_flag_option
 @click.option("--cache", type=click.Choice(["cold", "warm"]), default=None,
               help="Use only stored runs with this cache state.")
+@_with_selection
 @click.option("--models", default=None,
               help="Calibration models, comma-separated (default: every model in the runs).")
 @click.option("--suggest", is_flag=True,
@@ -175,15 +227,21 @@ def predict_cmd(path: str, startup_model: str, capture_sizes: int | None,
 @json_option
 def calibrate_cmd(base_model: str, out_path: str | None, paper_dir: str | None,
                   timings: str | None, store_path: str | None, cache: str | None,
-                  models: str | None, suggest: bool, candidates: tuple[str, ...],
-                  as_json: bool) -> None:
+                  label: str | None, engine_name: str | None, model_root: str | None,
+                  model_map: tuple[str, ...], models: str | None, suggest: bool,
+                  candidates: tuple[str, ...], as_json: bool) -> None:
     """Move a startup model to a new machine from start-ups of two models measured there."""
     from coldscope.api import calibrate
+    from coldscope.prediction.calibrate import out_of_domain
     from coldscope.prediction.calibrate import suggest as suggest_pairs
     from coldscope.prediction.startup_model import StartupModel
     from coldscope.prediction.training import training_set
     base = StartupModel.load(base_model)
-    if suggest and not candidates and paper_dir is None and store_path is None:
+    given_store = store_path is not None
+    store_path = store_path or None  # --store alone: the default store
+    places = _places(model_root, model_map)
+    select = {"label": label, "engine": engine_name, "places": places}
+    if suggest and not candidates and paper_dir is None and not given_store:
         from coldscope.prediction.calibrate import size_guidance
         guide = size_guidance(base.file_)
         if as_json:
@@ -205,15 +263,20 @@ def calibrate_cmd(base_model: str, out_path: str | None, paper_dir: str | None,
             feats = [features_of(c) for c in candidates]
         else:
             runs = list(training_set(paper_dir=paper_dir, timings=timings,
-                                     store_path=store_path, cache=cache).observations)
+                                     store_path=store_path, cache=cache,
+                                     **select).observations)
             seen: dict[str, Any] = {}
-            for o in runs:
-                seen.setdefault(o.model, o.features)
+            for o in runs:  # named as the runs are (the logged name --models takes)
+                seen.setdefault(o.model, o.features.model_copy(update={"name": o.model}))
             feats = list(seen.values())
+        left_out = out_of_domain(base.file_, feats)
         ranked = suggest_pairs(base.file_, feats, runs)
         if as_json:
-            print_json({"suggestions": [r.to_dict() for r in ranked]})
+            print_json({"suggestions": [r.to_dict() for r in ranked],
+                        "left_out": [{"model": m, "why": why} for m, why in left_out]})
             return
+        for name, why in left_out:
+            echo(f"left out {name}: {why}")
         best = ranked[0]
         if best.accepted:
             echo(f"run: {' and '.join(best.models)}  ({best.reason})")
@@ -232,7 +295,7 @@ def calibrate_cmd(base_model: str, out_path: str | None, paper_dir: str | None,
         raise ColdscopeError("--candidates needs --suggest")
     check_output_target(out_path)  # before the work: never a device node, FIFO or directory
     training = training_set(paper_dir=paper_dir, timings=timings, store_path=store_path,
-                            cache=cache)
+                            cache=cache, **select)
     notes = list(training.notes)
     chosen = [m.strip() for m in models.split(",") if m.strip()] if models else None
     out = calibrate(base_model, training, models=chosen)

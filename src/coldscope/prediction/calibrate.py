@@ -399,6 +399,16 @@ def size_guidance(file: StartupModelFile) -> dict[str, Any]:
             "duplicate_tolerance": DUPLICATE_TOLERANCE}
 
 
+def out_of_domain(file: StartupModelFile, candidates: Sequence[ModelFeatures]
+                  ) -> list[tuple[str, str]]:
+    """The candidates ``predict`` calls out of domain (a kind the startup model was not
+    trained on: MoE, hybrid), each with why; ``suggest`` leaves them out."""
+    kinds = file.trained_on.kinds
+    return [(c.name, f"a {c.kind} model; the startup model was trained on "
+                     f"{'/'.join(kinds)} models only (out of domain for predict)")
+            for c in candidates if c.kind not in kinds]
+
+
 def suggest(file: StartupModelFile, candidates: Sequence[ModelFeatures],
             runs: Sequence[Observation] | None = None) -> list[Suggestion]:
     """Every pair of ``candidates`` ranked for calibration; ``accepted`` ones identify every
@@ -407,11 +417,19 @@ def suggest(file: StartupModelFile, candidates: Sequence[ModelFeatures],
     finely enough (``clock_verdict``). The score is the pair's size-driven base
     seconds relative to the training median's (larger: each ratio is measured over more
     seconds, so timer resolution and noise matter less)."""
-    if len(candidates) < 2:
-        raise ColdscopeError("--suggest needs at least two candidate models")
     names = [c.name for c in candidates]
     if len(set(names)) != len(names):
         raise ColdscopeError("candidate models must have different names")
+    # a model predict calls out of domain calibrates nothing it will be asked about
+    outside = [c for c in candidates if c.kind not in file.trained_on.kinds]
+    if outside:
+        candidates = [c for c in candidates if c.kind in file.trained_on.kinds]
+    if len(candidates) < 2:
+        raise ColdscopeError(
+            "--suggest needs at least two candidate models"
+            + (f" in the startup model's domain ({'/'.join(file.trained_on.kinds)}); left "
+               f"out: {', '.join(f'{c.name} ({c.kind})' for c in outside)}"
+               if outside else ""))
     settings = core.settings_of(file)
     driven = size_driven(file)
     ref = sum(median_size_part(file, b) for b in driven) or 1.0

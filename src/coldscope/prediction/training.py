@@ -5,7 +5,12 @@ from ``run.model.path`` (once per path). The startup model is only meaningful fo
 so runs must share the engine (vLLM, SGLang), the cache state (``cold``/``warm``), the engine
 flags that change start-up (enforce-eager, compile, load format) and the storage the weights
 came from (page cache hot or cold, storage kind, where runs record them); a mix is refused with
-a one-line error naming the option that selects one.
+a one-line error naming the option that selects one (``--engine``, ``--label``, ``--cache``).
+
+A run saved from a log names its model as the engine logged it (``Qwen/Qwen2.5-7B``,
+``./models/llama2-7b-hf``): a path on the machine that served it, not here. ``ModelPlaces``
+says where each logged model's config is on this machine (``--model-root DIR``: matched by the
+logged name; ``--model-map NAME=DIR``), so a store of saved logs fits a startup model.
 
 ``TrainingSet`` is what a fit or a calibration reads, from whichever source: stored runs
 (``training_from_runs``, ``training_from_store``) or the paper's artifacts
@@ -58,15 +63,111 @@ class TrainingSet:
     notes: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class ModelPlaces:
+    """Where the models that runs name are on this machine.
+
+    ``mapping``: logged model name -> directory (or config file), matched case-insensitively
+    against the whole logged name, its last two path parts (``org/name``) or its last part;
+    ``root``: a directory holding the models, where a logged ``org/name`` is found as
+    ``root/org/name``, ``root/name`` or a Hugging Face cache's ``root/models--org--name``
+    (its newest snapshot), a logged path by its last part, each part matched
+    case-insensitively. A run whose model neither names is read from the path it recorded."""
+
+    root: Path | None = None
+    mapping: Mapping[str, str] = field(default_factory=dict)
+
+    def find(self, run: Run) -> str | None:
+        """The place of ``run``'s model: mapped, else under the root, else its recorded path
+        (None when the run records none)."""
+        names = [n for n in (run.engine.model, run.model.path, run.model.name) if n]
+        wanted = {k.strip().strip("/").lower(): v for k, v in self.mapping.items()}
+        for name in names:
+            for key in _name_keys(name):
+                if key in wanted:
+                    return wanted[key]
+        if self.root is not None:
+            for name in names:
+                found = _under(self.root, name)
+                if found is not None:
+                    return str(found)
+        return _model_path(run)
+
+
+def _name_keys(name: str) -> list[str]:
+    """The forms a logged model name is matched by: whole, ``org/name``, ``name``."""
+    parts = [p for p in name.strip().replace("\\", "/").split("/") if p and p != "."]
+    keys = [name.strip().strip("/").lower()]
+    if len(parts) >= 2:
+        keys.append("/".join(parts[-2:]).lower())
+    if parts:
+        keys.append(parts[-1].lower())
+    return list(dict.fromkeys(keys))
+
+
+def _child(parent: Path, name: str) -> Path | None:
+    """``parent``'s entry called ``name``, ignoring case (an exact match first)."""
+    exact = parent / name
+    if exact.exists():
+        return exact
+    try:
+        return next((c for c in sorted(parent.iterdir()) if c.name.lower() == name.lower()),
+                    None)
+    except OSError:
+        return None
+
+
+def _under(root: Path, name: str) -> Path | None:
+    """Where the logged model ``name`` is under ``root`` (see ``ModelPlaces``)."""
+    parts = [p for p in name.strip().replace("\\", "/").split("/") if p and p not in (".", "..")]
+    if not parts:
+        return None
+    tries: list[list[str]] = []
+    if len(parts) >= 2:
+        tries.append(parts[-2:])
+    tries.append(parts[-1:])
+    for t in tries:
+        place: Path | None = root
+        for part in t:
+            place = _child(place, part) if place is not None else None
+        if place is not None and place.is_dir():
+            return place
+    if len(parts) >= 2:  # a Hugging Face cache: models--org--name/snapshots/<revision>
+        cached = _child(root, f"models--{parts[-2]}--{parts[-1]}")
+        snapshots = sorted((cached / "snapshots").glob("*"), key=lambda p: p.stat().st_mtime) \
+            if cached is not None and (cached / "snapshots").is_dir() else []
+        if snapshots:
+            return snapshots[-1]
+    return None
+
+
+def parse_model_map(items: Iterable[str]) -> dict[str, str]:
+    """``NAME=DIR`` items (``--model-map``) as a mapping; a one-line error for an item without
+    ``=`` or whose place does not exist."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, place = item.partition("=")
+        if not sep or not name.strip() or not place.strip():
+            raise ColdscopeError(f"--model-map {item!r} is not NAME=DIR (e.g. "
+                                 "Qwen/Qwen2.5-7B=/models/qwen2.5-7b)")
+        if not Path(place).exists():
+            raise ColdscopeError(f"--model-map {item!r}: {place} does not exist")
+        out[name.strip()] = place.strip()
+    return out
+
+
 def training_from_runs(runs: Iterable[Run], *, cache: str | None = None,
                        capture_sizes: int | None = None, source: str = "runs",
                        features_of: Callable[[str], ModelFeatures] = model_features,
+                       places: ModelPlaces | None = None,
                        ) -> TrainingSet:
     """The training set of ``runs`` (``observations_from_runs``: one setting only, each run's
-    model features read from its model directory). ``capture_sizes``: the CUDA-graph capture
-    sizes the runs were measured with, when known (predictions default to it)."""
+    model features read from its model directory, found by ``places``). ``capture_sizes``:
+    the CUDA-graph capture sizes the runs were measured with, when known (predictions default
+    to it)."""
     observations, environment, notes = observations_from_runs(runs, cache=cache,
-                                                              features_of=features_of)
+                                                              features_of=features_of,
+                                                              places=places)
     return TrainingSet(tuple(observations), environment,
                        {"capture_sizes": capture_sizes} if capture_sizes else {}, source,
                        tuple(notes))
@@ -75,23 +176,46 @@ def training_from_runs(runs: Iterable[Run], *, cache: str | None = None,
 def training_from_store(store_path: str | Path | None = None, *, cache: str | None = None,
                         capture_sizes: int | None = None,
                         progress: Callable[[str, float | None], None] | None = None,
+                        label: str | None = None, engine: str | None = None,
+                        places: ModelPlaces | None = None,
                         ) -> TrainingSet:
-    """The training set of every run in the store at ``store_path`` (default: the usual
-    store). ``progress(description, fraction)`` is told how the reading goes (reading a
-    large store takes most of a fit's time: ``benches/bench_fit_store.py``); the fraction is
-    None while the models are read."""
+    """The training set of the runs in the store at ``store_path`` (default: the usual
+    store): all of them, or those saved under ``label`` and/or of ``engine`` (a registered
+    engine's name). ``places``: where the runs' models are (``ModelPlaces``).
+    ``progress(description, fraction)`` is told how the reading goes (reading a large store
+    takes most of a fit's time: ``benches/bench_fit_store.py``); the fraction is None while
+    the models are read."""
     from coldscope.store.db import Store
 
     def read(done: int, total: int) -> None:
         if progress is not None:
             progress(f"reading {done}/{total} stored runs", done / total if total else 1.0)
 
+    if engine is not None:
+        from coldscope.engines import by_name
+        engine = by_name(engine.strip().lower()).name  # else an error naming the known ones
     with Store(store_path, create=False) as store:
-        runs = store.runs(status=None, progress=read)
+        runs = store.runs(status=None, label=label, progress=read)
         source = str(store.path)
+        if not runs and label is not None:
+            labels = sorted({r.label for r in store.runs(status=None) if r.label})
+            raise ColdscopeError(
+                f"no stored run has the label {label!r}"
+                + (f" (labels in the store: {', '.join(labels)})" if labels else
+                   " (no run in the store has a label)"))
+    if engine is not None:
+        chosen = [r for r in runs if engine_name(r.engine.name) == engine]
+        if not chosen:
+            raise ColdscopeError(f"no stored run{' labelled ' + repr(label) if label else ''} "
+                                 f"is of the engine {engine}")
+        runs = chosen
+    if label is not None or engine is not None:
+        source += "".join(f" ({what} {v})" for what, v in (("label", label), ("engine", engine))
+                          if v is not None)
     if progress is not None:
         progress(f"reading the models of {len(runs)} runs", None)
-    return training_from_runs(runs, cache=cache, capture_sizes=capture_sizes, source=source)
+    return training_from_runs(runs, cache=cache, capture_sizes=capture_sizes, source=source,
+                              places=places)
 
 
 def training_from_paper(paper_dir: str | Path, timings: str | Path | None = None, *,
@@ -113,15 +237,24 @@ def training_from_paper(paper_dir: str | Path, timings: str | Path | None = None
 def training_set(*, paper_dir: str | Path | None = None, timings: str | Path | None = None,
                  store_path: str | Path | None = None, cache: str | None = None,
                  capture_sizes: int | None = None,
-                 progress: Callable[[str, float | None], None] | None = None) -> TrainingSet:
+                 progress: Callable[[str, float | None], None] | None = None,
+                 label: str | None = None, engine: str | None = None,
+                 places: ModelPlaces | None = None) -> TrainingSet:
     """The training set ``coldscope fit`` and ``calibrate`` are given: the paper's artifacts
-    when ``paper_dir`` is given, else the store's runs (of one ``cache`` state if given)."""
+    when ``paper_dir`` is given, else the store's runs (of one ``cache`` state, ``label`` and
+    ``engine`` where given; models found by ``places``)."""
     if paper_dir is not None:
+        given = [o for o, v in (("--label", label), ("--engine", engine)) if v is not None]
+        if places is not None and (places.root is not None or places.mapping):
+            given.append("--model-root/--model-map")
+        if given:
+            verb = "selects" if len(given) == 1 else "select"
+            raise ColdscopeError(f"{', '.join(given)} {verb} stored runs: not with --paper")
         return training_from_paper(paper_dir, timings, capture_sizes=capture_sizes)
     if timings is not None:
         raise ColdscopeError("--timings needs --paper")
     return training_from_store(store_path, cache=cache, capture_sizes=capture_sizes,
-                               progress=progress)
+                               progress=progress, label=label, engine=engine, places=places)
 
 
 def observations_from_runs(
@@ -129,13 +262,16 @@ def observations_from_runs(
     cache: str | None = None,
     features_of: Callable[[str], ModelFeatures] = model_features,
     page_cache: str | None = None,
+    places: ModelPlaces | None = None,
 ) -> tuple[list[Observation], dict[str, Any], list[str]]:
     """(observations, environment, notes) from stored runs.
 
     ``cache``: keep only runs of this cache state; ``page_cache`` ("hot" or "cold"): only runs
     that recorded the weights' page cache so. ``features_of``: model path -> features
-    (injectable for tests). Notes say which runs were skipped and why.
+    (injectable for tests); ``places``: where each run's model is (default: the path it
+    recorded). Notes say which runs were skipped and why.
     """
+    places = places or ModelPlaces()
     notes: list[str] = []
     kept: list[Run] = []
     for run in runs:
@@ -162,14 +298,17 @@ def observations_from_runs(
     if len(engines) > 1:
         raise ColdscopeError(
             f"runs mix engines ({', '.join(f'{k}: {v}' for k, v in sorted(engines.items()))}); "
-            "each engine starts up differently, so fit each from its own store or label"
+            "each engine starts up differently: select one with "
+            + " or ".join(f"--engine {k}" for k in sorted(engines))
+            + " (or runs saved under one label with --label NAME)"
         )
     for key in SETTING_KEYS:
         values = Counter(str(getattr(r.engine, key)) for r in kept)
         if len(values) > 1:
             raise ColdscopeError(
                 f"runs mix engine setting {key} ({', '.join(sorted(values))}); fit each setting "
-                "from its own store or label"
+                "on its own: save its runs under one label and pass --label NAME, or use a "
+                "store per setting"
             )
     for key in STORAGE_KEYS:  # None is "not recorded": it pools with anything
         values = Counter(str(getattr(r.storage, key)) for r in kept
@@ -178,12 +317,14 @@ def observations_from_runs(
             counts = ", ".join(f"{k}: {v}" for k, v in sorted(values.items()))
             raise ColdscopeError(
                 f"runs mix storage {key.replace('_', ' ')} ({counts}); model loading differs "
-                "between them, so fit each from its own store or label"
+                "between them: save each storage's runs under one label and pass --label "
+                "NAME, or use a store per storage"
             )
     features: dict[str, ModelFeatures] = {}
     observations = []
+    unread: list[str] = []
     for run in kept:
-        path = _model_path(run)
+        path = places.find(run)
         if path is None:
             notes.append(f"run {run.id}: skipped (no model path in the record)")
             continue
@@ -192,15 +333,29 @@ def observations_from_runs(
                 features[path] = features_of(path)
             except ColdscopeError as exc:
                 notes.append(f"run {run.id}: skipped ({exc})")
+                unread.append(run.engine.model or run.model.name or path)
                 continue
         buckets = {b: (None if (v := run.stages.get(b)) is None else float(v)) for b in BUCKETS}
         name = run.model.name or Path(path).name
         observations.append(Observation(f"{name} ({path})" if _dup(name, path, features)
                                         else name, features[path], buckets,
                                         float(run.time_to_ready_s or 0.0)))
+    if unread and observations:
+        notes.append(f"{len(unread)} run(s) skipped for a model not found here "
+                     f"({_clip(', '.join(dict.fromkeys(unread)))}): --model-root DIR or "
+                     "--model-map NAME=DIR says where each logged model's config is")
     if not observations:
-        raise ColdscopeError("empty training set: no stored run has a readable model directory")
+        named = ", ".join(dict.fromkeys(unread)) if unread else ""
+        raise ColdscopeError(
+            "empty training set: no stored run has a readable model directory"
+            + (f" (models: {_clip(named)})" if named else "")
+            + "; say where each logged model's config is with --model-root DIR (matched by "
+            "the logged name) or --model-map NAME=DIR")
     return observations, _environment(kept), notes
+
+
+def _clip(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _dup(name: str, path: str, features: dict[str, ModelFeatures]) -> bool:

@@ -25,7 +25,8 @@ def findings_table(findings: Sequence[Finding | Mapping[str, Any]]) -> Table:
     if not items:
         table.add_row("none", "", "", "no rule fired on this run's evidence")
     for f in items:
-        secs = f"{f.seconds_at_stake:.1f}" if f.seconds_at_stake is not None else "?"
+        # an engine's warnings show a fault they cannot time: not a missing number
+        secs = f"{f.seconds_at_stake:.1f}" if f.seconds_at_stake is not None else "not timed"
         # evidence quotes the log: Text, never markup, whatever console prints the table
         table.add_row(Text(clean_text(f.id)), Text(clean_text(f.stage or "")), secs,
                       Text.assemble(clean_text(f.evidence), "\n",

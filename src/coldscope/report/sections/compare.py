@@ -39,6 +39,8 @@ class Pair:
     n: tuple[int, int]
     means: dict[str, tuple[float | None, float | None]]
     ratios: dict[str, float | None]
+    totals: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())
+    """Each side's runs' times to ready (baseline, other): what an interval rests on."""
 
 
 @dataclass(frozen=True)
@@ -118,8 +120,11 @@ def _pair(a: Configuration, b: Configuration) -> Pair:
         means[bucket] = (ma, mb)
         ratios[bucket] = mb / ma if ma is not None and mb is not None and ma >= RATIO_FLOOR_S \
             and mb >= RATIO_FLOOR_S else None
+    totals = tuple(tuple(v for r in g.runs if (v := bucket_value(r, TOTAL)) is not None)
+                   for g in (a, b))
     return Pair(model=a.dims.get("model"), baseline_group=a.name, other_group=b.name,
-                n=(len(a.runs), len(b.runs)), means=means, ratios=ratios)
+                n=(len(a.runs), len(b.runs)), means=means, ratios=ratios,
+                totals=(totals[0], totals[1]))
 
 
 def mixed_setting_notes(groups: Sequence[Configuration]) -> list[str]:

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from coldscope.core.records import Finding, Run
 from coldscope.core.stages import BUCKETS, UNATTRIBUTED
 from coldscope.report.sections.breakdown import Breakdown
-from coldscope.report.sections.compare import Comparisons
-from coldscope.report.stats import TOTAL
+from coldscope.report.sections.compare import Comparisons, Pair
+from coldscope.report.stats import TOTAL, geomean
 from coldscope.report.svg import COLORS
 from coldscope.report.text import esc, fmt_s, fmt_x, label
 
@@ -42,9 +42,17 @@ class FindingSummary:
     advice: str
 
 
+#: Fewest runs on each side of a pair for the pair to count towards the headline change.
+MIN_HEADLINE_RUNS = 2
+
+
 @dataclass(frozen=True)
 class LargestChange:
-    """The comparison whose time to ready changed most, and its stage that changed most."""
+    """The comparison whose time to ready changed most, and its stage that changed most.
+
+    Only pairs with at least ``MIN_HEADLINE_RUNS`` runs a side count (``pairs`` of them, of
+    ``pairs_total``); ``low``/``high``: the 95 % interval of ``ratio`` (time to ready, other /
+    baseline)."""
 
     dimension: str
     title: str
@@ -54,6 +62,9 @@ class LargestChange:
     pairs: int
     stage: str | None
     stage_ratio: float | None
+    low: float | None = None
+    high: float | None = None
+    pairs_total: int = 0
 
 
 @dataclass(frozen=True)
@@ -112,20 +123,57 @@ def build(breakdown: Breakdown, comparisons: Comparisons, runs: Sequence[Run]) -
 
 
 def _largest_change(comparisons: Comparisons) -> LargestChange | None:
-    """The comparison whose time to ready changed most (furthest from 1× on a log scale), with
-    the stage that changed most within it."""
+    """The comparison whose time to ready changed most (furthest from 1x on a log scale), with
+    the stage that changed most within it.
+
+    A headline must rest on more than one start-up a side: only pairs with at least
+    ``MIN_HEADLINE_RUNS`` runs on each side count, and a comparison counts only where those
+    pairs give an interval (``headline_interval``). One run a side (a 20x ratio from two saved
+    logs) is shown in the comparisons section, never headlined."""
     best = None
     for c in comparisons.items:
-        g = c.geomean.get(TOTAL)
-        if not g:
+        pairs = [p for p in c.pairs if min(p.n) >= MIN_HEADLINE_RUNS
+                 and p.ratios.get(TOTAL)]
+        g = geomean(p.ratios.get(TOTAL) for p in pairs)
+        interval = headline_interval(pairs)
+        if not g or interval is None:
             continue
         if best is None or abs(math.log(g)) > abs(math.log(best.ratio)):
-            ratios = {b: r for b in BUCKETS if (r := c.geomean.get(b))}
+            ratios = {b: r for b in BUCKETS if (r := geomean(p.ratios.get(b) for p in pairs))}
             stage = max(ratios, key=lambda b: abs(math.log(ratios[b])), default=None)
             best = LargestChange(dimension=c.dimension, title=c.title, baseline=c.baseline,
-                                 other=c.other, ratio=g, pairs=len(c.pairs), stage=stage,
-                                 stage_ratio=ratios[stage] if stage else None)
+                                 other=c.other, ratio=g, pairs=len(pairs), stage=stage,
+                                 stage_ratio=ratios[stage] if stage else None,
+                                 low=interval[0], high=interval[1],
+                                 pairs_total=len(c.pairs))
     return best
+
+
+def headline_interval(pairs: Sequence[Pair]) -> tuple[float, float] | None:
+    """The 95 % interval of the geometric mean of the pairs' time-to-ready ratios.
+
+    Each pair's ratio of means has Fieller's interval (``ratio_interval`` on its runs' times
+    to ready); on a log scale its half-width over the normal quantile is the pair's standard
+    error, and the mean of k pairs' logs has the root of the summed squares over k. None when
+    any pair has no bounded interval (fewer than 2 runs a side, a side that cannot be told
+    from 0)."""
+    from coldscope.analysis.comparison import CONFIDENCE, ratio_interval
+    if not pairs:
+        return None
+    z = statistics.NormalDist().inv_cdf(0.5 + CONFIDENCE / 2)
+    logs, variances, bounds = [], [], []
+    for p in pairs:
+        r = ratio_interval(p.totals[1], p.totals[0], CONFIDENCE)
+        if r.value is None or r.low is None or r.high is None or r.low <= 0 or r.value <= 0:
+            return None
+        logs.append(math.log(r.value))
+        variances.append(((math.log(r.high) - math.log(r.low)) / (2 * z)) ** 2)
+        bounds.append((r.low, r.high))
+    if len(bounds) == 1:
+        return bounds[0]
+    centre = statistics.fmean(logs)
+    half = z * math.sqrt(sum(variances)) / len(pairs)
+    return math.exp(centre - half), math.exp(centre + half)
 
 
 def draw(section: KeyFindings) -> str:
@@ -159,15 +207,19 @@ def draw(section: KeyFindings) -> str:
     ch = section.change
     if ch:
         pct = (ch.ratio - 1) * 100
+        interval = (f" (95&nbsp;% interval {fmt_x(ch.low)}–{fmt_x(ch.high)})"
+                    if ch.low is not None and ch.high is not None else "")
         change = (f'<p><b>{esc(ch.title)}: {esc(ch.other)} vs {esc(ch.baseline)}</b>'
-                  f' — time to ready {fmt_x(ch.ratio)} ({pct:+.0f}&nbsp;%) over '
-                  f'{ch.pairs} pair(s)')
+                  f' — time to ready {fmt_x(ch.ratio)} ({pct:+.0f}&nbsp;%){interval} over '
+                  f'{ch.pairs} pair(s) of at least {MIN_HEADLINE_RUNS} runs a side')
         if ch.stage:
             change += (f'; the stage that changed most: <b>{esc(label(ch.stage))}</b> '
                        f'{fmt_x(ch.stage_ratio)}')
         change += '. <a href="#s-compare">all comparisons</a></p>'
     else:
-        change = "<p>No two configurations differ in exactly one dimension.</p>"
+        change = ("<p>No two configurations that differ in exactly one dimension have "
+                  f"{MIN_HEADLINE_RUNS} or more runs each: no change is headlined "
+                  '(<a href="#s-compare">all comparisons</a>).</p>')
     cards = [("Where the time goes", where + '<a href="#s-breakdown">breakdown</a>'),
              ("Findings", found), ("Largest change", change)]
     return '<div class="cards">' + "".join(
