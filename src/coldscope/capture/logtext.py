@@ -1,7 +1,10 @@
 """Engine-neutral cleaning of saved log lines, before any engine's adapter reads them.
 
 Logs reach coldscope wrapped by whatever carried them: terminal colours, ``docker logs
---timestamps`` / ``kubectl logs --timestamps`` / CRI-file / journald prefixes, the ``==> file <==``
+--timestamps`` / ``kubectl logs --timestamps`` / CRI-file / journald prefixes, a prefix the file
+repeats on its lines that no list names (docker compose's ``vllm-1  | ``, a collector's
+``2026-05-01 23:11:07.242 | ``, ``[pod/name/container] ``: found by its shape, from the file
+itself, ``repeated_prefix``), the ``==> file <==``
 separators of ``tail`` over several files, progress bars redrawn with carriage returns, and
 harnesses that print a line twice. ``normalise(lines)`` removes all of that and nothing else, so
 every engine adapter reads the engine's own text. Which of the remaining lines are the engine's
@@ -9,7 +12,9 @@ every engine adapter reads the engine's own text. Which of the remaining lines a
 another service's ready line is engine-specific judgement: it stays in the adapter.
 
 Pure and total: no input line can make it raise. Times here are not parsed: an outer prefix's
-timestamp is removed, never used as the log's clock (each engine reads its own).
+timestamp is removed and never taken for the engine's clock (each engine reads its own); its
+text is kept beside the line (``CleanLines.prefix_clock``) for a reader whose engine printed no
+time at all, which then says it used the collector's clock.
 """
 
 from __future__ import annotations
@@ -39,6 +44,71 @@ _OUTER_PREFIXES = (
     # (not Python logging's own "2024-01-01 12:00:00,123 - name - LEVEL" text, which is kept)
     re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2}) (?!- )"),
 )
+#: The shapes of a per-line prefix a file may repeat that no fixed pattern above knows, each
+#: with the prefix as group ``p`` (and its date-time as ``ts``, when it has one): a service
+#: name and ``|`` (docker compose's ``vllm-1  | ``, a supervisor's ``api | ``), a date-time
+#: with or without zone and a ``|`` or blank after it (``2026-05-01 23:11:07.242 | ``; not
+#: Python logging's own ``date - name - LEVEL``, not a bracketed stamp, which is an engine's
+#: own), a pod and container name (``kubectl logs --prefix``: ``[pod/name/container] ``).
+#: ``repeated_prefix`` takes one only when most of the file's lines carry it.
+_SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("a service name and '|'", re.compile(r"^(?P<p>[A-Za-z0-9][\w.\-]*[ \t]*\|(?: |$))")),
+    ("a date-time", re.compile(
+        r"^(?P<p>(?P<ts>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?"
+        r"(?:Z| ?[+-]\d{2}:?\d{2}| ?UTC)?)(?:[ \t]*\|(?: |$)|[ \t]+(?![-|])))")),
+    ("a pod and container name", re.compile(r"^(?P<p>\[pod/[^\]\s]+\] ?)")),
+)
+#: Lines ``repeated_prefix`` looks at (the first non-blank ones), and the share of them that
+#: must carry one shape for it to be the file's prefix.
+PREFIX_SAMPLE = 400
+PREFIX_SHARE = 0.6
+
+
+@dataclass(frozen=True)
+class LinePrefix:
+    """A per-line prefix a file repeats (``repeated_prefix``): its shape in words, the pattern
+    that finds it (group ``p``; ``ts`` its date-time, when it has one) and one the file holds."""
+
+    shape: str
+    pattern: re.Pattern[str]
+    example: str
+
+    @property
+    def has_clock(self) -> bool:
+        return "ts" in self.pattern.groupindex
+
+    def split(self, text: str) -> tuple[str, str | None] | None:
+        """``text`` without the prefix, and the prefix's date-time; None when it has none."""
+        m = self.pattern.match(text)
+        if m is None:
+            return None
+        return text[m.end():], m.groupdict().get("ts")
+
+
+def repeated_prefix(lines: Iterable[object]) -> LinePrefix | None:
+    """The per-line prefix the file itself repeats: of its first ``PREFIX_SAMPLE`` non-blank
+    lines (once colours and a known collector's prefix are off), the ``_SHAPES`` shape that at
+    least ``PREFIX_SHARE`` of them (and three at least) open with; None when none does. The
+    file decides, not a list of names: any service, any container, any date-time format of
+    those shapes."""
+    sample: list[str] = []
+    for raw in lines:
+        text = as_text(raw)
+        if not text.strip():
+            continue
+        text, _ = strip_outer_prefix(COLOUR.sub("", text).lstrip("\ufeff"))
+        sample.append(text)
+        if len(sample) >= PREFIX_SAMPLE:
+            break
+    if len(sample) < 3:
+        return None
+    for shape, pattern in _SHAPES:
+        found = [m.group("p") for t in sample if (m := pattern.match(t))]
+        if len(found) >= 3 and len(found) >= PREFIX_SHARE * len(sample):
+            return LinePrefix(shape, pattern, found[0])
+    return None
+
+
 #: A CRI log file writes a long line as partial pieces (``P``) ended by a full one (``F``).
 _CRI_PARTIAL = re.compile(rf"^{_ISO_T} (?:stdout|stderr) P ?")
 #: ``tail -f a.log b.log`` separates the files it follows with ``==> a.log <==``.
@@ -66,6 +136,15 @@ class CleanLines:
     source: tuple[int, ...]
     dropped: dict[str, int] = field(default_factory=dict)
     prefixed: int = 0
+    prefix: LinePrefix | None = None
+    """The prefix the file repeats (``repeated_prefix``) that was removed, if any."""
+    repeated: int = 0
+    """How many lines ``prefix`` was removed from."""
+    prefix_clock: tuple[str | None, ...] = ()
+    """When a prefix removed carried a date with its time (``repeated_prefix``'s, docker's,
+    kubectl's): ``prefix_clock[i]`` is the one ``lines[i]`` had (None for a line without);
+    empty when no line had one. Not the engine's clock: a reader may use it where the engine's
+    own lines carry none, and says so."""
 
     def notes(self) -> list[str]:
         """One line per kind of change, for a reading's ``notes`` (empty when nothing changed
@@ -74,6 +153,9 @@ class CleanLines:
         if self.prefixed:
             out.append(f"removed a collector's timestamp prefix (docker, kubectl, journald) "
                        f"from {self.prefixed} lines")
+        if self.repeated and self.prefix is not None:
+            out.append(f"removed a prefix the log repeats ({self.prefix.shape}, as "
+                       f"{self.prefix.example.strip()!r}) from {self.repeated} lines")
         if self.dropped.get("separator"):
             out.append(f"skipped {self.dropped['separator']} '==> file <==' separators of "
                        "several tailed files")
@@ -82,6 +164,16 @@ class CleanLines:
             out.append(f"counted {n} line{'s' if n > 1 else ''} seen twice (same time and "
                        "text) once")
         return out
+
+    def kept_clock(self, keep: Sequence[int]) -> tuple[str | None, ...]:
+        """``prefix_clock`` of the lines ``keep`` names (empty when there is none)."""
+        return tuple(self.prefix_clock[i] for i in keep) if self.prefix_clock else ()
+
+    def only(self, keep: Sequence[int]) -> CleanLines:
+        """These lines less all but those ``keep`` names (indexes, in order)."""
+        return CleanLines(tuple(self.lines[i] for i in keep), tuple(self.source[i] for i in keep),
+                          self.dropped, self.prefixed, self.prefix, self.repeated,
+                          self.kept_clock(keep))
 
 
 #: The most one start-up's clock may move forward between two of its stamped lines, and the
@@ -241,14 +333,37 @@ def split_lines(text: str) -> list[str]:
 def strip_outer_prefix(text: str) -> tuple[str, bool]:
     """``text`` without a collector's timestamp prefix (docker/kubectl ``--timestamps``, CRI
     files, journald), and whether one was there. The engine's own stamp, after it, is kept."""
+    rest, stamp = _outer_prefix(text)
+    return rest, stamp is not None
+
+
+def _outer_prefix(text: str) -> tuple[str, str | None]:
+    """``strip_outer_prefix``, and the prefix itself ("" when its clock has no year: journald's
+    short format) or None when there was none."""
     first = text[:1]
     if not ("0" <= first <= "9" or "A" <= first <= "Z"):  # every prefix opens so
-        return text, False
+        return text, None
     for pattern in _OUTER_PREFIXES:
         m = pattern.match(text)
         if m:
-            return text[m.end():], True
-    return text, False
+            stamp = _ISO_STAMP.match(text)
+            return text[m.end():], stamp.group(0) if stamp else ""
+    return text, None
+
+
+_ISO_STAMP = re.compile(_ISO_T.replace("T", "[T ]", 1).replace("(?:Z|", "(?: ?Z|", 1))
+
+
+def without_prefixes(text: str, prefix: LinePrefix | None) -> str:
+    """``text`` less a collector's prefix (``strip_outer_prefix``) and the prefix its file
+    repeats (``prefix``, from ``repeated_prefix``; colours around it ignored), as ``normalise``
+    removes them: for a reader that looks at raw lines one at a time (cutting a log into its
+    start-ups)."""
+    text, _ = strip_outer_prefix(text)
+    if prefix is None:
+        return text
+    cut = prefix.split(COLOUR.sub("", text) if "\x1b" in text else text)
+    return text if cut is None else strip_outer_prefix(cut[0])[0]
 
 
 def redraws(text: str) -> list[str]:
@@ -275,16 +390,20 @@ def normalise(lines: Iterable[object], *, drop_repeats: bool = True) -> CleanLin
     if isinstance(lines, str | bytes | bytearray):
         lines = split_lines(as_text(lines))
     numbers = lines.numbers if isinstance(lines, NumberedLines) else None  # the file's own
+    if not isinstance(lines, Sequence):
+        lines = list(lines)
+    prefix = repeated_prefix(lines)
+    clock: dict[int, str] = {}  # the prefix's date-time of kept lines, by index
     kept: list[str] = []
     source: list[int] = []
     dropped: dict[str, int] = {}
-    prefixed = 0
+    prefixed = repeated = 0
     partial = ""
     for i, raw in enumerate(lines):
         if numbers is not None:
             i = numbers[i]
-        if raw.__class__ is str and not partial and is_plain(raw):  # nothing to clean
-            kept.append(raw.rstrip())
+        if prefix is None and raw.__class__ is str and not partial and is_plain(raw):
+            kept.append(raw.rstrip())  # nothing to clean
             source.append(i)
             continue
         text = as_text(raw).lstrip("\ufeff")
@@ -292,9 +411,16 @@ def normalise(lines: Iterable[object], *, drop_repeats: bool = True) -> CleanLin
             partial += text[m.end():]
             prefixed += 1
             continue
-        text, had_prefix = strip_outer_prefix(text)
+        text, outer = _outer_prefix(text)
+        stamp = outer or None
+        if prefix is not None and (cut := prefix.split(
+                COLOUR.sub("", text) if "\x1b" in text else text)) is not None:
+            (text, own), repeated = cut, repeated + 1
+            text, again = _outer_prefix(text)  # (docker compose -t: name, then stamp)
+            stamp = stamp or own or again or None
+            outer = outer if outer is not None else again
         text, partial = partial + text, ""
-        prefixed += had_prefix
+        prefixed += outer is not None
         pieces = redraws(text)
         for n, piece in enumerate(pieces):
             clean = cleaned(piece).rstrip()
@@ -304,9 +430,12 @@ def normalise(lines: Iterable[object], *, drop_repeats: bool = True) -> CleanLin
             if _TAIL_SEPARATOR.match(clean):
                 dropped["separator"] = dropped.get("separator", 0) + 1
                 continue
+            if stamp:
+                clock[len(kept)] = stamp
             kept.append(clean)
             source.append(i)
-    result = CleanLines(tuple(kept), tuple(source), dropped, prefixed)
+    result = CleanLines(tuple(kept), tuple(source), dropped, prefixed, prefix, repeated,
+                        tuple(map(clock.get, range(len(kept)))) if clock else ())
     return without_repeats(result) if drop_repeats else result
 
 
@@ -320,7 +449,8 @@ def without_repeats(clean: CleanLines, keep: Sequence[int] | None = None) -> Cle
     if repeats:
         dropped["repeat"] = dropped.get("repeat", 0) + repeats
     return CleanLines(tuple(clean.lines[i] for i in keep), tuple(clean.source[i] for i in keep),
-                      dropped, clean.prefixed)
+                      dropped, clean.prefixed, clean.prefix, clean.repeated,
+                      clean.kept_clock(keep))
 
 
 def first_copies(lines: Sequence[str]) -> Sequence[int]:
@@ -344,7 +474,7 @@ def first_copies(lines: Sequence[str]) -> Sequence[int]:
     return out
 
 
-__all__ = ["MAX_CLOCK_STEP_S", "MAX_STARTUP_S", "CleanLines", "NumberedLines", "cleaned",
-           "clock_step_error", "first_copies", "is_plain", "line_numbers", "normalise",
-           "redraws", "split_lines", "startup_length_error", "strip_outer_prefix",
-           "without_repeats"]
+__all__ = ["MAX_CLOCK_STEP_S", "MAX_STARTUP_S", "CleanLines", "LinePrefix", "NumberedLines",
+           "cleaned", "clock_step_error", "first_copies", "is_plain", "line_numbers",
+           "normalise", "redraws", "repeated_prefix", "split_lines", "startup_length_error",
+           "strip_outer_prefix", "without_prefixes", "without_repeats"]

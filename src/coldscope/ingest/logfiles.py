@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
 
-from coldscope.capture.logtext import NumberedLines
+from coldscope.capture.logtext import LinePrefix, NumberedLines
 from coldscope.core.records import Run
 from coldscope.core.stages import BUCKETS
 from coldscope.ingest.assemble import TAIL_LINES
@@ -48,7 +48,7 @@ from coldscope.util.errors import ColdscopeError
 from coldscope.util.safeio import MAX_LOG_BYTES
 
 if TYPE_CHECKING:
-    from coldscope.engines import LogFacts
+    from coldscope.engines import LogFacts, LogReader
 
 STDIN = "-"
 
@@ -428,52 +428,193 @@ def parse_logs(inputs: Sequence[str], *, limit: int | None = None,
 @dataclass(frozen=True)
 class StartupLines:
     """One start-up's run of a log's lines (``startups``): from its first line to the line
-    before the next start-up's start line. The last ``tail`` of them come after its end (its
-    ready or failure line): requests, shutdown, a wrapper's lines, or the next start-up's
-    first lines, printed before its start line."""
+    before the next start-up's first line. The last ``tail`` of them come after its end (its
+    ready or failure line): requests, shutdown, a crash's traceback, a wrapper's lines. The
+    last ``loose`` of those (at most ``tail``; ``tail`` when not given) are lines nothing ties
+    to this start-up (no process of its, no traceback): they may instead be the next
+    start-up's first lines, printed before its start line (``_read_startups`` decides)."""
 
     lines: NumberedLines
     tail: int = 0
+    loose: int | None = None
+    bad_arguments: int | None = None
+    """The index (in ``lines``) of argparse's ``PROG: error:`` line of a launch that died at
+    argument parsing; None otherwise."""
+
+    @property
+    def movable(self) -> int:
+        """How many of the last lines may open the next start-up instead."""
+        return self.tail if self.loose is None else min(self.loose, self.tail)
 
 
 def startups(lines: Sequence[str]) -> list[StartupLines]:
     """The start-ups one log holds, in order; every line is in exactly one.
 
-    A new start-up begins at a line the log's engine (``engines.identify_log``, once) says
-    opens one (``LogReader.startup_boundary``: vLLM's version banner or engine line, SGLang's
-    server arguments) once the start-up before
-    it has ended: shown the engine ready, or said it failed. A start line before the previous
-    start-up ended does not cut: one start-up prints several (the API server's banner, then
-    each data-parallel engine core's line), and a harness may repeat them in a summary above
-    the full log, so a restart that left no ready or failure line stays one start-up, read as
-    before. A log with no start line is one start-up. The parts keep the file's line numbers
-    (``NumberedLines``; a plain list is numbered from 0)."""
-    from coldscope.engines import FAILED, OWN_LINE, READY, START_PREFIX, identify_log
+    A new start-up's start line is a line the log's engine (``engines.identify_log``, once)
+    says opens one (``LogReader.startup_boundary``: vLLM's version banner or engine line,
+    SGLang's server arguments) once the start-up before it has ended: shown the engine ready,
+    or said it failed (also a launch that died at argument parsing, argparse's ``usage:`` and
+    ``PROG: error:`` lines: a failed start-up of its own, though it printed no start line). A
+    start line before the previous start-up ended does not cut: one start-up prints several
+    (the API server's banner, then each data-parallel engine core's line), and a harness may
+    repeat them in a summary above the full log, so a restart that left no ready or failure
+    line stays one start-up, read as before. A log with no start line is one start-up.
+
+    A start-up begins at its own first line, not at its start line: lines before the start
+    line that announce the launch (a service manager's ``Started``, argparse's ``usage:``)
+    open it, and after a failed start-up every line after the last one that is the failed
+    start-up's (``_leftover``: its traceback, its processes' lines, an error, the service
+    manager's report of its exit) is the new one's (the launcher's and the engine's first
+    lines, such as vLLM's platform detection before its banner), so its clock never starts at
+    the previous one's crash. The parts keep the file's line numbers (``NumberedLines``; a
+    plain list is numbered from 0), so every line a reading quotes is the file's."""
+    from coldscope.engines import (
+        FAILED,
+        OWN_LINE,
+        READY,
+        START_PREFIX,
+        follow_boundary,
+        identify_log,
+    )
     numbered = lines if isinstance(lines, NumberedLines) else NumberedLines(lines)
-    reader = identify_log(numbered)
+    reader: LogReader | None = identify_log(numbered)
     if reader is None:
         return [StartupLines(numbered)]
-    cuts, ends = [0], []
-    begun = ended = False
+    from coldscope.capture.logtext import repeated_prefix, without_prefixes
+    prefix = repeated_prefix(numbered)
+    cuts, ends, failed = [0], [], []
+    arg_errors: dict[int, bool] = {}
+    begun = ended = switched = False
+    usage = -1  # the last argparse "usage:" line of a launch not yet begun
     for i, line in enumerate(numbered):
         if not line:
             continue
-        kind = reader.startup_boundary(line)
+        text = without_prefixes(line, prefix)
+        if not begun and not ended and _USAGE.search(text):
+            usage = i
+        elif usage >= 0 and not ended and _ARG_ERROR.search(text):
+            ends.append(i)
+            failed.append(True)
+            arg_errors[i] = True
+            ended, begun = True, True
+            continue
+        if ended:  # the next launch may be another engine's: every adapter is asked
+            kind, other = follow_boundary(text, None)
+            if kind is not None and kind.startswith(START_PREFIX) and other is not None:
+                switched, reader = other is not reader, other
+        else:
+            kind = reader.startup_boundary(text)
         if kind is None or kind == OWN_LINE:
             continue
         if kind.startswith(START_PREFIX):
             if ended:
-                cuts.append(i)
+                cuts.append(_first_line(numbered, cuts[-1], ends[-1], i, failed[-1], prefix,
+                                        reader if switched else None))
                 ended = False
+                usage = -1
             begun = True
         elif kind == READY or (kind == FAILED and begun):
             # (a failure-like line before any start line is not a start-up's)
             if not ended:
                 ends.append(i)
+                failed.append(kind == FAILED)
             ended = True
-    bounds = zip(cuts, [*cuts[1:], len(numbered)], strict=True)
-    return [StartupLines(numbered.part(a, b), b - 1 - ends[k] if k < len(ends) else 0)
-            for k, (a, b) in enumerate(bounds)]
+    bounds = list(zip(cuts, [*cuts[1:], len(numbered)], strict=True))
+    out = []
+    for k, (a, b) in enumerate(bounds):
+        tail = b - 1 - ends[k] if k < len(ends) else 0
+        loose = None
+        if k + 1 < len(bounds):
+            last = _last_leftover(numbered, a, ends[k], b, failed[k], prefix)
+            loose = b - 1 - last if last is not None else None
+        bad = ends[k] - a if k < len(ends) and ends[k] in arg_errors else None
+        out.append(StartupLines(numbered.part(a, b), tail, loose, bad))
+    return out
+
+
+#: argparse's report of a bad command line: ``usage: PROG ...`` then ``PROG: error: ...``.
+_USAGE = re.compile(r"(?:^|\s)usage: \S")
+_ARG_ERROR = re.compile(r"(?:^|\s)[\w.\-]+(?: [\w.\-]+)?: error: \S")
+#: A service manager announcing a launch (systemd's "Started vllm.service - ...", "Starting ...").
+_LAUNCH = re.compile(r"\bsystemd\[\d+\]: Start(?:ed|ing) ")
+#: A service manager's line on a unit, any other than a launch: a stop, an exit, a restart job.
+_SERVICE = re.compile(r"\bsystemd\[\d+\]: ")
+#: The process a line names: an engine's process tag ``(Name pid=N)``, journald's ``unit[N]:``
+#: (short and short-iso formats).
+_PID = re.compile(r"\bpid=(\d+)\)|^\S+ [ \d]\d \d\d:\d\d:\d\d \S+ [\w.@\-/]+\[(\d+)\]: "
+                  r"|^\S+ \S+ [\w.@\-/]+\[(\d+)\]: ")
+#: What a crash prints: a traceback's lines (its header, indented frames and source, the
+#: caret marks, the exception), multiprocessing's "Process Name:", a Python warning, an error.
+_CRASH = re.compile(
+    r"Traceback \(most recent call last\)|^\s|^\^+$|^Process [\w\-]+:$"
+    r"|^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure|Warning)\b"
+    r"|\.py:\d+: \w*Warning\b|^\[?(?:ERROR|CRITICAL)\b")
+#: An engine's process tag before a message (``(EngineCore_DP0 pid=N) ``).
+_LEADING = re.compile(r"^(?:\([\w\-]+(?:\s+rank=\d+)?\s+pid=\d+\) ?)?")
+
+
+def _message(line: str, prefix: LinePrefix | None = None) -> str:
+    """``line`` without a collector's prefix, the file's repeated one (``prefix``) and an
+    engine's process tag: what the crash patterns (``_CRASH``) look at."""
+    from coldscope.capture.logtext import without_prefixes
+    text = without_prefixes(line, prefix)
+    m = _LEADING.match(text)
+    return text[m.end():] if m else text
+
+
+def _pids(lines: Iterable[str]) -> set[str]:
+    """The processes (``_PID``) that ``lines`` name."""
+    out = set()
+    for line in lines:
+        m = _PID.search(line)
+        if m:
+            out.add(next(g for g in m.groups() if g))
+    return out
+
+
+def _leftover(line: str, pids: set[str], crashed: bool, prefix: LinePrefix | None) -> bool:
+    """Whether ``line``, after a start-up ended, is that start-up's: one of its processes'
+    (``pids``), a service manager's line other than a launch, or, after a crash
+    (``crashed``), a crash's (``_CRASH``: after a ready line a warning or a traceback is as
+    likely the next launch's)."""
+    if _SERVICE.search(line):  # (systemd's own pid is every unit's: its words tell)
+        return not _LAUNCH.search(line)
+    m = _PID.search(line)
+    if m and next(g for g in m.groups() if g) in pids:
+        return True
+    return crashed and _CRASH.search(_message(line, prefix)) is not None
+
+
+def _last_leftover(lines: NumberedLines, begin: int, end: int, stop: int,
+                   crashed: bool, prefix: LinePrefix | None) -> int | None:
+    """The last of ``lines[end + 1:stop]`` that is the start-up ``lines[begin:end + 1]``'s
+    (``_leftover``; ``crashed``: it ended failed; ``prefix``: the file's repeated one); None
+    when none is."""
+    pids = _pids(lines[begin:end + 1])
+    return next((i for i in range(stop - 1, end, -1)
+                 if lines[i] and _leftover(lines[i], pids, crashed, prefix)), None)
+
+
+def _first_line(lines: NumberedLines, begin: int, end: int, start: int, failed: bool,
+                prefix: LinePrefix | None, other: LogReader | None = None) -> int:
+    """Where the start-up whose start line is ``lines[start]`` begins, the one before it
+    (from ``lines[begin]``) having ended at ``lines[end]``: at a launch's announcement
+    (``_LAUNCH``, argparse's ``usage:``) after the previous start-up's last own line; after a
+    failed one, right after that line; when the new start-up is ``other``'s, another engine's,
+    at the first line of those that engine claims as its own (a container's version banner);
+    else at the start line."""
+    last = _last_leftover(lines, begin, end, start, failed, prefix)
+    after = end if last is None else last
+    if other is not None:
+        own = other.first_own_line(list(lines[after + 1:start]))
+        if own is not None:
+            return after + 1 + own
+    announced = next((i for i in range(after + 1, start)
+                      if lines[i] and (_LAUNCH.search(lines[i]) or _USAGE.search(lines[i]))),
+                     None)
+    if announced is not None:
+        return announced
+    return after + 1 if failed else start
 
 
 def _read_startups(lines: Sequence[str], name: str,
@@ -496,12 +637,40 @@ def _read_startups(lines: Sequence[str], name: str,
         tag = f"#{k}" if len(parts) > 1 else ""
         body, carried = carried.then(part.lines), NumberedLines()
         run, refusal, facts = _read(body, name + tag)
-        if part.tail and k < len(parts):
-            head = body.part(None, -part.tail)
+        if run is None and part.bad_arguments is not None:
+            run = _bad_arguments(lines, body, part.bad_arguments - len(body) + len(part.lines),
+                                 name + tag)
+        if part.movable and k < len(parts):
+            head = body.part(None, -part.movable)
             alone, _, alone_facts = _read(head, name + tag)
             if alone is not None and (run is None or _reading(run) != _reading(alone)):
-                body, run, facts, carried = head, alone, alone_facts, body.part(-part.tail)
+                body, run, facts, carried = head, alone, alone_facts, body.part(-part.movable)
         yield body, run, None if run is not None else refusal, facts
+
+
+def _bad_arguments(log: Sequence[str], lines: NumberedLines, at: int, name: str) -> Run | None:
+    """A launch that died at argument parsing (``lines[at]``: argparse's ``PROG: error:``), as
+    the failed run of the log's engine (``engines.identify_log`` of the whole ``log``): it
+    printed nothing an engine reads, so no engine's reading gives one. None when no engine
+    claims the log."""
+    import datetime as dt
+
+    from coldscope.core.records import EngineInfo, Tool
+    from coldscope.core.version import __version__
+    from coldscope.engines import identify_log
+    from coldscope.ingest.assemble import TAIL_LINES
+    engine = identify_log(log)
+    if engine is None or not 0 <= at < len(lines):
+        return None
+    from coldscope.capture.logtext import repeated_prefix
+    message = _message(lines[at], repeated_prefix(lines)).strip()
+    return Run(id=name, status="failed", cache="unknown", origin="log",
+               reason=f"died at argument parsing: {message[:200]} (line "
+                      f"{lines.numbers[at] + 1})",
+               started_at=dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
+               tool=Tool(version=__version__), engine=EngineInfo(name=engine.name),
+               log_tail="\n".join(lines[-TAIL_LINES:]),
+               notes=["the launch printed no version line: its engine is the log's"])
 
 
 def _reading(run: Run) -> tuple[Any, ...]:

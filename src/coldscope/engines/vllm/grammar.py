@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from coldscope.capture.logtext import as_text, without_colours
+from coldscope.capture.logtext import CleanLines, as_text, without_colours
 from coldscope.core.stages import (
     CUDA_GRAPH_CAPTURE,
     KV_CACHE_PROFILING,
@@ -45,6 +45,9 @@ INIT_MODEL = substep(MODEL_LOADING, "init_model")
 DYNAMO = substep(TORCH_COMPILE, "dynamo")
 INDUCTOR = substep(TORCH_COMPILE, "inductor")
 GRAPH_LOAD = substep(TORCH_COMPILE, "graph_load")
+#: The TPU model runner's XLA pre-compilation passes ("Compilation finished in X [secs].",
+#: one per pass: backbone, hidden-state selection, logits, sampler): compile work, added up.
+XLA_COMPILE = substep(TORCH_COMPILE, "xla")
 WARMUP_COMPILE = substep(TORCH_COMPILE, "warmup")
 WARMUP_EAGER = substep(KV_CACHE_PROFILING, "warmup")
 PROFILE_RUN = substep(KV_CACHE_PROFILING, "profile_run")
@@ -72,7 +75,7 @@ APP_STARTUP_COMPLETE = "marker:app_startup_complete"
 #: "initialize_engine took X seconds", printed by the paper's harness around ``LLM(...)``.
 HARNESS_END = "marker:harness_end"
 
-COMPILE_SUBSTEPS = (DYNAMO, INDUCTOR, GRAPH_LOAD)
+COMPILE_SUBSTEPS = (DYNAMO, INDUCTOR, GRAPH_LOAD, XLA_COMPILE)
 #: Duration records whose phase ends at the line that prints them, so [arrival - d, arrival]
 #: is where the phase ran. ("torch.compile takes X s in total" is not one: vLLM prints it after
 #: the first forward pass that follows compilation.)
@@ -210,6 +213,18 @@ _V1 = (
         (MODEL_LOADING_END, r"Loading weights took"),
         (MODEL_LOADING, rf"Model loading took [\d.]+ Gi?B(?: memory)? and {_SECONDS} seconds"),
         (MODEL_LOADING_END, r"Model loading took"),
+        # Platform plugins' own model runners, in their words:
+        # vllm-metal (Apple Silicon, MLX): "Loading model: M (VLM: False)", then "Model loaded
+        # in X.XXs: M" ("Model loaded from cache in X.XXXs: M" when its process cache has it)
+        (MODEL_LOADING_START, r"^Loading model: "),
+        (MODEL_LOADING, rf"^Model loaded (?:from cache )?in {_SECONDS}s\b"),
+        (MODEL_LOADING_END, r"^Model loaded (?:from cache )?in "),
+        # vllm-ascend's NPU model runner, HPU and the V0-shaped runners of other platforms:
+        # "Loading model weights took X GB" (memory only: the clock times the stage, from
+        # "Starting to load model" to this line)
+        (MODEL_LOADING_END, r"Loading model weights took [\d.]+ Gi?B"),
+        # the TPU model runner's XLA pre-compilation, one line per pass
+        (XLA_COMPILE, rf"^Compilation finished in {_SECONDS} \[secs\]"),
         (DYNAMO, rf"Dynamo bytecode transform time: {_SECONDS} s"),
         (INDUCTOR, _from_first("Compiling a graph for ") + rf".*? takes {_SECONDS} s"),
         (
@@ -335,6 +350,10 @@ _PAPER_BLIND_SPOTS = {
 _START = re.compile(
     r"No plugins for group|Automatically detected platform|vLLM API server version"
     r"|non-default args|Initializing an LLM engine \(v"
+    # a platform plugin's start (vllm-ascend, vllm-metal, ...): plugin discovery, and on a
+    # platform without Triton the import's first line
+    r"|Available plugins for group|Platform plugin \w+ is activated"
+    r"|Triton module has been replaced with a placeholder"
 )
 #: The banner's version line (block letters, then ``version``), from its first block letter.
 _BANNER_VERSION = re.compile(FIRST_BLOCK + r".*\bversion\s")
@@ -527,6 +546,9 @@ class Line:
     stamp_at: int = 0
     stamp_end: int = 0
     seconds: float | None = None
+    borrowed: str | None = None
+    """A stamp (``MM-DD HH:MM:SS[.ffffff]``) from a collector's prefix, for a line without
+    one of its own (``borrow_clock``)."""
 
     @property
     def message(self) -> str:
@@ -534,7 +556,34 @@ class Line:
 
     @property
     def wallclock(self) -> str | None:
-        return self.text[self.stamp_at:self.stamp_end] if self.stamp_end else None
+        return self.text[self.stamp_at:self.stamp_end] if self.stamp_end else self.borrowed
+
+
+def borrow_clock(line: Line, stamp: str) -> Line:
+    """``line`` with the date-time of a collector's prefix (``YYYY-MM-DD[T ]HH:MM:SS[.f]``,
+    any zone after it left out: every line of the file has the same) as its stamp, for a log
+    whose engine lines carry none of their own; ``line`` as it is when ``stamp`` is not one or
+    the line has its own."""
+    if line.stamp_end or len(stamp) < 19 or not line.text:
+        return line
+    fraction = re.match(r"[.,](\d+)", stamp[19:])
+    text = f"{stamp[5:10]} {stamp[11:19]}" + (f".{fraction.group(1)[:6]}" if fraction else "")
+    seconds = _wallclock_seconds(text)
+    if seconds is None:
+        return line
+    return Line(line.text, line.process, line.pid, line.tag, line.at, seconds=seconds,
+                borrowed=text)
+
+
+def taken_apart(clean: CleanLines) -> tuple[list[Line], bool]:
+    """Each of ``clean``'s lines taken apart (``split_clean``), and whether their stamps are
+    borrowed from the log's prefix (``borrow_clock``): only when no line has a stamp of its
+    own, so that one start-up is never timed on two clocks."""
+    parsed = [split_clean(t) for t in clean.lines]
+    if not clean.prefix_clock or any(p.stamp_end for p in parsed):
+        return parsed, False
+    return [borrow_clock(p, t) if t else p
+            for p, t in zip(parsed, clean.prefix_clock, strict=True)], True
 
 
 #: A blank line taken apart (shared: a log may hold many, and lines are never changed).
@@ -604,7 +653,7 @@ def evidence_of(parsed: Sequence[Line]) -> LogEvidence:
     for ln in parsed:
         # a version counts from the engine's own line (its time or process prefix, or the
         # banner's block letters), never from prose that quotes one (a README, a ticket)
-        if not ln.stamp_end and ln.process is None and "\u2588" not in ln.text:
+        if not ln.wallclock and ln.process is None and "\u2588" not in ln.text:
             continue
         msg = ln.message
         if not _ANY_VERSION.search(msg):
@@ -733,7 +782,9 @@ def first_own_line(lines: Sequence[str]) -> int | None:
     "Application startup complete" is any Python server's, and SGLang prints vLLM's compile
     lines in its own format."""
     from coldscope.capture.logtext import normalise
-    clean = normalise(lines, drop_repeats=False)  # as ``read_startup`` reads them
+    # as ``read_startup`` reads them, but on the engine's own stamps only: a collector's clock
+    # (``taken_apart``) would make any program's "Model loaded in" line look like vLLM's
+    clean = normalise(lines, drop_repeats=False)
     ev = parse_vllm_log(clean.lines)
     at = [r.line_no for r in ev.records
           if r.wallclock is not None and r.name != APP_STARTUP_COMPLETE][:1]

@@ -42,7 +42,7 @@ from coldscope.engines.vllm.grammar import (
     LogRecord,
     evidence_of,
     is_start,
-    split_clean,
+    taken_apart,
 )
 from coldscope.engines.vllm.spans import (
     log_spans,
@@ -643,25 +643,31 @@ def read_startup(lines: Iterable[object]) -> Startup:
     separators, progress redraws); a block a harness repeated out of order is skipped, then
     lines repeated with the same time and text count once; other services' processes are left
     out. Time to ready is on the log's own clock from the engine's first own line to its own
-    ready line (``_ready``). Stages are the durations the engine prints, the log's clock where
-    it prints none, fitted so that they never exceed time to ready (``_fit``); the rest is
-    ``unattributed``. A start-up without its ready line has a ``failure`` quoted from the log.
+    ready line (``_ready``); where no line has a stamp of the engine's, the date-time of a
+    prefix the lines carry serves (``grammar.taken_apart``), and a note says so. Stages are the
+    durations the engine prints, the log's clock where it prints none, fitted so that they
+    never exceed time to ready (``_fit``); the rest is ``unattributed``. A start-up without its
+    ready line has a ``failure`` quoted from the log.
     """
     from coldscope.capture.logtext import first_copies, normalise, split_lines, without_repeats
     if isinstance(lines, str | bytes | bytearray):
         lines = split_lines(as_text(lines))
     clean = normalise(lines, drop_repeats=False)
-    parsed = [split_clean(t) for t in clean.lines]  # each line taken apart once
+    parsed, borrowed = taken_apart(clean)  # each line taken apart once
     keep, notes, refused = _drop_out_of_order(clean, parsed)
     if len(keep) < len(parsed):
-        clean = type(clean)(tuple(clean.lines[i] for i in keep),
-                            tuple(clean.source[i] for i in keep), clean.dropped, clean.prefixed)
+        clean = clean.only(keep)
         parsed = [parsed[i] for i in keep]
     firsts = first_copies(clean.lines)
     if len(firsts) < len(parsed):
         clean = without_repeats(clean, firsts)
         parsed = [parsed[i] for i in firsts]
     notes = clean.notes() + notes
+    if borrowed:
+        example = next((t for t in clean.prefix_clock if t), "")
+        notes.append(f"the engine's lines carry no time of their own: the log's clock is the "
+                     f"date-time before each line (as {example!r}), the time a collector "
+                     "wrote it")
     other, api_pid, other_note = _engine_mask(parsed)
     if other_note:
         notes.append(other_note)
