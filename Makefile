@@ -15,7 +15,7 @@ BROWSER := /usr/bin/chromium
 # Debian's Prometheus, for `coldscope serve`'s real-scrape tests (skipped, with the reason, without it).
 PROMETHEUS := /usr/bin/prometheus
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test check check-tests lint bench clean
 
 setup: $(STAMP)
 
@@ -45,8 +45,20 @@ $(PROMETHEUS):
 
 # Lint (ruff, the import layering and cycles of .importlinter, mypy strict) is part of the
 # tests: it runs first, right after setup, so a tree that fails it fails before any engine starts.
+# The whole suite in one process: on these 2 cores two workers did not shorten it (37.7 min,
+# the integration tests' engine start-ups alone take 35 on one worker) and put timed unit tests
+# beside an engine start-up. `pytest -n 2` works (tests/conftest.py keeps the integration tests
+# on one worker, in order).
 test: setup lint models/tiny $(BROWSER) $(PROMETHEUS)
 	$(PY) -m pytest -q -ra
+
+# While you work: lint, and beside it the tests that start no real engine, browser, Prometheus
+# or Ray Serve and wait for nothing long (`-m "not slow"`: tests/conftest.py marks the rest).
+check: setup
+	@$(MAKE) --no-print-directory -j 2 -O lint check-tests
+
+check-tests: setup
+	$(PY) -m pytest -q -ra -m "not slow" -n 2
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benches

@@ -142,6 +142,91 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.line(f"{r.nodeid}: {_skip_reason(r.longrepr)}")
 
 
+#: Unit tests left out of ``make check`` with the integration tests (marked ``slow``): each took
+#: 5 s or more in ``pytest --durations`` on these 2 cores (at load 6: a fake engine's session,
+#: Ray, a pseudo-terminal, a subprocess that waits for a timeout or a signal, pytest run on a
+#: probe). ``make check`` runs the rest; ``make test`` runs them all. A path names every test of
+#: a module; ``::name`` one test with all its parameters.
+SLOW = (
+    "tests/unit/test_tune_session.py",
+    "tests/unit/test_compare.py::test_ratio_interval_matches_the_inverted_welch_test",
+    "tests/unit/test_serve_hostile.py::test_sigterm_ends_serve_within_5_s",
+    "tests/unit/test_serve_watcher.py::test_the_memory_bound_holds_for_memory_as_measured",
+    "tests/unit/test_sim_sweep.py::test_ray_sweep_equals_one_by_one",
+    "tests/unit/test_cli_live_progress.py",
+    "tests/unit/test_features.py::"
+    "test_parameter_count_of_make_model_matches_transformers",
+    "tests/unit/test_campaign_ray.py",
+    "tests/unit/test_cli_parse.py::test_the_paper_comparison_only_with_vs_paper",
+    "tests/unit/test_tune_cold_state.py::"
+    "test_cold_start_ups_evict_the_model_and_the_engine_python_when_the_session_says",
+    "tests/unit/test_envs.py::"
+    "test_a_requirement_pip_cannot_meet_is_refused_with_pips_reason",
+    "tests/unit/test_cli_parse_many.py::test_exit_codes",
+    "tests/unit/test_serve_paths.py::test_the_time_limit_ends_the_work_not_only_the_wait",
+    "tests/unit/test_serve_paths.py::"
+    "test_a_heavy_request_past_its_time_is_a_503_and_metrics_answer_meanwhile",
+    "tests/unit/test_serve_paths.py::test_the_900000_tensor_header_is_refused_at_once",
+    "tests/unit/test_ci_skips.py",
+    "tests/unit/test_ci_requirements.py",
+    "tests/unit/test_cli_compare.py",
+    "tests/unit/test_cli_profile.py",
+    "tests/unit/test_serve_transport.py",
+    "tests/unit/test_startup_model_file_hostile.py::"
+    "test_the_fitted_and_calibrated_files_load_and_round_trip",
+    "tests/unit/test_parse_bounds.py::"
+    "test_a_gzip_bomb_of_short_lines_is_refused_at_the_line_bound",
+    "tests/unit/test_parse_bounds.py::"
+    "test_directories_too_deep_to_walk_are_skipped_not_a_recursion_error",
+    "tests/unit/test_ray_serve_policy.py::"
+    "test_predicted_from_a_startup_model_under_a_model_root",
+    "tests/unit/test_predictor.py::"
+    "test_loading_rate_check_matches_numpy_and_narrows_loading_beyond_the_range",
+    "tests/unit/test_predictor.py::test_paper_fit_trains_on_the_dense_models_only",
+    "tests/unit/test_runner.py::test_failed_repetition_is_stored_and_the_next_goes_on",
+    "tests/unit/test_serve_openapi.py",
+    "tests/unit/test_parse_hostile.py::test_a_huge_byte_bound_is_only_a_bound",
+)
+
+#: The tests ``make test`` (``-n 2``, pytest-xdist) runs one after another on one worker, never
+#: two at once - fixed ports (8774 twice), a real engine that wants both cores, the page cache
+#: and timed bursts - while the other worker takes the unit tests. They are collected first, so
+#: they start at once.
+SERIAL = "tests/integration/"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """xdist's load scheduling, with every test under ``SERIAL`` in one scope (one worker, in
+    order) and every other test a scope of its own. (Not ``xdist_group`` marks: xdist 3.8
+    renames a grouped test's ``_nodeid``, which pytest 9 no longer reads, so the groups are lost.)
+    """
+    if config.getvalue("dist") not in ("load", "loadgroup"):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SerialIntegration(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return SERIAL if nodeid.startswith(SERIAL) else nodeid
+
+    return SerialIntegration(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``slow`` (left out of ``make check``) every integration test and the unit tests of
+    ``SLOW``. A ``SLOW`` entry whose file is gone is an error: the list follows the tests, or it
+    silently slows ``make check``."""
+    stale = [s for s in SLOW if not (REPO / s.split("::")[0]).is_file()]
+    if stale:
+        raise pytest.UsageError(f"tests/conftest.py SLOW names files that do not exist: {stale}")
+    for item in items:
+        path, _, name = item.nodeid.partition("::")
+        name = name.split("[")[0]
+        if path.startswith(SERIAL) or path in SLOW or f"{path}::{name}" in SLOW:
+            item.add_marker(pytest.mark.slow)
+
+
 def engine_ready() -> tuple[bool, str]:
     """Whether the real-engine tests can run here, and why not."""
     if not TINY_MODEL.joinpath("config.json").exists():
