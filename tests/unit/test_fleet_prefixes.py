@@ -56,7 +56,8 @@ def test_where_the_engine_prints_no_time_the_collectors_clock_serves_and_is_name
 
 
 @pytest.mark.parametrize("name", ["vllm-0.19.1-a100-40gb-qwen3-8b.log",
-                                  "vllm-0.13.0-rtxa5000-qwen2.5-14b-awq.log"])
+                                  "vllm-0.13.0-rtxa5000-qwen2.5-14b-awq.log",
+                                  "sglang-0.5.11nv-gb10-qwen2.5-1.5b.log"])
 @pytest.mark.parametrize("prefix", ["vllm-1  | ", "2026-06-25 17:21:29.004 | ",
                                     "[pod/vllm-0/vllm] "])
 def test_a_real_log_behind_a_repeated_prefix_reads_as_without_it(
