@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
@@ -98,14 +98,14 @@ def parse_log(path: PathArg, *, max_bytes: int | None = None) -> list[Run]:
     ``ColdscopeError`` (one line) when the file cannot be read, is past a bound or is not a
     log of a known engine.
     """
-    from coldscope.ingest.logfiles import STDIN, parse_logs
+    from coldscope.ingest.logfiles import STDIN
     given = os.fspath(path)
     if Path(given).is_dir():
         raise ColdscopeError(f"{given} is a directory; parse_log reads one log file")
     # "-" is standard input to ``coldscope parse``; here it is a file of that name
     name = os.path.join(".", given) if given == STDIN else given
     runs = []
-    for parsed in parse_logs([name], limit=max_bytes, single=True):
+    for parsed in _read_logs([name], max_bytes=max_bytes, single=True):
         if parsed.run is None:
             raise ColdscopeError(parsed.reason or f"{given}: not parsed")
         runs.append(parsed.run)
@@ -114,53 +114,104 @@ def parse_log(path: PathArg, *, max_bytes: int | None = None) -> list[Run]:
 
 def parse_logs(paths: Sequence[PathArg], *, max_bytes: int | None = None,
                max_lines: int | None = None,
-               store: Store | PathArg | None = None) -> list[ParsedLog]:
+               store: Store | PathArg | None = None, label: str | None = None,
+               on_stored: Callable[[Run, bool], None] | None = None) -> list[ParsedLog]:
     """Every start-up in saved engine logs, as ``coldscope parse LOG...`` reads them: files,
     directories (recursively) and ``-`` for standard input; one ``ParsedLog`` per start-up
     (``run`` and its status) or per log that was skipped, unreadable or refused (``reason``),
     in order. Unlike ``parse_log``, a log that cannot be read is an entry, not an error.
 
     Given one log (not a directory), its runs are named after the file's base name, as
-    ``parse_log`` names them; else after the path as given. ``max_bytes`` and ``max_lines``
-    bound each log (defaults as for ``parse_log``). ``store`` (a ``Store`` or a store file,
-    opened only when there is a run to store): each run is also stored with the lines it was
-    read from, named ``NAME-DIGEST`` (the first 8 hex digits of the log's SHA-256), so that
-    the same log saved twice is one run (stored once) and two logs of one name are two; the
-    returned runs carry those ids.
+    ``parse_log`` names them; else after the path as given. Each run's ``started_at`` is the
+    log's own time (``ingest.assemble.log_started_at``: a stamp without a year takes the
+    file's). ``max_bytes`` and ``max_lines`` bound each log (defaults as for ``parse_log``).
+    ``store`` (a ``Store`` or a store file, opened only when there is a run to store): each
+    run is also stored with the lines it was read from, under the id of what the start-up is
+    (``store.logruns.startup_id``, the id ``serve`` gives the same start-up), with ``label``;
+    a start-up the store already holds is not stored again. The returned runs carry those
+    ids; ``on_stored(run, new)`` is told of each run, ``new`` False for one already held.
     """
     import dataclasses
 
-    from coldscope.ingest.logfiles import MAX_LOG_LINES, STDIN
-    from coldscope.ingest.logfiles import parse_logs as read_logs
+    from coldscope.ingest.logfiles import STDIN
+    from coldscope.store.logruns import startup_id
     given = [os.fspath(p) for p in paths]
     single = len(given) == 1 and (given[0] == STDIN or not Path(given[0]).is_dir())
-    parsed = list(read_logs(given, limit=max_bytes, max_lines=max_lines or MAX_LOG_LINES,
-                            single=single, keep_lines=store is not None))
+    parsed = []
+    for p in _read_logs(given, max_bytes=max_bytes, max_lines=max_lines, single=single):
+        if p.run is not None and store is not None:
+            update: dict[str, Any] = {"id": startup_id(p.lines)}
+            if label is not None:
+                update["label"] = label
+            p = dataclasses.replace(p, run=p.run.evolve(**update))
+        parsed.append(p if store is not None else dataclasses.replace(p, lines=[]))
     if store is None or not any(p.run is not None for p in parsed):
         return parsed
     from coldscope.store.db import Store
     opened = store if isinstance(store, Store) else Store(os.fspath(store))
-    saved = []
     try:
         for p in parsed:
             if p.run is not None:
-                run = p.run.evolve(id=f"{p.run.id}-{(p.digest or '')[:8]}")
-                if not _stored(opened, run.id):  # this log saved before: that run it is
-                    opened.add_run(run, {"saved_log": p.lines})
-                p = dataclasses.replace(p, run=run)
-            saved.append(p)
+                new = not opened.has_run(p.run.id)  # saved before (or twice here): that run
+                if new:
+                    opened.add_run(p.run, {"saved_log": p.lines})
+                if on_stored is not None:
+                    on_stored(p.run, new)
     finally:
         if opened is not store:  # opened here: closed here
             opened.close()
-    return saved
+    return parsed
 
 
-def _stored(store: Store, run_id: str) -> bool:
-    """Whether ``store`` holds a run of exactly this id."""
+def _read_logs(given: Sequence[str], *, max_bytes: int | None = None,
+               max_lines: int | None = None, single: bool = False) -> Iterator[ParsedLog]:
+    """``ingest.logfiles.parse_logs`` of ``given``, each run's ``started_at`` the log's own
+    time (``ingest.assemble.log_started_at``). A stamp without a year takes it from when the
+    file was last written, and a start-up of a file that holds several from the start of the
+    one after it (they ran in the file's order): a log of September's start-up followed by
+    February's, written in December, is of September last year. The lines are kept."""
+    import dataclasses
+    from itertools import groupby
+
+    from coldscope.ingest.assemble import NO_YEAR, log_started_at
+    from coldscope.ingest.logfiles import MAX_LOG_LINES
+    from coldscope.ingest.logfiles import parse_logs as read_logs
+    read = read_logs(given, limit=max_bytes, max_lines=max_lines or MAX_LOG_LINES,
+                     single=single, keep_lines=True)
+    for _, parts in groupby(read, key=lambda p: id(p.source)):
+        held = list(parts)  # one file's start-ups: dated from the last back
+        bound = _mtime(held[0].source.path)
+        for k in range(len(held) - 1, -1, -1):
+            p = held[k]
+            if p.run is None:
+                continue
+            started, unknown = log_started_at(p.lines, bound)
+            update: dict[str, Any] = {"started_at": started}
+            if not unknown:  # the file's time gave the year read_run could not know
+                update["notes"] = [n for n in p.run.notes if not n.startswith(NO_YEAR)]
+                bound = _as_unix(started, bound)
+            held[k] = dataclasses.replace(p, run=p.run.evolve(**update))
+        yield from held
+
+
+def _as_unix(iso: str, otherwise: float | None) -> float | None:
+    """An ISO time as Unix seconds (one without a zone as local time, as the year of a stamp
+    without one was inferred); ``otherwise`` when it is not one."""
+    import datetime as dt
     try:
-        return store.run(run_id).id == run_id
-    except ColdscopeError:  # none (or only longer ids it is a prefix of)
-        return False
+        return dt.datetime.fromisoformat(iso).timestamp()
+    except (ValueError, OverflowError, OSError):
+        return otherwise
+
+
+def _mtime(path: Path | None) -> float | None:
+    """A log file's modification time; None for standard input or a file gone since."""
+    if path is None:
+        return None
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
 
 
 def profile(config: RunConfig, store: Store | None = None, *, bundle: PathArg | None = None,

@@ -159,7 +159,8 @@ def test_parse_save_stores_the_log_as_a_run(tmp_path, shared):
     db = str(tmp_path / "s.db")
     printed = json.loads(cli("parse", str(log), "--save", "--json", "--store", db).stdout)
     [stored] = Store(db, create=False).runs(origin="log")
-    assert stored.id == printed["id"] and stored.id.startswith(log.name)
+    assert stored.id == printed["id"] and stored.id.startswith("log-")  # what it is (#33)
+    assert stored.log_path == str(log)
     assert stored.cache == "unknown"
     assert stored.stages == printed["stages"]
     assert Store(db).timeline(stored.id).stages == stored.timeline.stages

@@ -184,7 +184,10 @@ def show(run_id: str, with_env: bool, store_path: str | None, as_json: bool) -> 
 
 @click.command()
 @click.argument("logs", nargs=-1, required=True, metavar="LOG|DIR|- ...")
-@click.option("--save", is_flag=True, help="Also store each parsed log as a run (origin log).")
+@click.option("--save", is_flag=True,
+              help="Also store each start-up as a run (origin log), once: one already stored "
+                   "(by parse --save or serve) is not stored again.")
+@click.option("--label", default=None, help="With --save: a label stored with the runs.")
 @click.option("--vs-paper", is_flag=True,
               help="Also what the parser of 'Breaking the Ice' (MLSys 2026) reads from this log "
                    "and what it misses.")
@@ -196,8 +199,9 @@ def show(run_id: str, with_env: bool, store_path: str | None, as_json: bool) -> 
                    "counts as 40 at most).")
 @store_option
 @json_option
-def parse(logs: tuple[str, ...], save: bool, vs_paper: bool, max_bytes: int | None,
-          max_lines: int | None, store_path: str | None, as_json: bool) -> None:
+def parse(logs: tuple[str, ...], save: bool, label: str | None, vs_paper: bool,
+          max_bytes: int | None, max_lines: int | None, store_path: str | None,
+          as_json: bool) -> None:
     """The timeline of saved engine logs (vLLM, SGLang): files, directories (recursively),
     `-` for standard input, gzipped or rotated logs. Stages a log cannot show are unknown;
     bootstrap is timed on the log's own clock when the log shows the engine's start.
@@ -209,12 +213,24 @@ def parse(logs: tuple[str, ...], save: bool, vs_paper: bool, max_bytes: int | No
     from coldscope.api import parse_logs
     from coldscope.ingest.logfiles import STDIN
     from coldscope.store.db import default_store_path
+    if label is not None and not save:
+        raise ColdscopeError("--label labels the runs --save stores: give --save too")
     single = len(logs) == 1 and (logs[0] == STDIN or not Path(logs[0]).is_dir())
+    held: list[str] = []  # ids of start-ups the store already held
+
+    def on_stored(run: Run, new: bool) -> None:
+        if not new:
+            held.append(run.id)
+
     parsed = parse_logs(logs, max_bytes=max_bytes, max_lines=max_lines,
-                        store=(store_path or default_store_path()) if save else None)
+                        store=(store_path or default_store_path()) if save else None,
+                        label=label, on_stored=on_stored)
     if not parsed:
         raise ColdscopeError(f"no files found in {', '.join(logs)}")
     saved = save and any(p.run is not None for p in parsed)
+    if held:  # on stderr: stdout stays the reading (or the JSON) alone
+        shown = ", ".join(held[:5]) + (", ..." if len(held) > 5 else "")
+        echo(f"already stored: {len(held)} (not stored again: {shown})", err=True)
     if single and len(parsed) == 1:  # one log of one start-up (else a line per start-up)
         _print_one(parsed[0], logs[0], vs_paper=vs_paper, saved=saved, as_json=as_json)
         return
@@ -286,6 +302,8 @@ def trace(run_id: str, output: str, otlp_export: str | None, store_path: str | N
         if run.status != "ok":
             raise ColdscopeError(f"run {run.id} failed ({run.reason}); no timeline")
         evidence = store.evidence(run.id)
+        if not run.segments and "saved_log" in evidence:  # a log saved before it was drawn
+            run = run.with_timeline(store.timeline(run.id))
     launch_mono = (evidence.get("launch") or {}).get("mono")
     imports = (import_intervals(evidence["imports"], launch_mono=float(launch_mono),
                                 ready_at=run.time_to_ready_s)

@@ -11,12 +11,13 @@ assembles them.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from coldscope.capture.reconcile import apply, build_timeline
 from coldscope.capture.sources import Context
-from coldscope.core.records import Origin, Run, Tool
+from coldscope.core.records import Gpu, Origin, Run, Tool
 from coldscope.core.version import __version__
 
 if TYPE_CHECKING:
@@ -42,28 +43,36 @@ TAIL_LINES = 40
 
 
 def run_from_log(lines: Sequence[str], *, name: str, origin: Origin = "log",
-                 started_at: str | None = None) -> Run:
+                 started_at: str | None = None, mtime: float | None = None) -> Run:
     """A saved engine log read alone, as a ``Run`` (``parse``, ``parse --save``, the serve
     watcher). The engine is whichever registered adapter recognises the log; stages the log
     cannot show are unknown, and so is the cache state. A log that never shows the engine
     ready is a failed run saying so. Raises ``ColdscopeError`` if no adapter knows the log."""
-    return read_run(lines, name=name, origin=origin, started_at=started_at)[0]
+    return read_run(lines, name=name, origin=origin, started_at=started_at, mtime=mtime)[0]
 
 
 def read_run(lines: Sequence[str], *, name: str, origin: Origin = "log",
-             started_at: str | None = None) -> tuple[Run, LogFacts | None]:
+             started_at: str | None = None,
+             mtime: float | None = None) -> tuple[Run, LogFacts | None]:
     """``run_from_log``, and the findings' facts of the same reading (the engine's own; None
     when it gives none), so that a caller needs no second reading for them.
 
     ``lines`` may be a ``logtext.NumberedLines`` (a saved log read with long runs of blank
     lines left out): the engines quote its own line numbers, and the findings rules look
-    lines up by them."""
+    lines up by them.
+
+    ``started_at`` (default): the log's own time, its first dated line (``log_started_at``,
+    the year from ``mtime``, the file's modification time, when the stamps have none). The
+    timeline of an engine that gives durations alone is laid end to end
+    (``store.logruns.laid_end_to_end``), so that the trace and the report draw its stages;
+    the GPU the log names is the run's (``log_gpus``)."""
     from dataclasses import replace
 
     from coldscope.analysis.findings import findings_from_log
     from coldscope.capture.logtext import NumberedLines
-    from coldscope.core.records import EngineInfo
+    from coldscope.core.records import EngineInfo, Environment
     from coldscope.engines import ComparedWithPaper, LogFacts, read_log
+    from coldscope.store.logruns import laid_end_to_end
     from coldscope.util.errors import ColdscopeError
     reading = read_log(lines)  # identified once: the reading carries its engine
     if reading is None:
@@ -82,23 +91,108 @@ def read_run(lines: Sequence[str], *, name: str, origin: Origin = "log",
     ready = reading.timeline.time_to_ready is not None and reading.failure is None
     reason = reading.failure or ("the log never shows the engine ready (truncated, or it "
                                  "failed during start-up)")
+    notes = list(reading.notes)
+    if started_at is None:
+        started_at, unknown_year = log_started_at(lines, mtime)
+        if unknown_year:
+            notes.append(f"{NO_YEAR}: started_at's year ({started_at[:4]}) stands for an "
+                         "unknown one")
     run = Run(
         id=name, status="ok" if ready else "failed",
         reason=None if ready else reason,
         cache="unknown", origin=origin,
-        started_at=started_at or dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
+        started_at=started_at,
         tool=Tool(version=__version__),
         engine=EngineInfo(name=engine.name, version=info.version, family=info.family,
                           device=info.device, enforce_eager=info.enforce_eager,
                           model=reading.model),
         model=_model_ref(reading.model),
+        environment=Environment(gpus=log_gpus(lines, info.device)),
         log_info=info, log_tail="\n".join(lines[-TAIL_LINES:]),
         paper_metrics=paper.paper_metrics if paper is not None else None,
         missed_by_paper_parser=paper.missed if paper is not None else [],
         findings=findings,
-        notes=list(reading.notes),
+        notes=notes,
     )
-    return run.with_timeline(reading.timeline), facts
+    return run.with_timeline(laid_end_to_end(reading.timeline)), facts
+
+
+#: A date and time of day with its year (ISO 8601, a space or ``T`` between them; SGLang's
+#: stamps, a collector's), and the zone when one follows.
+_DATED = re.compile(r"(?<![\d-])(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(\.\d+)?"
+                    r"(Z|[+-]\d{2}:?\d{2})?(?![\d:])")
+#: A month-day and time of day without a year (vLLM's ``INFO 10-06 08:03:19``).
+_YEARLESS = re.compile(r"(?<![\d-])(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(\.\d+)?(?![\d:])")
+#: How the note on a run whose log's stamps give no year begins.
+NO_YEAR = "the log's stamps give no year"
+#: Year written for a log's time whose year nothing tells (``log_started_at``).
+UNKNOWN_YEAR = 1
+#: Lines ``log_started_at`` looks through for the first dated one.
+STAMP_LINES = 2000
+
+
+def log_started_at(lines: Sequence[str], mtime: float | None = None) -> tuple[str, bool]:
+    """When a saved log's start-up began, by the log's own clock: the stamp of its first line
+    that carries a date and a time (ISO, with its zone when it has one; else the engine's
+    month-day stamp), as ISO 8601, and whether its year is unknown. A month-day stamp gets the
+    year of ``mtime`` (the file's modification time: the log was written up to then), the
+    year before when the date would fall after it; without ``mtime`` the year is
+    ``UNKNOWN_YEAR``. A log with no dated line gives the file's modification time (or, read
+    from standard input, the unknown year's 1 January): never the time it was saved."""
+    for line in lines[:STAMP_LINES]:
+        if not line or not any(c.isdigit() for c in line[:80]):
+            continue
+        m = _DATED.search(line)
+        if m is not None and _valid(*m.groups()[:6]):
+            year, mon, day, hh, mm, ss, frac, zone = m.groups()
+            text = f"{year}-{mon}-{day}T{hh}:{mm}:{ss}{frac or ''}"
+            if zone:
+                text += "+00:00" if zone == "Z" else zone if ":" in zone else \
+                    f"{zone[:3]}:{zone[3:]}"
+            return text, False
+        y = _YEARLESS.search(line)
+        if y is not None and _valid(str(UNKNOWN_YEAR).zfill(4), *y.groups()[:5]):
+            mon, day, hh, mm, ss, frac = y.groups()
+            when = f"{mon}-{day}T{hh}:{mm}:{ss}{frac or ''}"
+            if mtime is None:
+                return f"{UNKNOWN_YEAR:04d}-{when}", True
+            written = dt.datetime.fromtimestamp(mtime)
+            year = written.year - (f"{mon}-{day}T{hh}:{mm}:{ss}" >
+                                   written.strftime("%m-%dT%H:%M:%S"))
+            if not _valid(f"{year:04d}", mon, day, hh, mm, ss):  # 29 February
+                return f"{UNKNOWN_YEAR:04d}-{when}", True
+            return f"{year:04d}-{when}", False
+    if mtime is not None:
+        return dt.datetime.fromtimestamp(mtime, dt.UTC).isoformat(timespec="seconds"), False
+    return f"{UNKNOWN_YEAR:04d}-01-01T00:00:00", True
+
+
+def _valid(year: str, mon: str, day: str, hh: str, mm: str, ss: str) -> bool:
+    try:
+        dt.datetime(int(year), int(mon), int(day), int(hh), int(mm), int(ss))
+    except ValueError:
+        return False
+    return True
+
+
+#: The device a log names: vLLM's MoE kernel configs (``device_name=NVIDIA_L40S``).
+_DEVICE_NAME = re.compile(r"device_name=([A-Za-z][A-Za-z0-9_.-]*?)(?:[,.]json|,|\s|$)")
+
+
+def log_gpus(lines: Sequence[str], device: str | None) -> list[Gpu]:
+    """The GPUs a saved log names, for the run's environment: each distinct name it gives
+    (``device_name=NVIDIA_L40S`` is ``NVIDIA L40S``), else, when the engine says it ran on an
+    accelerator (``device``: ``cuda``, ``rocm``, ...; not ``cpu``), one unnamed GPU; none for
+    a CPU or an unknown device. Their ``source`` is ``log``."""
+    names: dict[str, None] = {}
+    for line in lines:
+        if "device_name=" in line and (m := _DEVICE_NAME.search(line)):
+            names[m.group(1).replace("_", " ")] = None
+    if names:
+        return [Gpu(name=name, source="log") for name in names]
+    if device and device.lower() not in ("cpu", "unknown"):
+        return [Gpu(source=f"log (device {device})")]
+    return []
 
 
 def _model_ref(model: str | None) -> Any:

@@ -238,7 +238,7 @@ def compare_table(runs: Sequence[Run]) -> Table:
 
 #: Columns of ``runs`` that give way, least useful first, when the terminal is too narrow for
 #: the ids and everything else; and the narrowest the wrapping ones may become.
-_DROPPABLE = ("1st token s", "started", "label / reason", "model")
+_DROPPABLE = ("1st token s", "version", "started", "engine", "label / reason", "model")
 _WRAPPING = {"model": 10, "label / reason": 12}
 
 
@@ -253,13 +253,14 @@ def runs_table(runs: Sequence[Run], width: int | None = None) -> Table:
         rows.append({
             "id": r.id, "started": (r.started_at or "")[5:16].replace("T", " "),
             "status": r.status, "cache": r.cache or "", "model": r.model.name or "",
+            "engine": r.engine.name or "", "version": r.engine.version or "",
             "ready s": f"{ttr:.2f}" if ttr is not None else "",
             "1st token s": f"{ft:.2f}" if ft is not None else "",
             "label / reason": r.reason or r.label or "",
         })
     rows = [{k: clean_text(v) for k, v in row.items()} for row in rows]  # measured as shown
-    cols = ["id", "started", "status", "cache", "model", "ready s", "1st token s",
-            "label / reason"]
+    cols = ["id", "started", "status", "cache", "model", "engine", "version", "ready s",
+            "1st token s", "label / reason"]
     natural = {c: max([len(c), *(len(row[c]) for row in rows)]) for c in cols}
 
     def needed(cs: list[str]) -> int:  # columns at their narrowest, two spaces between them

@@ -2,31 +2,25 @@
 
 The record is what ``coldscope parse`` makes of the same lines (the same log adapters), with
 ``origin: log``, the replica as its name, the watcher's verdict (``ok`` or ``failed`` with the
-reason), and an id that is a hash of the replica and the lines: restarting ``serve`` on the
-same logs finds the same ids and stores nothing twice.
+reason), and the id of what the start-up is (``store.logruns.startup_id``): restarting
+``serve`` on the same logs, or ``parse --save`` of them, finds the same ids and stores
+nothing twice.
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
 from datetime import UTC, datetime
 from typing import Any
 
 from coldscope.core.records import Run
 from coldscope.serve.watcher import Startup
 
-_SLUG = re.compile(r"[^A-Za-z0-9_.-]+")
-
 
 def run_id(replica: str, lines: list[str]) -> str:
-    """Stable id of one start-up: ``log-<replica>-<12 hex of sha1(replica, lines)>``."""
-    h = hashlib.sha1(replica.encode("utf-8", "replace"))
-    for line in lines:
-        h.update(b"\n")
-        h.update(line.encode("utf-8", "replace"))
-    slug = _SLUG.sub("-", replica).strip("-")[:40] or "replica"
-    return f"log-{slug}-{h.hexdigest()[:12]}"
+    """Stable id of one start-up: ``store.logruns.startup_id`` of its lines, the id
+    ``parse --save`` gives the same start-up (the replica is its label, not part of its id)."""
+    from coldscope.store.logruns import startup_id
+    return startup_id(lines)
 
 
 def _started_at(s: Startup) -> str:

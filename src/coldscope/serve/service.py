@@ -240,13 +240,10 @@ class Service:
             log.warning("start-up of %s not stored: %s", s.replica, exc)
             return
         with Store(self.store_path) as store:  # a connection per run: cheap, thread-safe
-            try:
-                store.run(run.id)
-            except ColdscopeError:
-                store.add_run(run)
-            else:
+            if store.has_run(run.id):  # the same start-up, stored before (or by parse --save)
                 log.info("start-up %s of %s is already stored", run.id, s.replica)
                 return
+            store.add_run(run)
         self._stored += 1
         log.info("stored %s: %s %s (%s)", run.id, s.replica, run.status,
                  run.reason or f"{run.time_to_ready_s} s to ready")

@@ -44,6 +44,8 @@ SCHEMA_VERSION = RUN_SCHEMA_VERSION
 
 #: How long an open or a write waits for another process's lock on the store.
 BUSY_TIMEOUT_S = 30.0
+#: Candidates an ambiguous id prefix's error names.
+AMBIGUOUS_SHOWN = 8
 #: The files SQLite keeps beside a store (write-ahead log, rollback journal, shared memory).
 COMPANIONS = ("-wal", "-journal", "-shm")
 
@@ -433,11 +435,19 @@ class Store:
         if not rows:
             raise ColdscopeError(f"no run {run_id!r} in {self.path}")
         if len(rows) > 1:
-            raise ColdscopeError(f"run id prefix {run_id!r} is ambiguous ({len(rows)} runs)")
+            shown = ", ".join(r[0] for r in rows[:AMBIGUOUS_SHOWN])
+            more = f", ... ({len(rows)} in all)" if len(rows) > AMBIGUOUS_SHOWN else ""
+            raise ColdscopeError(f"run id prefix {run_id!r} is ambiguous: {shown}{more}")
         run = self._load(*rows[0])
         if run is None:
             raise ColdscopeError(f"run {rows[0][0]} in {self.path} is unreadable")
         return run
+
+    def has_run(self, run_id: str) -> bool:
+        """Whether a run of exactly this id is stored (``run`` would also take a prefix)."""
+        with self._sql("reading a run"):
+            return self._conn.execute("SELECT 1 FROM runs WHERE id = ?",
+                                      (run_id,)).fetchone() is not None
 
     def evidence(self, run_id: str) -> dict[str, Any]:
         """The raw evidence stored with a run, by kind (``log``, ``probe``, ``otel``,
@@ -459,10 +469,11 @@ class Store:
             raise ColdscopeError(f"run {run.id} never became ready ({run.reason}); no timeline")
         evidence = self.evidence(run.id)
         if "saved_log" in evidence:  # a log read alone: no arrival times, read it again
+            from coldscope.store.logruns import laid_end_to_end
             reading = read_log(evidence["saved_log"])
             if reading is None:
                 raise ColdscopeError(f"run {run.id}: its stored log is no longer recognised")
-            return reading.timeline
+            return laid_end_to_end(reading.timeline)
         launch = evidence.get("launch") or {}
         engine = resolve(run.engine.argv)
         ctx = Context(

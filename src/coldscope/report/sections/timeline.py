@@ -25,6 +25,7 @@ from coldscope.report.svg import (
     times,
 )
 from coldscope.report.text import esc, fmt_s, label, text_width
+from coldscope.store.logruns import LAID_OUT
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,8 @@ class Gantt:
     sources: dict[str, str]
     sequential: bool
     cpu: CpuUsage | None
+    from_log: bool = False
+    """A run read from a saved log (``origin: log``), not measured or the paper's data."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,8 @@ def timeline(run: Run, group: str = "", n: int = 1) -> Gantt:
         lanes=tuple(Lane(process=process, pid=pid, rows=_pack(lane))
                     for (process, pid), lane in ordered),
         segments=segments, gaps=tuple(s for s in segments if s.bucket == UNATTRIBUTED),
-        sources=dict(run.sources), sequential=not run.intervals, cpu=cpu_usage(run))
+        sources=dict(run.sources), cpu=cpu_usage(run), from_log=run.origin == "log",
+        sequential=all(iv.process == LAID_OUT for iv in run.intervals))
 
 
 def _pack(bars: Sequence[Bar]) -> tuple[tuple[Bar, ...], ...]:
@@ -241,8 +245,10 @@ def draw(section: Timelines) -> str:
                  fmt_s(bar.end, ""), fmt_s(bar.seconds, "")]
                 for ln, bar in sorted(bars, key=lambda lb: lb[1].start)]
         gaps = sum(g.end - g.start for g in tl.gaps)
-        note = ("The paper publishes stage durations, not per-process intervals: the stages "
-                "are laid end to end in their usual order." if tl.sequential else
+        note = ("A saved log gives each stage's duration, not when it began: the stages "
+                "are laid end to end in their usual order." if tl.sequential and tl.from_log
+                else "The paper publishes stage durations, not per-process intervals: the "
+                "stages are laid end to end in their usual order." if tl.sequential else
                 f"Top row: the reconciled stages, which tile launch→ready exactly. Below: what "
                 f"each process reported (stage bars, sub-steps under them); hatched: "
                 f"{fmt_s(gaps)} in {len(tl.gaps)} gaps no evidence explains. Hover a bar "
