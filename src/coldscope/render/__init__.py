@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 #: The module of this package that draws the records of each coldscope package: ``render``
 #: imports it when such a record first comes, and its renderers register themselves.
-#: ``tests/unit/test_render_dispatch.py`` checks this against what each module registers.
+#: ``tests/unit/render/test_dispatch.py`` checks this against what each module registers.
 _DRAWN_BY = {
     "coldscope.core": "tables",
     "coldscope.analysis": "tables",

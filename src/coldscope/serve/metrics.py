@@ -97,7 +97,7 @@ class LabelledHistogram(Collector):
     """A histogram with labels whose exposition text is kept per label set between scrapes.
 
     It writes what prometheus_client's ``Histogram`` writes for the same observations (the
-    same lines, ``_created`` included; ``tests/unit/test_serve_transport.py`` compares them),
+    same lines, ``_created`` included; ``tests/unit/serve/test_transport.py`` compares them),
     and as a ``Collector`` it serves any registry; :meth:`text` is the fast path. The lines of
     a label set are rendered when it is observed, not when scraped: start-ups are stored one
     at a time, while a scrape after a burst of them would render thousands of label sets.

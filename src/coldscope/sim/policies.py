@@ -339,7 +339,7 @@ class RayServeDefault:
     the next tick). Not modelled: the metrics pipeline's sampling and push lag (replicas and
     handles record every 0.2 x ``look_back_period_s`` and push every 10 s; here the concurrency
     is sampled at each tick and seen at once), ``target_capacity``, ``aggregation_function``
-    other than its default ``mean``. ``tests/unit/test_sim_ray_policy.py`` checks the decisions
+    other than its default ``mean``. ``tests/unit/sim/test_ray_policy.py`` checks the decisions
     against Ray's own functions.
     """
 
