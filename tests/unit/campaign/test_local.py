@@ -2,7 +2,6 @@
 a SIGKILLed driver, and engines started together. Evidence of process handling only, never of
 real engine behaviour."""
 
-import _thread
 import datetime as dt
 import json
 import os
@@ -122,7 +121,10 @@ def test_ctrl_c_stops_the_engine_stores_the_run_and_resume_finishes(tmp_path):
             def press_ctrl_c():  # once the engine is up and starting
                 _wait_for(lambda: any(p.environ().get("COLDSCOPE_RUN_ID") == run_id
                                       for p in run_processes()))
-                _thread.interrupt_main()
+                # a real SIGINT, as a terminal's Ctrl-C sends: unlike _thread.interrupt_main,
+                # it also breaks the main thread out of a blocking wait (EINTR), so the
+                # campaign sees it at once however loaded the machine is
+                os.kill(os.getpid(), signal.SIGINT)
 
             threading.Thread(target=press_ctrl_c, daemon=True).start()
 
