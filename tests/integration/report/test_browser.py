@@ -163,8 +163,19 @@ def test_key_findings_lead_the_page(browser, store_page):
     # findings by seconds at stake: the timed one first, then the untimed one
     assert got["findings"] == ["compile-cache-miss", "weights-cold"]
     assert "2 of 3 run(s)" in got["text"]
-    # warm vs cold: 0.6 / 1.05 of the time to ready
-    assert "warm vs cold" in got["text"] and "0.57×" in got["text"]
+    # one warm run: no change is headlined (a headline needs two runs a side and an interval)
+    assert "no change is headlined" in got["text"] and "warm vs cold" not in got["text"]
+
+
+def test_a_change_is_headlined_from_two_runs_a_side(browser, tmp_path):
+    recs = [_findings_record("a"), _findings_record("b", scale=1.1),
+            record("w", cache="warm", scale=0.6), record("v", cache="warm", scale=0.62)]
+    probe = browser.open(write(tmp_path, recs, "headline.html"))
+    assert probe["errors"] == []
+    text = browser.evaluate("document.querySelector('main section').innerText")
+    # warm vs cold: mean 0.61 / mean 1.05 of the time to ready, with its interval
+    assert "warm vs cold" in text and "0.58×" in text
+    assert "95 % interval" in text and "over 1 pair(s) of at least 2 runs a side" in text
 
 
 def test_every_chart_has_a_legend(browser, store_page):
