@@ -431,6 +431,8 @@ def main() -> None:
     import ray
     from ray import serve
 
+    sys.path.insert(0, str(REPO))
+    from tests.serve_replay import free_port
     temp = Path(tempfile.mkdtemp(prefix="csbench", dir="/tmp"))
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     port = free_port()
@@ -491,14 +493,6 @@ def main() -> None:
                f"{sides['real']['replica_seconds']:.0f} ({sides['sim']['replica_seconds']:.0f})")
     if args.json:
         print(json.dumps(out, default=float))
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on now (the kernel's pick)."""
-    import socket
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def simulated(policy: str, world: World, seg: Any, warmup: float, service: np.ndarray,
