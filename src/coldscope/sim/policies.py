@@ -376,21 +376,14 @@ class RayServeDefault:
                                  f"and max_replicas, as Ray requires")
         self.max_ = (1 << 62) if top is None else top
         self.target_ = first  # Ray's target_num_replicas: the last decision
-        self.samples_: deque[tuple[float, int]] = deque()  # (time, concurrency)
-        self.sum_ = 0
+        self.seen_ = _LookBack(self.look_back_period_s)  # concurrency over the look-back
         self.counter_ = 0  # Ray's __decision_counters: > 0 wanting up, < 0 wanting down
         self.since_: float | None = None  # Ray's __decision_timestamp
         return first
 
     def total_requests(self, obs: TickObservation) -> float:
         """Ray's ``total_num_requests``: mean concurrency of the last look-back period."""
-        samples = self.samples_
-        samples.append((obs.time, obs.concurrency))
-        self.sum_ += obs.concurrency
-        horizon = obs.time - self.look_back_period_s
-        while samples[0][0] <= horizon:
-            self.sum_ -= samples.popleft()[1]
-        return self.sum_ / len(samples)
+        return self.seen_.add(obs.time, obs.concurrency, 0)[0]
 
     def desired(self, obs: TickObservation) -> int:
         total = self.total_requests(obs)
