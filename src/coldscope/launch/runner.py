@@ -859,7 +859,7 @@ def run_sequence(configs: Sequence[RunConfig], store: Store | None = None, *,
         if on_launch is not None:
             on_launch(run)
 
-    with _signals_interrupt():
+    with signals_interrupt():
         for config in configs:
             run_id = new_run_id()
             try:
@@ -940,9 +940,15 @@ def sweep_stale_tmp() -> list[Path]:
 
 
 @contextlib.contextmanager
-def _signals_interrupt() -> Iterator[None]:
+def signals_interrupt() -> Iterator[None]:
     """SIGTERM and SIGHUP (``timeout``, a CI cancel, ``docker stop``, a closed terminal) act
-    like Ctrl-C while profiling: the run is stored as interrupted and the engine stopped."""
+    like Ctrl-C while profiling: the run is stored as interrupted and the engine stopped.
+
+    A signal this process was started ignoring stays ignored, as Unix tools do: ``nohup
+    coldscope profile`` survives its terminal closing (SIGHUP ignored), and a job a
+    non-interactive shell put in the background (``coldscope profile … &``: SIGINT ignored,
+    which Python then leaves as it is) is not stopped by a Ctrl-C meant for the foreground.
+    SIGTERM is always handled."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -950,7 +956,9 @@ def _signals_interrupt() -> Iterator[None]:
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
-    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    handled = [s for s in (signal.SIGTERM, signal.SIGHUP)
+               if s == signal.SIGTERM or signal.getsignal(s) != signal.SIG_IGN]
+    previous = {s: signal.signal(s, interrupt) for s in handled}
     try:
         yield
     finally:

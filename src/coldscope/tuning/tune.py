@@ -136,10 +136,10 @@ def run_session(session: TuneSession, store: Store, *,
     ``on_line``: each line the engine prints; ``on_start``: a run (status running) about to
     start; ``on_stage``: (stage, seconds since launch) as the engine's output shows a stage;
     ``on_measured``: each start-up finished, or replayed from the file on resume."""
-    from coldscope.launch.runner import _signals_interrupt
+    from coldscope.launch.runner import signals_interrupt
     active = ActiveSession(session.spec, session.directory)
     executor = EngineExecutor(active, store, on_line=on_line, on_start=on_start,
                               on_stage=on_stage)
-    with _signals_interrupt():
+    with signals_interrupt():
         outcome = run_search(active, executor, on_measured)
     return tune_result(active.spec, outcome, store)

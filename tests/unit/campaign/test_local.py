@@ -110,7 +110,16 @@ def test_failed_cells_are_stored_and_resume_redoes_only_them(tmp_path):
     assert (result.done_before, result.done, result.runs_stored) == (0, 3, 3)
 
 
-def test_ctrl_c_stops_the_engine_stores_the_run_and_resume_finishes(tmp_path):
+@pytest.fixture
+def ctrl_c_raises():
+    """Ctrl-C as a terminal's foreground job gets it, also when the test runner was started
+    in the background by a non-interactive shell (``make test &`` ignores SIGINT)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_stops_the_engine_stores_the_run_and_resume_finishes(tmp_path, ctrl_c_raises):
     store = Store(tmp_path / "s.db")
     spec = parse_spec(fake_spec(tmp_path, delay=3.0, repetitions=2))
 

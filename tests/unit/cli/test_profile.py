@@ -77,23 +77,82 @@ def test_all_runs_failed_exits_non_zero_and_stores_them(tmp_path):
     assert "exited with code 3" in run.reason
 
 
+def _as_a_terminal_starts_it() -> None:
+    """In the child before exec: SIGINT and SIGHUP as a terminal's foreground job has them.
+    A test runner started in the background by a non-interactive shell (``make test &``)
+    ignores SIGINT, and its children inherit that: coldscope then ignores Ctrl-C as a
+    background job should (the test below of an inherited SIG_IGN), which is not what this
+    test presses Ctrl-C to see."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+def _interrupted(tmp_path, sig, *, preexec):
+    """Start ``profile --repeat 3`` of the hanging fake engine, send ``sig`` once the engine
+    is up, and return (returncode, stderr, engine processes left); the profile is killed
+    rather than left running if it does not end within 60 s (a leftover profile would go on
+    to its next start-up and be seen by the tests after this one)."""
+    proc = subprocess.Popen(fake_profile(tmp_path, "--quiet", "--repeat", "3", mode="hang"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=preexec)
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline and not run_processes():
+            time.sleep(0.1)
+        assert run_processes(), "the engine never started"
+        time.sleep(0.5)
+        proc.send_signal(sig)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            return None, "", run_processes()
+        return proc.returncode, err, run_processes()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_ctrl_c_sigterm_and_sighup_stop_the_engine_and_store_the_run(tmp_path, sig):
-    proc = subprocess.Popen(fake_profile(tmp_path, "--quiet", "--repeat", "3", mode="hang"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 30
-    while time.time() < deadline and not run_processes():
-        time.sleep(0.1)
-    assert run_processes(), "the engine never started"
-    time.sleep(0.5)
-    proc.send_signal(sig)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130
+    code, err, left = _interrupted(tmp_path, sig, preexec=_as_a_terminal_starts_it)
+    assert code == 130, f"profile did not stop on {signal.Signals(sig).name} within 60 s"
     assert "Traceback" not in err
-    assert not run_processes()
+    assert not left
     runs = Store(tmp_path / "s.db").runs(status=None)
     assert [(r.status, r.reason) for r in runs] == [("failed", "interrupted")]
     assert not list((tmp_path / "c").glob("cold/*"))  # the run's caches went with it
+
+
+def _ignoring_sighup() -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # what nohup does before it execs
+
+
+def test_a_sighup_ignored_from_the_start_stays_ignored_and_sigterm_still_stops(tmp_path):
+    """``nohup coldscope profile``: a closed terminal (SIGHUP) does not stop the run; SIGTERM
+    still does, as interrupted. The profile must still be running a second after SIGHUP."""
+    proc = subprocess.Popen(fake_profile(tmp_path, "--quiet", "--repeat", "3", mode="hang"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_ignoring_sighup)
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline and not run_processes():
+            time.sleep(0.1)
+        assert run_processes(), "the engine never started"
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(1.0)
+        assert proc.poll() is None and run_processes(), "SIGHUP stopped a nohup'ed profile"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130 and "Traceback" not in err
+    assert not run_processes()
+    runs = Store(tmp_path / "s.db").runs(status=None)
+    assert [(r.status, r.reason) for r in runs] == [("failed", "interrupted")]
 
 
 @pytest.mark.parametrize("args, message", [
