@@ -41,10 +41,28 @@ def replay(src: Path, dst: Path, speedup: float = 50.0, max_gap: float = 0.5) ->
     return time.monotonic()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port(n: int = 1) -> int:
+    """The first of ``n`` consecutive ports free on 127.0.0.1 now (the one free port the
+    kernel picks when ``n`` is 1; a campaign's cells take consecutive ports)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            first: int = s.getsockname()[1]
+        if first + n > 65535:
+            continue
+        socks: list[socket.socket] = []
+        try:
+            for i in range(n):
+                sock = socket.socket()
+                socks.append(sock)
+                sock.bind(("127.0.0.1", first + i))
+            return first
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise RuntimeError("no free ports")
 
 
 def wait_for(check: Callable[[], bool], timeout: float, what: str, step: float = 0.1) -> None:

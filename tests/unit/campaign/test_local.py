@@ -6,7 +6,6 @@ import datetime as dt
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,31 +20,9 @@ from coldscope.campaign.progress import Reporter
 from coldscope.store.db import Store
 from coldscope.util.errors import ColdscopeError
 from tests.conftest import REPO, run_processes
+from tests.serve_replay import free_port
 
 FAKE = str(REPO / "tests" / "fake_engine.py")
-
-
-def free_port(n: int = 1) -> int:
-    """The first of ``n`` consecutive free ports."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            first = s.getsockname()[1]
-        if first + n > 65535:
-            continue
-        socks = []
-        try:
-            for i in range(n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", first + i))
-            return first
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free ports")
 
 
 def fake_spec(tmp_path: Path, *, delay: float = 0.2, cache=("cold",), repetitions: int = 2,

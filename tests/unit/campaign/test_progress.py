@@ -68,7 +68,7 @@ def test_campaign_reports_the_stage_each_running_engine_is_in(tmp_path):
     from coldscope.campaign import parse_spec, run_campaign
     from coldscope.campaign.progress import Reporter
     from coldscope.store.db import Store
-    from tests.unit.campaign.test_local import free_port
+    from tests.serve_replay import free_port
 
     engine = tmp_path / "engine.py"
     engine.write_text(ENGINE)

@@ -17,7 +17,7 @@ from coldscope.core.records import Run
 from coldscope.core.stages import BUCKETS
 from coldscope.store.db import Store
 from tests.conftest import as_vllm
-from tests.unit.cli.test_profile import free_port
+from tests.serve_replay import free_port
 
 FAKE = str(Path(__file__).resolve().parents[2] / "fake_engine.py")
 SRC = str(Path(__file__).resolve().parents[3] / "src")

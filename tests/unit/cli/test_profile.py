@@ -3,7 +3,6 @@
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ import pytest
 from coldscope.capture.otlp import Receiver
 from coldscope.store.db import Store
 from tests.conftest import run_processes
+from tests.serve_replay import free_port
 
 CLI = str(Path(sys.executable).parent / "coldscope")
 FAKE = str(Path(__file__).resolve().parents[2] / "fake_engine.py")
@@ -24,12 +24,6 @@ def cli(*args, check=True, **kw):
     if check:
         assert proc.returncode == 0, proc.stderr
     return proc
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def fake_profile(tmp_path, *extra, mode="ok", port=None):

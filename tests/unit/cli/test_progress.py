@@ -13,7 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.unit.cli.test_profile import CLI, FAKE, free_port
+from tests.serve_replay import free_port
+from tests.unit.cli.test_profile import CLI, FAKE
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 

@@ -2,7 +2,6 @@
 engine plugs in through ``coldscope.engines`` alone (no runner, source or store change)."""
 
 import json
-import socket
 import sys
 from pathlib import Path
 
@@ -22,15 +21,10 @@ from coldscope.engines.vllm import VLLM
 from coldscope.ingest.assemble import run_from_log
 from coldscope.store.db import Store
 from coldscope.util.errors import ColdscopeError
+from tests.serve_replay import free_port
 from tests.unit.engines.test_third_engine import TOY_LOG, ToyEngine
 
 FAKE = str(Path(__file__).resolve().parents[2] / "fake_engine.py")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_every_registered_engine_implements_the_protocol():

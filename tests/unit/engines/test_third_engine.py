@@ -180,7 +180,7 @@ def test_a_log_with_restarts_is_cut_by_the_toys_own_boundaries(toy):
 
 
 def test_the_toy_is_profiled_through_the_runner_and_stored(toy, tmp_path):
-    from tests.unit.engines.test_registry import free_port
+    from tests.serve_replay import free_port
     cfg = RunConfig(command=[sys.executable, FAKE, "--port", str(free_port()), "--toy"],
                     cache_root=tmp_path / "c", spans=True, probe=False, shutdown_grace=2)
     seen = []

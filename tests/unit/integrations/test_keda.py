@@ -27,6 +27,7 @@ import yaml
 from coldscope.scaling import ScaleAdvisor, ScaleDecision, StartupDistribution
 from coldscope.util.errors import ColdscopeError
 from tests.conftest import REPO, needs
+from tests.serve_replay import free_port
 
 
 def _grpc_available() -> bool:
@@ -79,12 +80,6 @@ class AdviseLoop:
     def decide(self, model: str) -> ScaleDecision | None:
         with self.lock:
             return self.latest.get(model)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

@@ -16,14 +16,9 @@ from coldscope.launch.runner import (
 )
 from coldscope.store.db import Store
 from tests.conftest import run_processes
+from tests.serve_replay import free_port
 
 FAKE = str(Path(__file__).resolve().parents[2] / "fake_engine.py")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def config(tmp_path, mode, port, **kw) -> RunConfig:

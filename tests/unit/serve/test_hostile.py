@@ -34,6 +34,7 @@ from coldscope.serve import watcher as watcher_module
 from coldscope.serve.app import create_app
 from coldscope.serve.service import ServeConfig, Service
 from coldscope.serve.watcher import LogWatcher, Startup
+from tests.serve_replay import free_port
 
 SHARED = Path(__file__).resolve().parents[4] / "shared"
 PAPER = SHARED / "data" / "paper"
@@ -418,11 +419,6 @@ def test_an_index_entry_outside_the_model_directory_leaks_nothing(
 
 # --- the real server: SIGTERM and request headers -----------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def _wait_healthy(port: int, proc: subprocess.Popen | None = None, limit: float = 90) -> None:
     deadline = time.monotonic() + limit
@@ -447,7 +443,7 @@ def test_sigterm_ends_serve_within_5_s(tmp_path: Path, startup_model: Path) -> N
     os.mkfifo(logs / "pipe.log")
     text = (CPU / "serve_cold.log").read_text().replace(LOG_MODEL, str(root / "tiny-llama"))
     (logs / "a.log").write_text(text)
-    port = _free_port()
+    port = free_port()
     code = "import sys; from coldscope.cli.main import main; sys.exit(main(sys.argv[1:]))"
     proc = subprocess.Popen(
         [sys.executable, "-c", code, "serve", "--port", str(port), "--store",
@@ -480,7 +476,7 @@ def server(tmp_path: Path):
     import uvicorn
 
     from coldscope.serve.protocol import bounded_h11
-    port = _free_port()
+    port = free_port()
     app = create_app(Service(ServeConfig(store=str(tmp_path / "s.db"))))
     srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                         lifespan="on", http=bounded_h11(0.5, 16 * 1024),

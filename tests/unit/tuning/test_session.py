@@ -20,17 +20,10 @@ from coldscope.tuning.search import cache_key
 from coldscope.tuning.tuned import tuned_startup
 from coldscope.util.errors import ColdscopeError
 from tests.conftest import as_vllm
+from tests.serve_replay import free_port
 from tests.unit.tuning.test_search import cpu_knobs
 
 FAKE = str(Path(__file__).resolve().parents[2] / "fake_tunable_engine.py")
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -43,7 +36,7 @@ def model_dir(tmp_path):
 
 
 def _spec(model_dir, budget):
-    command = [as_vllm(model_dir.parent), FAKE, "--port", str(_free_port()),  # read as vLLM
+    command = [as_vllm(model_dir.parent), FAKE, "--port", str(free_port()),  # read as vLLM
                "--model", str(model_dir), "--scale", "0.03", "--served-model-name", "vllm-fake"]
     return ts.SessionSpec(id="tune-fake", created_at="2026-01-01T00:00:00Z", command=command,
                           budget=budget, timeout=60, knobs=cpu_knobs(),
