@@ -80,6 +80,17 @@ class EngineInfo(_Record):
     family: str | None = Field(None, description="log-format family (from the log adapter)")
     device: str | None = None
 
+    @property
+    def mode(self) -> str | None:
+        """``eager`` or ``compiled``, as the report's configurations and the export's ``mode``
+        column group runs; None where nothing says which (no engine named, no command line,
+        no compile setting)."""
+        if self.enforce_eager or self.compile is False:
+            return "eager"
+        if self.name or self.argv or self.compile is not None:
+            return "compiled"
+        return None
+
 
 class ModelRef(_Record):
     """The model served: absolute path when it is a local directory, and a short name."""

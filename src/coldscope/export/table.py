@@ -64,12 +64,6 @@ def _capture_sizes(run: Run) -> int | None:
     return resolve(run.engine.argv).capture_sizes(run.engine.argv) if run.engine.argv else None
 
 
-def _mode(run: Run) -> str | None:
-    if run.engine.enforce_eager or run.engine.compile is False:
-        return "eager"
-    return "compiled" if run.engine.name or run.engine.argv else None
-
-
 def _machine(run: Run) -> str | None:
     return machine_name(run.environment)
 
@@ -117,7 +111,7 @@ SCHEMA: tuple[Column, ...] = (
     Column("engine_version", "string", "engine version", lambda r: r.engine.version),
     Column("argv", "string", "the engine's command line (shell quoting)",
            lambda r: shlex.join(r.engine.argv) if r.engine.argv else None),
-    Column("mode", "string", "eager or compiled", _mode),
+    Column("mode", "string", "eager or compiled", lambda r: r.engine.mode),
     Column("enforce_eager", "bool", "--enforce-eager given", lambda r: r.engine.enforce_eager),
     Column("compile", "bool", "torch.compile enabled", lambda r: r.engine.compile),
     Column("load_format", "string", "--load-format", lambda r: r.engine.load_format),

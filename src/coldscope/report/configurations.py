@@ -48,12 +48,7 @@ def dimensions(run: Run) -> Dims:
     dimension. A ``PaperRun``'s own ``dims`` override."""
     name = run.model.name or (Path(run.model.path).name if run.model.path else None)
     engine = run.engine
-    if engine.enforce_eager or engine.compile is False:
-        mode: str | None = "eager"
-    elif engine.name or engine.argv or engine.compile is not None:
-        mode = "compiled"
-    else:
-        mode = None
+    mode = engine.mode
     version = engine.version
     dims: Dims = {
         "model": name,
