@@ -59,22 +59,6 @@ def as_vllm(directory: Path) -> str:
     return str(launcher)
 
 
-def profile_tiny(store: Path, options: list[str], engine_args: list[str]) -> dict:
-    """One ``coldscope profile --json`` start-up of the tiny model on the real engine (vLLM's
-    OpenAI server with ``engine_args``), stored in ``store``; the run's JSON record."""
-    import json
-    import subprocess
-    import sys
-
-    cmd = [sys.executable, "-m", "coldscope.cli.main", "profile", "--json", "--quiet",
-           "--store", str(store), *options, "--", "python", "-m",
-           "vllm.entrypoints.openai.api_server", "--model", str(TINY_MODEL), *engine_args]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    (run,) = json.loads(done.stdout)["runs"]
-    return run
-
-
 def needs(available: bool, reason: str, *, platform: bool = False) -> pytest.MarkDecorator:
     """Mark a test that needs a real part (the engine, Chromium, Prometheus, a fixture): skipped
     with ``reason`` when it is missing, except under CI, where it fails with ``reason``.

