@@ -103,7 +103,10 @@ def main() -> int:
         print(f"  fixed costs (offset stages together) vary by model with sd {sd:.3f} s: a "
               f"two-model offset is off by that / sqrt(2), adding {sd * sd / 2:.3f} s^2 to "
               "every pair's expected MSE")
+        figure(f"{label}: fixed costs vary by model (sd; the MSE a two-model offset adds)",
+               f"{sd:.2f} s; {sd * sd / 2:.3f} s^2")
         rows, inside, checked, floors, swaps, post = [], 0, 0, [], [], []
+        widths: list[float] = []  # the accepted pairs' held-out 90 % intervals, seconds
         inside_acc = checked_acc = 0
         for a, b in itertools.combinations(obs, 2):
             cal = calibrate(base.file_, [a, b], environment=env, source=str(timings),
@@ -122,6 +125,7 @@ def main() -> int:
                 if accepted[key]:
                     inside_acc += ok
                     checked_acc += 1
+                    widths.append(p.interval.high - p.interval.low)
             key = (a.model, b.model) if (a.model, b.model) in accepted else (b.model, a.model)
             mse = statistics.fmean(e * e for e in errors)
             worst = max(map(abs, errors))
@@ -164,11 +168,17 @@ def main() -> int:
               f"({inside_acc / max(checked_acc, 1):.1%})")
         figure(f"{label}: held-out truths inside their 90 % interval, accepted pairs",
                f"{inside_acc / max(checked_acc, 1):.1%} ({inside_acc} of {checked_acc}; all "
-               f"pairs {inside / checked:.1%})")
+               f"pairs {inside / checked:.1%}); median width {statistics.median(widths):.1f} s")
         print(f"  floor: the transfer fitted on all nine (truth included) scores the accepted "
               f"pairs' held-out models median MSE "
               f"{statistics.median(f[0] for f in floors):.3f} s^2, worst "
               f"{max(f[0] for f in floors):.3f} s^2 / {max(f[1] for f in floors):.2f} s")
+        figure(f"{label}: floor, the all-nine transfer on the accepted pairs' held-out models",
+               f"median {statistics.median(f[0] for f in floors):.3f} s^2, worst "
+               f"{max(f[0] for f in floors):.3f} s^2")
+        figure(f"{label}: all-nine transfer swapped in, accepted pairs meeting the targets",
+               f"offsets {sum(x for x, _ in swaps)} of {len(swaps)}, ratios "
+               f"{sum(y for _, y in swaps)} of {len(swaps)}")
         print(f"  accepted pairs meeting the targets with the all-nine offsets swapped in: "
               f"{sum(x for x, _ in swaps)} of {len(swaps)}; with the all-nine ratios: "
               f"{sum(y for _, y in swaps)} of {len(swaps)}")
@@ -178,6 +188,8 @@ def main() -> int:
               f"correlation with the actual MSE {r:.2f}"
               f"; of the {len(passed)} pairs it passes, {sum(not p[1] for p in passed)} miss the "
               "MSE target")
+        figure(f"{label}: post-run check, correlation with the actual MSE; pairs passed, missing",
+               f"{r:.2f}; {len(passed)} passed, {sum(not p[1] for p in passed)} miss")
     print("\nout of the training range (issue 13 item 4): each extreme model held out, refit, "
           "predicted")
     dense = [o for o in observations_from_paper(paper) if o.features.kind == "dense"]

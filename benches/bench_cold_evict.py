@@ -52,6 +52,8 @@ def main() -> int:
         print(f"{i + 1}: import torch {hot[-1]:.2f} s hot, evicted in {took[-1]:.1f} s, "
               f"then import torch {after[-1]:.2f} s", flush=True)
     n = args.repeat
+    figure("what one eviction covered (the model; the engine's Python trees)",
+           f"{model}; {python}")
     figure(f"eviction of the model and the engine's Python, {n} times",
            f"{min(took):.1f}-{max(took):.1f} s")
     figure(f"fresh `import torch`, page cache hot vs just evicted, {n} interleaved pairs",

@@ -61,6 +61,8 @@ def report(name: str, ms: list[float], target_ms: float | None = None) -> None:
     if target_ms is not None:
         figure(f"speed: {name}, median", f"{statistics.median(ms):.3f} ms",
                target=f"< {target_ms:g} ms", met=statistics.median(ms) < target_ms)
+    else:
+        figure(f"{name}: speed, median / p95", f"{statistics.median(ms):.3f} / {p95:.3f} ms")
 
 
 def extremes(observations) -> dict[str, list[str]]:
@@ -112,6 +114,9 @@ def accuracy(model, observations, environment, settings) -> None:
               f"[{pred.interval.low:.2f}, {pred.interval.high:.2f}] "
               f"{'inside' if inside else 'OUTSIDE'}"
               + (f"  range rule: {'; '.join(switched)}" if switched else ""))
+        figure(f"{'/'.join(labels)} {m}: extrapolation fold, actual, predicted [90 % interval]",
+               f"{actual:.2f} s, {pred.total_s:.2f} s [{pred.interval.low:.2f}, "
+               f"{pred.interval.high:.2f}]")
     mse = statistics.mean(e * e for e in errors)
     print(f"extrapolation folds: MSE {mse:.3f} s^2, max |error| "
           f"{max(abs(e) for e in errors):.3f} s, totals {covered}/{len(errors)} inside 90 %, "
@@ -119,8 +124,12 @@ def accuracy(model, observations, environment, settings) -> None:
           f"{statistics.mean(widths):.2f} s")
     figure("extrapolation folds: deepest, largest, smallest held out (MSE / max / inside)",
            f"{mse:.3f} s^2 / {max(abs(e) for e in errors):.2f} s / {covered} of {len(errors)}")
-    print("  per-stage error on these folds (s): " + ", ".join(
-        f"{b} " + "/".join(f"{e:+.2f}" for e in errs) for b, errs in stage_err.items()))
+    figure("extrapolation folds: stages inside their 90 % interval; mean width of the total's",
+           f"{stage_in} of {stage_n}; {statistics.mean(widths):.2f} s")
+    per_stage = ", ".join(f"{b} " + "/".join(f"{e:+.2f}" for e in errs)
+                          for b, errs in stage_err.items())
+    print("  per-stage error on these folds (s): " + per_stage)
+    figure("extrapolation folds: per-stage error, deepest/largest/smallest (s)", per_stage)
 
 
 def loading_rates() -> None:
@@ -149,6 +158,9 @@ def loading_rates() -> None:
         print(f"  {table:<16} page cache {storage['page_cache']:<4} {rate.lower_rate:.4f} "
               f"(se {rate.lower_se:.4f}) vs {rate.upper_rate:.4f} (se {rate.upper_se:.4f}): "
               f"{'constant' if rate.constant else 'NOT constant'}")
+        figure(f"{table}: loading rate (s/GB, smaller vs larger half)",
+               f"{rate.lower_rate:.4f} ± {rate.lower_se:.4f} vs {rate.upper_rate:.4f} ± "
+               f"{rate.upper_se:.4f}: {'constant' if rate.constant else 'not constant'}")
 
 
 def validation(truths_path: str | None, tmp: Path) -> None:
@@ -180,6 +192,8 @@ def validation(truths_path: str | None, tmp: Path) -> None:
         if switched:
             line += f"  range rule: {'; '.join(switched)}"
         print(line)
+        figure(f"{m}: validation model, predicted total [90 % interval]",
+               f"{p['total_s']:.2f} s [{low:.2f}, {high:.2f}]")
     if len(errors) == len(VALIDATION):
         mse = statistics.mean(e * e for e in errors)
         worst = max(abs(e) for e in errors)
@@ -240,8 +254,9 @@ def main() -> None:
     settings = {"capture_sizes": PAPER_CAPTURE_SIZES}
     t0 = time.perf_counter()
     model = StartupModel().fit(observations, environment, settings, source=str(PAPER))
-    print(f"fit on the paper data (12 models, nested LOMO): "
-          f"{(time.perf_counter() - t0) * 1000:.0f} ms  [code: {SRC}]")
+    took = (time.perf_counter() - t0) * 1000
+    print(f"fit on the paper data (12 models, nested LOMO): {took:.0f} ms  [code: {SRC}]")
+    figure("fit on the paper data (12 models, nested LOMO): speed", f"{took:.0f} ms")
     dense = [o for o in observations if o.features.kind == "dense"]
     accuracy(model, dense, environment, settings)
     if getattr(model.file_, "loading_rate", "absent") != "absent":

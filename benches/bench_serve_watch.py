@@ -136,6 +136,13 @@ def main() -> int:
     print(f"  serve CPU while the logs were written: {busy_cpu / busy_s * 100:.1f} % of a core")
     print(f"  serve CPU idle, {args.replicas} files followed, {args.idle:g} s: "
           f"{idle_cpu / args.idle * 100:.2f} % of a core")
+    if lags:
+        figure(f"serve --watch, {args.replicas} logs: ready->stored median / p99 / max",
+               f"{lags[len(lags) // 2] * 1000:.0f} / "
+               f"{lags[min(len(lags) - 1, int(0.99 * len(lags)))] * 1000:.0f} / "
+               f"{lags[-1] * 1000:.0f} ms")
+    figure(f"serve --watch, {args.replicas} logs: serve CPU while the logs were written",
+           f"{busy_cpu / busy_s * 100:.1f} % of a core")
     met = (not missing and len(stored) == args.replicas and lags and lags[-1] <= 1.0
            and idle_cpu / args.idle <= 0.05)
     print(f"  targets (all stored, each <= 1 s, idle <= 5 %): {'met' if met else 'NOT met'}")
