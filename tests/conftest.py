@@ -228,6 +228,12 @@ def vllm_available() -> bool:
         return False
     return True
 
+# The width of piped output is COLUMNS when set (cli.common.console), else 120: the tests that
+# draw a table expect the default unless they set COLUMNS themselves, and pytest-xdist's
+# workers export COLUMNS=80 LINES=24 (a terminal may export its own).
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
+
 # Every process this test session starts (engines included: the runner passes the environment
 # on) carries this marker, so the guard below never touches anyone else's processes.
 SESSION = f"pytest-{os.getpid()}"

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from coldscope.engines.command import GenericEngine, flag, module_of, options, starts
 from coldscope.engines.roles import (
     FAILED,
+    LAUNCH,
     OWN_LINE,
     READY,
     START_PREFIX,
@@ -56,7 +57,8 @@ if TYPE_CHECKING:
     from coldscope.core.timeline import Span
 
 __all__ = [
-    "ENGINES", "ENTRY_POINT_GROUP", "FAILED", "OWN_LINE", "PLUGIN_ERRORS", "READY", "START_PREFIX",
+    "ENGINES", "ENTRY_POINT_GROUP", "FAILED", "LAUNCH", "OWN_LINE", "PLUGIN_ERRORS", "READY",
+    "START_PREFIX",
     "UNNAMED_ENGINE", "CommandSettings", "ComparedWithPaper", "Engine", "EngineWarning",
     "FindingsAdvice", "GenericEngine", "LogEngine", "LogFacts", "LogLine", "LogReader",
     "LogReading", "ProcessEvidence", "RunReader", "TuneCatalogue", "by_distribution", "by_name",
@@ -255,14 +257,14 @@ def follow_boundary(line: str, engine: LogReader | None) -> tuple[str | None, Lo
     then on. Until then every reading adapter is asked, in registry order."""
     if engine is not None:
         kind = engine.startup_boundary(line)
-        return (None if kind == OWN_LINE else kind), engine
+        return (None if kind in (OWN_LINE, LAUNCH) else kind), engine
     for reader in ENGINES:
         if isinstance(reader, LogReader):
             kind = reader.startup_boundary(line)
             if kind is not None:
                 if kind.startswith(START_PREFIX):
                     return kind, reader
-                return (None if kind == OWN_LINE else kind), None
+                return (None if kind in (OWN_LINE, LAUNCH) else kind), None
     return None, None
 
 

@@ -222,6 +222,12 @@ FAILED = "failed"
 #: ``Application startup complete.`` comes before its warm-up request; to vLLM it is the ready
 #: line). ``LogReader.startup_boundary`` callers treat it as None.
 OWN_LINE = "own"
+#: An engine's answer for a line its process prints as it starts, before the line that opens
+#: a start-up (vLLM's platform detection and plugin discovery on ``import vllm``): where a
+#: start-up's launch shows first (``ingest.logfiles.startups`` begins one there, after the one
+#: before it ended). Opens, finishes and fails nothing: callers that only follow start-ups
+#: treat it as None.
+LAUNCH = "launch"
 
 
 

@@ -2,7 +2,8 @@
 parse`` is given, each read with size bounds and made a ``Run``, and a fleet summary of them.
 
 Sources: a file, a directory (every file under it, recursively, in name order; hidden names
-skipped), ``-`` for standard input. A file is read only if it is a regular file outside
+and the folder's documentation, a ``README.md`` beside the logs, skipped), ``-`` for standard
+input. A file is read only if it is a regular file outside
 ``/proc`` and ``/sys`` (a FIFO, socket, device or kernel file found in a directory is skipped
 with a line, never opened for reading, so it cannot hang the command); gzip data (``x.log.gz``,
 by its magic bytes) is decompressed as it is read, under the same bound; a rotated file
@@ -38,6 +39,7 @@ import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import EllipsisType
 from typing import IO, TYPE_CHECKING, Any, Literal
 
 from coldscope.capture.logtext import LinePrefix, NumberedLines
@@ -112,7 +114,8 @@ def log_limit() -> int:
 
 def log_sources(inputs: Sequence[str]) -> list[LogSource]:
     """The logs ``inputs`` name: files as given, directories walked (sorted, recursively, links
-    to directories not followed, hidden names skipped), ``-`` once."""
+    to directories not followed, hidden names and documentation skipped: ``_walk``), ``-``
+    once."""
     out: list[LogSource] = []
     for given in inputs:
         if given == STDIN:
@@ -128,8 +131,10 @@ def log_sources(inputs: Sequence[str]) -> list[LogSource]:
 
 def _walk(top: Path) -> Iterator[LogSource]:
     """The files under ``top`` in ``os.walk``'s order (top-down; each directory's files, then
-    its sub-directories, both sorted; hidden names and links to directories left out), walked
-    with a stack rather than recursion, at most ``MAX_DEPTH`` levels down."""
+    its sub-directories, both sorted; hidden names, links to directories and documentation
+    (``documentation``) left out, without a line: a folder of logs often holds a README that
+    says what they are, and listing it as a refused log is noise), walked with a stack rather
+    than recursion, at most ``MAX_DEPTH`` levels down."""
     stack: list[tuple[Path, int]] = [(top, 0)]
     while stack:
         folder, depth = stack.pop()
@@ -152,7 +157,7 @@ def _walk(top: Path) -> Iterator[LogSource]:
                     dirs.append((entry.name, entry.is_symlink()))
                 except OSError:
                     continue
-            else:
+            elif not documentation(entry.name):
                 files.append(entry.name)
         for name in sorted(files):
             found = folder / name
@@ -163,6 +168,25 @@ def _walk(top: Path) -> Iterator[LogSource]:
                             skip=f"directories deeper than {MAX_DEPTH} levels are not walked")
             continue
         stack.extend(reversed(below))
+
+
+#: File names a folder of logs holds to document them, lowercased: a README, a licence.
+_DOC_NAMES = ("readme", "license", "licence", "copying", "notice", "changelog", "authors")
+#: Extensions of text that is written to be read, never an engine's output (Markdown,
+#: reStructuredText, AsciiDoc).
+_DOC_EXTENSIONS = (".md", ".markdown", ".rst", ".adoc")
+
+
+def documentation(name: str) -> bool:
+    """Whether a file named ``name`` is clearly documentation, not a log: a Markdown,
+    reStructuredText or AsciiDoc file, or a README, licence, changelog or the like with no
+    extension or ``.txt``. Only names that no engine's output is saved under: ``notes.txt``,
+    ``x.json``, ``notice.log`` are logs until read (JSON lines are logs too); a walk leaves
+    documentation out, while a file named on the command line is always read."""
+    lower = name.lower()
+    stem, dot, ext = lower.partition(".")
+    return lower.endswith(_DOC_EXTENSIONS) or (
+        stem in _DOC_NAMES and (not dot or ext == "txt"))
 
 
 def _not_readable(path: Path) -> str | None:
@@ -440,6 +464,11 @@ class StartupLines:
     bad_arguments: int | None = None
     """The index (in ``lines``) of argparse's ``PROG: error:`` line of a launch that died at
     argument parsing; None otherwise."""
+    end: int | None = None
+    """The index (in ``lines``) of its ready or failure line; None while it has neither (a
+    log cut off, or a start-up still running in a followed log)."""
+    failed: bool = False
+    """Whether its end (``end``) is a failure."""
 
     @property
     def movable(self) -> int:
@@ -447,7 +476,8 @@ class StartupLines:
         return self.tail if self.loose is None else min(self.loose, self.tail)
 
 
-def startups(lines: Sequence[str]) -> list[StartupLines]:
+def startups(lines: Sequence[str], *, prefix: LinePrefix | None | EllipsisType = ...,
+             reader: LogReader | None | EllipsisType = ...) -> list[StartupLines]:
     """The start-ups one log holds, in order; every line is in exactly one.
 
     A new start-up's start line is a line the log's engine (``engines.identify_log``, once)
@@ -467,7 +497,13 @@ def startups(lines: Sequence[str]) -> list[StartupLines]:
     manager's report of its exit) is the new one's (the launcher's and the engine's first
     lines, such as vLLM's platform detection before its banner), so its clock never starts at
     the previous one's crash. The parts keep the file's line numbers (``NumberedLines``; a
-    plain list is numbered from 0), so every line a reading quotes is the file's."""
+    plain list is numbered from 0), so every line a reading quotes is the file's.
+
+    ``prefix``: the file's repeated prefix (``logtext.repeated_prefix`` of its first lines)
+    when ``lines`` are a later part of it (``serve``'s watcher holds a file's lines from its
+    first unfinished start-up on), so that the part is cut as the whole file is; ``reader``:
+    ``engines.identify_log`` of ``lines`` when the caller knows it already (the watcher asks
+    it once, not at every cut). By default both are found from ``lines``."""
     from coldscope.engines import (
         FAILED,
         OWN_LINE,
@@ -477,11 +513,13 @@ def startups(lines: Sequence[str]) -> list[StartupLines]:
         identify_log,
     )
     numbered = lines if isinstance(lines, NumberedLines) else NumberedLines(lines)
-    reader: LogReader | None = identify_log(numbered)
+    if reader is ...:
+        reader = identify_log(numbered)
     if reader is None:
         return [StartupLines(numbered)]
     from coldscope.capture.logtext import repeated_prefix, without_prefixes
-    prefix = repeated_prefix(numbered)
+    if prefix is ...:
+        prefix = repeated_prefix(numbered)
     cuts, ends, failed = [0], [], []
     arg_errors: dict[int, bool] = {}
     begun = ended = switched = False
@@ -509,7 +547,7 @@ def startups(lines: Sequence[str]) -> list[StartupLines]:
         if kind.startswith(START_PREFIX):
             if ended:
                 cuts.append(_first_line(numbered, cuts[-1], ends[-1], i, failed[-1], prefix,
-                                        reader if switched else None))
+                                        reader, switched))
                 ended = False
                 usage = -1
             begun = True
@@ -528,13 +566,23 @@ def startups(lines: Sequence[str]) -> list[StartupLines]:
             last = _last_leftover(numbered, a, ends[k], b, failed[k], prefix)
             loose = b - 1 - last if last is not None else None
         bad = ends[k] - a if k < len(ends) and ends[k] in arg_errors else None
-        out.append(StartupLines(numbered.part(a, b), tail, loose, bad))
+        end = ends[k] - a if k < len(ends) else None
+        out.append(StartupLines(numbered.part(a, b), tail, loose, bad, end,
+                                k < len(ends) and failed[k]))
     return out
 
 
 #: argparse's report of a bad command line: ``usage: PROG ...`` then ``PROG: error: ...``.
 _USAGE = re.compile(r"(?:^|\s)usage: \S")
 _ARG_ERROR = re.compile(r"(?:^|\s)[\w.\-]+(?: [\w.\-]+)?: error: \S")
+
+
+def may_cut(line: str) -> bool:
+    """Whether ``line`` is argparse's ``usage:`` or ``PROG: error:`` line, which ``startups``
+    may end a start-up at though no engine reads it (a follower, ``serve``'s watcher, asks
+    ``startups`` again after such a line, as after an engine's start, ready or failure line)."""
+    return ("usage: " in line and _USAGE.search(line) is not None) or (
+        ": error: " in line and _ARG_ERROR.search(line) is not None)  # (substrings first: cheap)
 #: A service manager announcing a launch (systemd's "Started vllm.service - ...", "Starting ...").
 _LAUNCH = re.compile(r"\bsystemd\[\d+\]: Start(?:ed|ing) ")
 #: A service manager's line on a unit, any other than a launch: a stop, an exit, a restart job.
@@ -596,21 +644,26 @@ def _last_leftover(lines: NumberedLines, begin: int, end: int, stop: int,
 
 
 def _first_line(lines: NumberedLines, begin: int, end: int, start: int, failed: bool,
-                prefix: LinePrefix | None, other: LogReader | None = None) -> int:
-    """Where the start-up whose start line is ``lines[start]`` begins, the one before it
-    (from ``lines[begin]``) having ended at ``lines[end]``: at a launch's announcement
-    (``_LAUNCH``, argparse's ``usage:``) after the previous start-up's last own line; after a
-    failed one, right after that line; when the new start-up is ``other``'s, another engine's,
-    at the first line of those that engine claims as its own (a container's version banner);
-    else at the start line."""
+                prefix: LinePrefix | None, reader: LogReader, switched: bool = False) -> int:
+    """Where the start-up whose start line is ``lines[start]`` (an engine's, ``reader``'s)
+    begins, the one before it (from ``lines[begin]``) having ended at ``lines[end]``: at a
+    launch's announcement after the previous start-up's last own line (a service manager's,
+    ``_LAUNCH``; argparse's ``usage:``; the engine's process starting, ``engines.LAUNCH``:
+    vLLM's platform detection before its banner); after a failed one, right after that line;
+    when the new start-up is another engine's (``switched``), at the first line of those that
+    engine claims as its own (a container's version banner); else at the start line."""
+    from coldscope.capture.logtext import without_prefixes
+    from coldscope.engines import LAUNCH
     last = _last_leftover(lines, begin, end, start, failed, prefix)
     after = end if last is None else last
-    if other is not None:
-        own = other.first_own_line(list(lines[after + 1:start]))
+    if switched:
+        own = reader.first_own_line(list(lines[after + 1:start]))
         if own is not None:
             return after + 1 + own
     announced = next((i for i in range(after + 1, start)
-                      if lines[i] and (_LAUNCH.search(lines[i]) or _USAGE.search(lines[i]))),
+                      if lines[i] and (_LAUNCH.search(lines[i]) or _USAGE.search(lines[i])
+                                       or reader.startup_boundary(
+                                           without_prefixes(lines[i], prefix)) == LAUNCH)),
                      None)
     if announced is not None:
         return announced
@@ -635,17 +688,50 @@ def _read_startups(lines: Sequence[str], name: str,
     carried = NumberedLines()
     for k, part in enumerate(parts, 1):
         tag = f"#{k}" if len(parts) > 1 else ""
-        body, carried = carried.then(part.lines), NumberedLines()
-        run, refusal, facts = _read(body, name + tag)
-        if run is None and part.bad_arguments is not None:
-            run = _bad_arguments(lines, body, part.bad_arguments - len(body) + len(part.lines),
-                                 name + tag)
-        if part.movable and k < len(parts):
-            head = body.part(None, -part.movable)
-            alone, _, alone_facts = _read(head, name + tag)
-            if alone is not None and (run is None or _reading(run) != _reading(alone)):
-                body, run, facts, carried = head, alone, alone_facts, body.part(-part.movable)
-        yield body, run, None if run is not None else refusal, facts
+        read = read_startup_lines(part, carried, name + tag, log=lines, last=k == len(parts))
+        carried = read.carried
+        yield read.lines, read.run, read.refusal, read.facts
+
+
+@dataclass(frozen=True)
+class StartupReading:
+    """One start-up read as ``parse`` reads it (``read_startup_lines``): the lines it was
+    read from, its run or why it was refused, the findings' facts of that reading, and the
+    lines that turned out to be the next start-up's first lines (``carried``)."""
+
+    lines: NumberedLines
+    run: Run | None
+    refusal: str | None
+    facts: LogFacts | None
+    carried: NumberedLines
+
+
+def read_startup_lines(part: StartupLines, carried: NumberedLines, name: str, *,
+                       log: Sequence[str], last: bool, cut_only: bool = False,
+                       ) -> StartupReading:
+    """One start-up of ``startups``, read: ``carried`` (the lines the start-up before it gave
+    up, ``StartupReading.carried``) and its own lines, its run named ``name``; ``log`` is the
+    file's lines held (whose engine a launch that died at argument parsing is given);
+    ``last``: no start-up follows it (yet), so its lines after its end stay with it. One
+    function for ``parse`` and ``serve``'s watcher, so both store the same start-up alike.
+
+    ``cut_only``: read only where the start-up's lines end depends on its reading (lines
+    it may give the next start-up) or no engine's reading gives its run (a launch that died
+    at argument parsing); otherwise the reading's ``run``, ``refusal`` and ``facts`` are None,
+    and the caller reads ``lines`` itself (``serve`` does, in its storing thread)."""
+    body = carried.then(part.lines)
+    if cut_only and part.bad_arguments is None and (last or not part.movable):
+        return StartupReading(body, None, None, None, NumberedLines())
+    run, refusal, facts = _read(body, name)
+    if run is None and part.bad_arguments is not None:
+        run = _bad_arguments(log, body, part.bad_arguments - len(body) + len(part.lines), name)
+    rest = NumberedLines()
+    if part.movable and not last:
+        head = body.part(None, -part.movable)
+        alone, _, alone_facts = _read(head, name)
+        if alone is not None and (run is None or _reading(run) != _reading(alone)):
+            body, run, facts, rest = head, alone, alone_facts, body.part(-part.movable)
+    return StartupReading(body, run, None if run is not None else refusal, facts, rest)
 
 
 def _bad_arguments(log: Sequence[str], lines: NumberedLines, at: int, name: str) -> Run | None:
@@ -713,6 +799,9 @@ def _with_log_facts(run: Run, lines: Sequence[str], source: LogSource,
 
 #: What the summary gives per group: every bucket, then time to ready.
 SUMMARY_KEYS: tuple[str, ...] = (*BUCKETS, "time_to_ready")
+#: Runs a group needs before its p50 and p90 say more than its runs do: of one run, both are
+#: that run's own figures (the JSON keeps them, with the count; the table draws them from two).
+MIN_SUMMARY_RUNS = 2
 
 
 @dataclass(frozen=True)
@@ -725,6 +814,12 @@ class FleetGroup:
     model: str | None
     count: int
     stats: dict[str, tuple[float, float, int] | None]
+
+    @property
+    def summarised(self) -> bool:
+        """Whether the group has ``MIN_SUMMARY_RUNS`` runs, so that its percentiles are more
+        than one run's figures."""
+        return self.count >= MIN_SUMMARY_RUNS
 
     def to_json(self) -> dict[str, Any]:
         return {"engine": self.engine, "version": self.version, "model": self.model,

@@ -32,10 +32,16 @@ def build_run(s: Startup) -> Run:
     ``parse``, findings included), with the watcher's id, verdict, time and file."""
     from coldscope.core.records import ModelRef
     from coldscope.ingest.assemble import run_from_log
-    run = run_from_log(s.lines, name=s.replica, origin="log", started_at=_started_at(s))
+    from coldscope.util.errors import ColdscopeError
+    try:
+        run = run_from_log(s.lines, name=s.replica, origin="log", started_at=_started_at(s))
+    except ColdscopeError:  # what no engine reads: a launch that died at argument parsing
+        if s.run is None:
+            raise
+        run = s.run  # the watcher's reading, ``parse``'s (``ingest.logfiles``)
     update: dict[str, Any] = {"id": run_id(s.replica, s.lines), "log_path": s.path,
                               "label": s.replica}
-    if s.status != "ok":
+    if s.status != "ok" and s.reason is not None:  # the watcher's verdict (a timeout, a bound)
         update.update(status="failed", reason=s.reason)
     if run.model.path is None and run.model.name is None:
         from coldscope.engines import log_facts

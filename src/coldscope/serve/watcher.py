@@ -2,13 +2,14 @@
 
 A fleet writes one log per replica (a pod's log file, a systemd unit's journal export, a
 terminal redirected to a file). The watcher polls the files and directories it is given, reads
-what was appended since the last poll, and runs each replica's lines through a small state
-machine that recognises where a start-up begins, when it became ready, and when it failed.
-What a line *means* comes from the engine adapters (``LogReader.startup_boundary``, asked through
-:func:`coldscope.engines.follow_boundary`), the same package ``coldscope parse`` reads logs
-with; this module knows no engine and only decides where one start-up's lines begin and end.
-A stream's engine is identified once, at the first start line an adapter claims, and only that
-adapter reads the stream's later lines (until the file is truncated or replaced).
+what was appended since the last poll, and cuts each replica's lines into start-ups exactly as
+``coldscope parse`` cuts a saved file: it holds the lines of the start-up in progress and asks
+``ingest.logfiles.startups`` (the one rule for where a start-up begins and ends) what is
+complete, and ``ingest.logfiles.read_startup_lines`` reads each one, so that the same start-up
+gets the same lines, id and values whichever way it was stored. This module knows no engine:
+what a line means comes from the engine adapters (``LogReader.startup_boundary``, asked through
+:func:`coldscope.engines.follow_boundary`), and only says when the held lines are worth cutting
+again (a start, ready or failure line, argparse's ``usage:``/``error:``).
 
 Why polling and not inotify: it works the same on every filesystem (NFS, overlay, bind mounts
 of pod logs), needs no extra dependency, and at the default 0.2 s period costs a few stat calls
@@ -33,7 +34,8 @@ Bounds: each poll reads at most ``MAX_READ_BYTES`` of each file (a 2 GB file is 
 many polls, never in one) and ``MAX_POLL_BYTES`` of all files together (the next poll goes on
 where this one stopped, so a burst of new files costs a bounded amount of work per poll and is
 caught up over several); lines are cut at ``MAX_LINE_BYTES``; one start-up holds at most
-``MAX_STARTUP_LINES`` / ``MAX_STARTUP_BYTES``; at most ``MAX_FILES`` files are followed (a file
+``MAX_STARTUP_LINES`` / ``MAX_STARTUP_BYTES`` (and what follows one stored at its end, until the
+next begins, at most twice ``MAX_GAP_LINES``); at most ``MAX_FILES`` files are followed (a file
 past them is never followed, and counted in ``dropped``); and the memory all running start-ups
 hold together is kept under ``max_held_bytes`` (the biggest running start-up is failed past it,
 and counted). A start-up's lines are held as one UTF-8 buffer, and what is counted against
@@ -46,12 +48,12 @@ The polling thread holds its lock only while it polls; what HTTP handlers ask (`
 ``drops()``) is published after each poll or is a plain count, so a slow poll never makes
 ``/metrics`` wait.
 
-A start-up begins at a file's first line, or — after the previous one finished — at the next
-line an engine says opens a start-up (for vLLM: the API server's version banner or the engine's
-``Initializing … LLM engine (vX)`` line). It is *running* until a line an engine says shows it
-ready (vLLM: ``Application startup complete``) or failed (vLLM: ``EngineCore failed to
-start``), a second start line of the same kind (the replica restarted), or ``timeout`` seconds
-without becoming ready.
+Where a start-up begins and ends is ``startups``'s rule (its own first line: the launcher's or
+the engine's, never the previous one's traceback). It is *running* until its ready line (stored
+then), its failure line (stored once the next start-up begins or its log has been quiet for
+``SETTLE_S``, with the reason ``parse`` quotes from its traceback), or ``timeout`` seconds
+without either (stored as failed). The live-only verdicts (a timeout, a bound, a deleted file)
+are the watcher's own reason on ``parse``'s reading of the lines so far.
 """
 
 from __future__ import annotations
@@ -65,14 +67,20 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from coldscope import engines
+from coldscope.capture.logtext import PREFIX_SAMPLE, LinePrefix, repeated_prefix
 from coldscope.engines import FAILED, READY, START_PREFIX, LogReader
+from coldscope.ingest.logfiles import StartupLines, StartupReading, may_cut
 from coldscope.util.errors import ColdscopeError
 from coldscope.util.safeio import open_regular
+
+if TYPE_CHECKING:
+    from coldscope.capture.logtext import NumberedLines
+    from coldscope.core.records import Run
 
 log = logging.getLogger("coldscope.serve.watcher")
 
@@ -98,11 +106,19 @@ MAX_DRAIN_BYTES = 16 * 1024 * 1024
 MAX_FILES = 4096
 #: Default bound on the memory all running start-ups hold together.
 MAX_HELD_BYTES = 256 * 1024 * 1024
-#: Memory one start-up costs besides its text (its object, its set of start-line kinds, the
-#: text buffer's header), rounded up from tracemalloc's count (about 700 bytes).
+#: Memory one start-up costs besides its text (its object, the text buffer's header), rounded
+#: up from tracemalloc's count (about 700 bytes).
 STARTUP_OVERHEAD_BYTES = 1024
 #: Seconds a followed file may be missing (a rotation's gap) before it is forgotten.
 FORGET_AFTER_S = 30.0
+#: Seconds a failed start-up's log must be quiet before it is stored (unless the next start-up
+#: begins first): its traceback and its processes' last words, from which ``parse`` quotes
+#: the reason, come within a second of its failure line.
+SETTLE_S = 5.0
+#: Lines held after a start-up stored at its end while the next has not begun (a server's
+#: request log): past twice this many, only the last this many are kept. ``startups`` finds
+#: the next start-up's first line among them (after the last line that is the previous one's).
+MAX_GAP_LINES = 5_000
 
 
 def classify(line: str) -> str | None:
@@ -136,10 +152,12 @@ class Startup:
     count: int = 0  # lines held
     last_line_at: float = 0.0
     confirmed: bool = False
-    kinds: set[str] = field(default_factory=set)
     status: str = "running"
     reason: str | None = None
     finished_at: float | None = None
+    run: Run | None = None
+    """``parse``'s reading of the lines (``ingest.logfiles.read_startup_lines``), once
+    finished."""
 
     @property
     def lines(self) -> list[str]:
@@ -169,87 +187,264 @@ class Startup:
 
 
 class _Stream:
-    """The start-up state machine of one replica (one watched path)."""
+    """One replica's log (one watched path) cut into start-ups as ``coldscope parse`` cuts a
+    saved file: the same ``ingest.logfiles.startups`` asked of the lines held, the same
+    ``read_startup_lines`` reading each start-up, so that a start-up has the same lines, id
+    and values whichever way it was stored.
+
+    ``held`` is a file's lines from the first line of its first start-up not yet settled
+    on. Whenever a line comes that may end a start-up or open the next (a start, ready or
+    failure line, argparse's ``usage:``/``error:``), the held lines are cut again
+    (``settle``), once per slice read: every start-up followed by another is complete, and
+    is handed over (``on_finish``) unless it was already; the held lines then begin at the
+    last one's first line. The last start-up is handed over as soon as it is ready (its
+    ready line is its end in ``parse`` too); a failed one once the next begins or its log
+    has been quiet for ``SETTLE_S`` (its traceback, whose exception is the reason ``parse``
+    quotes, comes after its failure line); one neither ready nor failed after ``timeout``
+    seconds, as failed. A start-up handed over at its end stays held (its own lines, then
+    at most ``MAX_GAP_LINES`` of what follows) until the next one begins, for ``startups``
+    tells where that one's first line is from them."""
 
     def __init__(self, replica: str, path: str, timeout: float,
                  on_finish: Callable[[Startup], None], on_start: Callable[[Startup], None]):
         self.replica, self.path, self.timeout = replica, path, timeout
         self.on_finish, self.on_start = on_finish, on_start
-        self.current: Startup | None = None
+        self.buffer: Startup | None = None
+        self.fed = 0  # lines fed: the file's line number (from 0) of the next line
+        self.numbers: range | list[int] = range(0)  # the line number of each held line
         self.seq = 0
-        self.done = False  # the last start-up finished: wait for a start line
+        self.stored: int | None = None  # the held start-up's end (index), once handed over
+        self.ended = False  # the held lines' last start-up has its ready or failure line
+        self.dirty = False  # a line that may cut came since the last ``settle``
+        self.skipping = False  # a start-up was given up at a bound: wait for a start line
         self.foreign = False  # not an engine log: stop reading the file
         self.engine: LogReader | None = None  # identified at the first start line
+        self.sample: list[str] | None = []  # the file's first lines, until its prefix is known
+        self.prefix: LinePrefix | None = None
+        self.prefix_of = -1  # how many of ``sample`` ``prefix`` was found from (-1: not yet)
+        self.reader: LogReader | None = None  # ``identify_log`` of the held lines, once known
+        self.readers: tuple[LogReader, ...] | None = None  # every engine's, once asked
+
+    def _launch(self, line: str) -> tuple[str | None, LogReader | None]:
+        """After a start-up ended, a start line of any engine (``startups`` asks every
+        adapter there, as the next launch may be another engine's) and the engine it is of;
+        else (None, the stream's engine). As ``engines.follow_boundary(line, None)``, with the
+        adapters listed once per stream rather than checked against ``LogReader`` per line
+        (a server's request log after its ready line is most lines)."""
+        if self.readers is None:
+            self.readers = tuple(e for e in engines.ENGINES if isinstance(e, LogReader))
+        for reader in self.readers:
+            kind = reader.startup_boundary(line)
+            if kind is not None:
+                if kind.startswith(START_PREFIX):
+                    return kind, reader
+                break
+        return None, self.engine
+
+    @property
+    def current(self) -> Startup | None:
+        """The start-up being followed: the held lines' last one, until it is handed over."""
+        return self.buffer if self.stored is None else None
 
     def held(self) -> int:
-        """Bytes of memory this stream holds (its running or unconfirmed start-up)."""
-        return self.current.memory() if self.current is not None else 0
+        """Bytes of memory this stream holds (its held lines)."""
+        return self.buffer.memory() if self.buffer is not None else 0
 
-    def _begin(self, now: float) -> Startup:
+    def _begin(self, now: float, lines: NumberedLines | None = None) -> Startup:
         self.seq += 1
-        self.current = Startup(self.replica, self.path, self.seq, now, time.time(),
-                               last_line_at=now)
-        return self.current
+        self.buffer = Startup(self.replica, self.path, self.seq, now, time.time(),
+                            last_line_at=now)
+        self.numbers = range(self.fed, self.fed)
+        if lines:
+            for line in lines:
+                self.buffer.add(line)
+            first, last = lines.numbers[0], lines.numbers[-1]
+            self.numbers = range(first, last + 1) if last - first + 1 == len(lines) \
+                else list(lines.numbers)
+        self.stored, self.ended, self.reader = None, False, None
+        return self.buffer
 
-    def _finish(self, s: Startup, status: str, reason: str | None, now: float) -> None:
-        s.status, s.reason, s.finished_at = status, reason, now
-        s.text = s.text[:]  # no growth room in a finished start-up waiting to be stored
-        # The stream lets go of the lines: the storing side owns them now.
-        self.current, self.done = None, True
-        if s.confirmed:
-            self.on_finish(s)
+    def _held_lines(self) -> NumberedLines:
+        """The held lines, numbered by the file's lines (counted since the watcher began
+        following the path: after a rotation or truncation, on from the last file's)."""
+        from coldscope.capture.logtext import NumberedLines
+        assert self.buffer is not None
+        return NumberedLines(self.buffer.lines, self.numbers)
+
+    def _add(self, cur: Startup, line: str) -> None:
+        cur.add(line)
+        if isinstance(self.numbers, list):
+            self.numbers.append(self.fed)
+        elif self.numbers.stop == self.fed:
+            self.numbers = range(self.numbers.start, self.fed + 1)
+        else:
+            self.numbers = [*self.numbers, self.fed]
 
     def feed(self, line: str, now: float) -> None:
         if self.foreign:
             return
         kind, self.engine = engines.follow_boundary(line, self.engine)
-        cur = self.current
-        if cur is None:
-            if self.done and (kind is None or not kind.startswith(START_PREFIX)):
-                return  # after ready: requests, shutdown; nothing to do until the next start
-            cur = self._begin(now)  # a file's first line opens its first start-up
-        elif kind is not None and kind.startswith(START_PREFIX) and kind in cur.kinds:
-            self._finish(cur, "failed", "a new start-up began before this one became ready",
-                         now)
-            cur = self._begin(now)
-        cur.add(line)
+        if kind is None and self.engine is not None and (self.ended or self.stored is not None):
+            kind, self.engine = self._launch(line)
+        start = kind is not None and kind.startswith(START_PREFIX)
+        if self.skipping:
+            if not start:
+                self.fed += 1
+                return
+            self.skipping = False
+            self.buffer = None
+        cur = self.buffer if self.buffer is not None else self._begin(now)
+        self._add(cur, line)
+        self.fed += 1
         cur.last_line_at = now
-        if kind is not None and kind.startswith(START_PREFIX):
-            cur.kinds.add(kind)
-            if not cur.confirmed:
+        if self.sample is not None and line.strip():
+            self.sample.append(line)
+            if len(self.sample) >= PREFIX_SAMPLE:
+                self.prefix, self.sample = repeated_prefix(self.sample), None
+            else:
+                self.prefix_of = -1  # the prefix of fewer lines: found again when asked
+        if kind in (READY, FAILED) or may_cut(line) or (
+                start and (self.ended or self.stored is not None)):
+            self.dirty = True  # a line that may end a start-up, or open one after an end
+        if kind is not None:
+            if (start or kind == READY) and not cur.confirmed:
                 cur.confirmed = True
-                self.on_start(cur)
-        elif kind == READY:
-            if not cur.confirmed:
-                cur.confirmed = True
-                self.on_start(cur)
-            self._finish(cur, "ok", None, now)
-        elif kind == FAILED and cur.confirmed:
-            self._finish(cur, "failed", f"the log says so: {line.strip()[:300]}", now)
-        elif not cur.confirmed:
+                if self.stored is None and not self.ended:  # (else announced once cut)
+                    self.on_start(cur)
+        if not cur.confirmed:
             if cur.count >= MAX_UNCONFIRMED_LINES or cur.size >= MAX_UNCONFIRMED_BYTES:
                 # not an engine log: forget the text and stop reading the file
-                self.current, self.foreign = None, True
+                self.buffer, self.foreign = None, True
+        elif self.stored is not None:
+            if cur.count - self.stored > 2 * MAX_GAP_LINES:
+                self._trim()
         elif cur.count >= MAX_STARTUP_LINES or cur.size >= MAX_STARTUP_BYTES:
-            self._finish(cur, "failed", f"no ready line in {cur.count} lines "
-                                        f"({cur.size} bytes)", now)
+            self.give_up(f"no ready line in {cur.count} lines ({cur.size} bytes)", now)
+
+    def _trim(self) -> None:
+        """Of what follows a start-up handed over at its end, the last ``MAX_GAP_LINES``."""
+        cur = self.buffer
+        assert cur is not None and self.stored is not None
+        lines, numbers = cur.lines, self.numbers
+        cur.text = bytearray()
+        cur.count = 0
+        for line in [*lines[:self.stored + 1], *lines[-MAX_GAP_LINES:]]:
+            cur.add(line)
+        self.numbers = [*numbers[:self.stored + 1], *numbers[-MAX_GAP_LINES:]]
+
+    def settle(self, now: float) -> None:
+        """Cut the held lines into start-ups (``startups``) after a line that may cut came,
+        and hand over what is complete."""
+        cur = self.buffer
+        if not self.dirty or cur is None or not cur.confirmed:
+            return
+        self.dirty = False
+        from coldscope.capture.logtext import NumberedLines
+        from coldscope.ingest.logfiles import read_startup_lines
+        lines = self._held_lines()
+        parts = self._startups(lines)
+        carried = NumberedLines()
+        for k, part in enumerate(parts[:-1]):
+            read = read_startup_lines(part, carried, self.replica, log=lines, last=False,
+                                      cut_only=True)
+            carried = read.carried
+            if k or self.stored is None:
+                self._hand_over(read, part.failed, None, now)
+        last = parts[-1]
+        if len(parts) > 1:
+            new = self._begin(now, carried.then(last.lines))
+            new.confirmed = True  # it has its start line
+            self.on_start(new)
+        self.ended = last.end is not None
+        if self.stored is None and self.ended and not last.failed:
+            self._settled(last, carried, None, now)
+
+    def _settled(self, part: StartupLines, carried: NumberedLines, reason: str | None,
+                 now: float) -> None:
+        """Hand over the held lines' last start-up (``part``, after ``carried``), which no
+        start-up follows yet; ``reason``: why the watcher gave it up, if it did."""
+        from coldscope.ingest.logfiles import read_startup_lines
+        held = self.buffer
+        assert held is not None
+        if part.end is not None and not part.failed and reason is None:
+            # ready: its lines to its ready line, whatever else the slice brought
+            part = replace(part, lines=part.lines.part(None, part.end + 1), tail=0)
+        read = read_startup_lines(part, carried, self.replica, log=self._held_lines(),
+                                  last=True, cut_only=True)
+        self._hand_over(read, part.end is None or part.failed, reason, now)
+        self.stored = len(held.lines) - 1 if part.end is None else len(carried) + part.end
+
+    def _startups(self, lines: NumberedLines) -> list[StartupLines]:
+        """``startups`` of the held lines, with the file's prefix and the lines' engine."""
+        from coldscope.engines import identify_log
+        from coldscope.ingest.logfiles import startups
+        if self.reader is None:
+            self.reader = identify_log(lines)  # the same once found: its first marker stays
+        if self.sample is not None and self.prefix_of < 0:
+            self.prefix, self.prefix_of = repeated_prefix(self.sample), len(self.sample)
+        return startups(lines, prefix=self.prefix, reader=self.reader)
+
+    def _last(self) -> tuple[StartupLines, NumberedLines]:
+        from coldscope.capture.logtext import NumberedLines
+        return self._startups(self._held_lines())[-1], NumberedLines()
+
+    def _hand_over(self, read: StartupReading, failed: bool, reason: str | None,
+                   now: float) -> None:
+        """One start-up's lines (``read.lines``: ``parse``'s) to ``on_finish``: ``failed``
+        by its log or by the watcher (``reason``: why, if the watcher gave it up). The storing
+        side reads them (``serve.runs.build_run``) unless the cut needed the reading already
+        (``read.run``); nothing when that reading found no engine's (``parse`` refuses them
+        too)."""
+        held = self.buffer
+        assert held is not None
+        if read.refusal is not None:
+            return
+        s = Startup(self.replica, self.path, held.seq, held.first_seen, held.started_wall,
+                    last_line_at=held.last_line_at, confirmed=True, run=read.run)
+        for line in read.lines:
+            s.add(line)
+        s.text = s.text[:]  # no growth room in a finished start-up waiting to be stored
+        if read.run is not None:
+            failed = read.run.status != "ok"
+        s.status = "failed" if failed or reason is not None else "ok"
+        s.reason, s.finished_at = reason, now
+        self.on_finish(s)
+
+    def give_up(self, reason: str, now: float) -> None:
+        """The start-up being followed is failed for ``reason`` (a bound, a deleted file);
+        the held lines are let go, and the next start line opens the next start-up."""
+        cur = self.current
+        if cur is not None and cur.confirmed:
+            part, carried = self._last()
+            self._settled(part, carried, reason, now)
+        self.buffer, self.stored, self.skipping = None, None, True
 
     def check_timeout(self, now: float) -> None:
+        """A failed start-up is handed over once its log has been quiet for ``SETTLE_S``;
+        one neither ready nor failed, ``timeout`` seconds after its first line."""
         cur = self.current
-        if cur is not None and cur.status == "running" and cur.confirmed and \
-                now - cur.first_seen > self.timeout:
-            self._finish(cur, "failed", f"not ready {self.timeout:g} s after its first line",
-                         now)
+        if cur is None or not cur.confirmed:
+            return
+        self.settle(now)
+        if self.current is None:
+            return
+        if self.ended and now - cur.last_line_at >= SETTLE_S:
+            part, carried = self._last()
+            self._settled(part, carried, None, now)
+        elif not self.ended and now - cur.first_seen > self.timeout:
+            part, carried = self._last()
+            self._settled(part, carried, f"not ready {self.timeout:g} s after its first line",
+                          now)
 
     def running(self) -> Startup | None:
         cur = self.current
-        return cur if cur is not None and cur.status == "running" and cur.confirmed else None
+        return cur if cur is not None and cur.confirmed and not self.ended else None
 
     def reset(self) -> None:
         """The file was truncated or replaced: what it shows next is judged afresh."""
         self.engine = None
         if self.foreign:
-            self.foreign, self.current, self.done = False, None, False
+            self.foreign, self.buffer, self.stored = False, None, None
 
 
 class _Tail:
@@ -311,6 +506,7 @@ class _Tail:
                 self.pos = self.end
                 return len(chunk)
         self.pos = self.end if cut else self.pos + complete
+        self.stream.settle(now)  # once per slice: what its lines completed is handed over
         return len(chunk)
 
     def _drain(self, now: float) -> int:
@@ -542,10 +738,8 @@ class LogWatcher:
     def _forget(self, tail: _Tail, now: float) -> None:
         """A file deleted for good: drop it (a start-up it left running is failed)."""
         tail.close()
-        cur = tail.stream.running()
-        if cur is not None:
-            tail.stream._finish(cur, "failed", "its log file was deleted before it became "
-                                               "ready", now)
+        if tail.stream.running() is not None:
+            tail.stream.give_up("its log file was deleted before it became ready", now)
         del self.tails[tail.path]
         log.info("%s has been gone for %g s; forgotten", tail.path, FORGET_AFTER_S)
 
@@ -557,17 +751,13 @@ class LogWatcher:
         while total > self.max_held_bytes:
             path = max(held, key=held.__getitem__)
             stream = self.tails[path].stream
-            cur = stream.current
-            if cur is None:
+            if stream.buffer is None:
                 break
             self._report(f"the watched start-ups hold {total} bytes, more than "
                          f"{self.max_held_bytes}: {path}'s is dropped")
             self._dropped["memory"] += 1
-            if cur.confirmed:
-                stream._finish(cur, "failed", f"the watcher's memory bound was reached "
-                                              f"({self.max_held_bytes} bytes)", now)
-            else:
-                stream.current = None
+            stream.give_up(f"the watcher's memory bound was reached ({self.max_held_bytes} "
+                           "bytes)", now)
             total -= held.pop(path)
 
     def drops(self) -> dict[str, int]:

@@ -206,6 +206,10 @@ def test_a_failed_startup_is_stored_failed(service: Service, tmp_path: Path) -> 
     (tmp_path / "logs" / "bad.log").write_text("\n".join([*lines, failure]) + "\n")
     assert service.watcher is not None
     service.watcher.poll_once()
+    from coldscope.serve.watcher import SETTLE_S
+    clock = service.watcher.clock  # stored once its log has been quiet (its traceback is in)
+    service.watcher.clock = lambda: clock() + SETTLE_S
+    service.watcher.poll_once()
     client = TestClient(create_app(service))
     failed = client.get("/v1/runs", params={"status": "failed"}).json()
     assert failed == cli_json(["runs", "--status", "failed", "--store",

@@ -33,7 +33,7 @@ from coldscope.core.stages import (
 )
 from coldscope.core.timeline import Span
 from coldscope.engines.command import GenericEngine, flag, module_of, starts
-from coldscope.engines.roles import FAILED, READY, CommandSettings, LogFacts
+from coldscope.engines.roles import FAILED, LAUNCH, READY, CommandSettings, LogFacts
 
 if TYPE_CHECKING:
     from coldscope.capture.otlp import OtelSpan
@@ -383,12 +383,14 @@ class VLLM(GenericEngine):
         """``failed`` (the engine core or the API server says so), ``ready`` (``Application
         startup complete``, or the paper harness's ``initialize_engine took``),
         ``start:engine`` (``Initializing … LLM engine (vX)``) or ``start:server`` (the API
-        server's version banner). A cheap substring test runs first; only candidate lines go
-        through the parser, so the cost stays low for the thousands of lines a start-up
-        prints."""
+        server's version banner), ``LAUNCH`` for another line a vLLM process prints as it
+        starts (``grammar.is_start``: platform detection, plugin discovery). A cheap substring
+        test runs first; only candidate lines go through the parser, so the cost stays low for
+        the thousands of lines a start-up prints."""
         from coldscope.engines.vllm.grammar import (
             APP_STARTUP_COMPLETE,
             HARNESS_END,
+            is_start,
             parse_vllm_log,
         )
         if STARTUP_FAILED.search(line):
@@ -401,7 +403,7 @@ class VLLM(GenericEngine):
             ev = parse_vllm_log([line])
             if ev.version is not None:
                 return "start:engine" if "LLM engine (v" in line else "start:server"
-        return None
+        return LAUNCH if is_start(line) else None
 
     def advice(self, finding_id: str) -> str | None:
         return FINDING_ADVICE.get(finding_id)
