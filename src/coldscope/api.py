@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from coldscope.sim.request import SimInputs, SimRequest
     from coldscope.sim.simulate import SimResult
     from coldscope.sim.sweep import SweepResult
-    from coldscope.store.db import Store
+    from coldscope.store.db import Saved, Store
     from coldscope.tuning.report import TuneResult
     from coldscope.tuning.search import Measurement, TrialRequest
     from coldscope.tuning.tune import TuneSession
@@ -115,7 +115,7 @@ def parse_log(path: PathArg, *, max_bytes: int | None = None) -> list[Run]:
 def parse_logs(paths: Sequence[PathArg], *, max_bytes: int | None = None,
                max_lines: int | None = None,
                store: Store | PathArg | None = None, label: str | None = None,
-               on_stored: Callable[[Run, bool], None] | None = None) -> list[ParsedLog]:
+               on_stored: Callable[[Run, Saved], None] | None = None) -> list[ParsedLog]:
     """Every start-up in saved engine logs, as ``coldscope parse LOG...`` reads them: files,
     directories (recursively) and ``-`` for standard input; one ``ParsedLog`` per start-up
     (``run`` and its status) or per log that was skipped, unreadable or refused (``reason``),
@@ -129,7 +129,9 @@ def parse_logs(paths: Sequence[PathArg], *, max_bytes: int | None = None,
     run is also stored with the lines it was read from, under the id of what the start-up is
     (``store.logruns.startup_id``, the id ``serve`` gives the same start-up), with ``label``;
     a start-up the store already holds is not stored again. The returned runs carry those
-    ids; ``on_stored(run, new)`` is told of each run, ``new`` False for one already held.
+    ids; ``on_stored(run, saved)`` is told of each run and what storing it did
+    (``Store.save_startup``: ``stored``, ``relabelled`` when the store held it under
+    another label than ``label``, ``held``).
     """
     import dataclasses
 
@@ -152,11 +154,9 @@ def parse_logs(paths: Sequence[PathArg], *, max_bytes: int | None = None,
     try:
         for p in parsed:
             if p.run is not None:
-                new = not opened.has_run(p.run.id)  # saved before (or twice here): that run
-                if new:
-                    opened.add_run(p.run, {"saved_log": p.lines})
+                saved = opened.save_startup(p.run, p.lines)  # saved before: that run
                 if on_stored is not None:
-                    on_stored(p.run, new)
+                    on_stored(p.run, saved)
     finally:
         if opened is not store:  # opened here: closed here
             opened.close()

@@ -28,12 +28,15 @@ def print_json(obj: Any, err: bool = False) -> None:
 
 def console(stderr: bool = False) -> SafeConsole:
     """The rich console of every command (``coldscope.util.terminal.SafeConsole``: no markup,
-    control sequences or links from data); when output is not a terminal, 120 columns rather
-    than 80."""
+    control sequences or links from data); when output is not a terminal, the width
+    ``COLUMNS`` says (``COLUMNS=80 coldscope runs | less``), else 120 columns rather than 80."""
+    import os
+
     from coldscope.util.terminal import SafeConsole
     stream = sys.stderr if stderr else sys.stdout
-    return SafeConsole(stderr=stderr) if stream.isatty() else SafeConsole(stderr=stderr,
-                                                                          width=120)
+    if stream.isatty() or os.environ.get("COLUMNS", "").isdigit():
+        return SafeConsole(stderr=stderr)  # rich reads the terminal's width, or COLUMNS
+    return SafeConsole(stderr=stderr, width=120)
 
 
 def show(record: object) -> None:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from coldscope.core.records import Run
     from coldscope.ingest.logfiles import ParsedLog
     from coldscope.launch.runner import RunConfig
+    from coldscope.store.db import Saved
 @click.command(context_settings={"ignore_unknown_options": True})
 @click.option("--repeat", default=1, show_default=True, type=click.IntRange(1),
               help="Start-ups to measure.")
@@ -187,7 +188,9 @@ def show(run_id: str, with_env: bool, store_path: str | None, as_json: bool) -> 
 @click.option("--save", is_flag=True,
               help="Also store each start-up as a run (origin log), once: one already stored "
                    "(by parse --save or serve) is not stored again.")
-@click.option("--label", default=None, help="With --save: a label stored with the runs.")
+@click.option("--label", default=None,
+              help="With --save: a label stored with the runs; start-ups stored before under "
+                   "another label are relabelled (and counted: relabelled: N).")
 @click.option("--vs-paper", is_flag=True,
               help="Also what the parser of 'Breaking the Ice' (MLSys 2026) reads from this log "
                    "and what it misses.")
@@ -217,10 +220,13 @@ def parse(logs: tuple[str, ...], save: bool, label: str | None, vs_paper: bool,
         raise ColdscopeError("--label labels the runs --save stores: give --save too")
     single = len(logs) == 1 and (logs[0] == STDIN or not Path(logs[0]).is_dir())
     held: list[str] = []  # ids of start-ups the store already held
+    relabelled: list[str] = []  # ... under another label, which --label replaced
 
-    def on_stored(run: Run, new: bool) -> None:
-        if not new:
+    def on_stored(run: Run, saved: Saved) -> None:
+        if saved == "held":
             held.append(run.id)
+        elif saved == "relabelled":
+            relabelled.append(run.id)
 
     parsed = parse_logs(logs, max_bytes=max_bytes, max_lines=max_lines,
                         store=(store_path or default_store_path()) if save else None,
@@ -229,8 +235,10 @@ def parse(logs: tuple[str, ...], save: bool, label: str | None, vs_paper: bool,
         raise ColdscopeError(f"no files found in {', '.join(logs)}")
     saved = save and any(p.run is not None for p in parsed)
     if held:  # on stderr: stdout stays the reading (or the JSON) alone
-        shown = ", ".join(held[:5]) + (", ..." if len(held) > 5 else "")
-        echo(f"already stored: {len(held)} (not stored again: {shown})", err=True)
+        echo(f"already stored: {len(held)} (not stored again: {_some(held)})", err=True)
+    if relabelled:
+        echo(f"relabelled: {len(relabelled)} (stored before, now labelled {label!r}: "
+             f"{_some(relabelled)})", err=True)
     if single and len(parsed) == 1:  # one log of one start-up (else a line per start-up)
         _print_one(parsed[0], logs[0], vs_paper=vs_paper, saved=saved, as_json=as_json)
         return
@@ -239,6 +247,10 @@ def parse(logs: tuple[str, ...], save: bool, label: str | None, vs_paper: bool,
     if unreadable:
         raise ColdscopeError(f"{len(unreadable)} of {len(parsed)} logs could not be read "
                              f"(first: {unreadable[0].reason})")
+
+
+def _some(ids: Sequence[str], shown: int = 5) -> str:
+    return ", ".join(ids[:shown]) + (", ..." if len(ids) > shown else "")
 
 
 def _run_doc(run: Run, vs_paper: bool) -> dict[str, Any]:
@@ -277,7 +289,8 @@ def _print_many(parsed: Sequence[ParsedLog], *, vs_paper: bool, saved: bool,
                     "fleet": [g.to_json() for g in fleet]})
         return
     from coldscope.render.logs import parsed_logs
-    console().print(parsed_logs(parsed, fleet, saved=saved))
+    out = console()
+    out.print(parsed_logs(parsed, fleet, saved=saved, width=out.width))
 
 
 @click.command()

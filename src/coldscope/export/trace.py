@@ -263,7 +263,10 @@ def _origin(run: Run) -> float:
     if run.origin_unix is not None:
         return run.origin_unix
     if run.started_at:
-        return dt.datetime.fromisoformat(run.started_at).timestamp()
+        try:
+            return dt.datetime.fromisoformat(run.started_at).timestamp()
+        except (ValueError, OverflowError, OSError):  # a log's time without its year
+            pass
     return 0.0
 
 

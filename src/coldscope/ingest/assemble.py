@@ -95,8 +95,8 @@ def read_run(lines: Sequence[str], *, name: str, origin: Origin = "log",
     if started_at is None:
         started_at, unknown_year = log_started_at(lines, mtime)
         if unknown_year:
-            notes.append(f"{NO_YEAR}: started_at's year ({started_at[:4]}) stands for an "
-                         "unknown one")
+            notes.append(f"{NO_YEAR}: started_at shows it as {UNKNOWN_YEAR}" if started_at
+                         else f"{NO_YEAR}: no line is dated, started_at is unknown")
     run = Run(
         id=name, status="ok" if ready else "failed",
         reason=None if ready else reason,
@@ -125,8 +125,13 @@ _DATED = re.compile(r"(?<![\d-])(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2
 _YEARLESS = re.compile(r"(?<![\d-])(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(\.\d+)?(?![\d:])")
 #: How the note on a run whose log's stamps give no year begins.
 NO_YEAR = "the log's stamps give no year"
-#: Year written for a log's time whose year nothing tells (``log_started_at``).
-UNKNOWN_YEAR = 1
+#: Year written for a log's time whose year nothing tells (``log_started_at``): never a
+#: number, so that no reader takes it for a real one (``datetime.fromisoformat`` refuses it;
+#: ``export`` writes null); its month, day and time stay, as the log gives them. Runs sorted by
+#: ``started_at`` put these after every dated one.
+UNKNOWN_YEAR = "????"
+#: A leap year, to check a year-less stamp's month and day (29 February is a date).
+_LEAP = "2000"
 #: Lines ``log_started_at`` looks through for the first dated one.
 STAMP_LINES = 2000
 
@@ -136,9 +141,10 @@ def log_started_at(lines: Sequence[str], mtime: float | None = None) -> tuple[st
     that carries a date and a time (ISO, with its zone when it has one; else the engine's
     month-day stamp), as ISO 8601, and whether its year is unknown. A month-day stamp gets the
     year of ``mtime`` (the file's modification time: the log was written up to then), the
-    year before when the date would fall after it; without ``mtime`` the year is
-    ``UNKNOWN_YEAR``. A log with no dated line gives the file's modification time (or, read
-    from standard input, the unknown year's 1 January): never the time it was saved."""
+    year before when the date would fall after it; without ``mtime`` (standard input) the
+    year is written ``UNKNOWN_YEAR`` (``????-10-06T07:54:20``), never a made-up number. A log
+    with no dated line gives the file's modification time, or read from standard input ""
+    (unknown, as for any run whose start is not known): never the time it was saved."""
     for line in lines[:STAMP_LINES]:
         if not line or not any(c.isdigit() for c in line[:80]):
             continue
@@ -151,20 +157,20 @@ def log_started_at(lines: Sequence[str], mtime: float | None = None) -> tuple[st
                     f"{zone[:3]}:{zone[3:]}"
             return text, False
         y = _YEARLESS.search(line)
-        if y is not None and _valid(str(UNKNOWN_YEAR).zfill(4), *y.groups()[:5]):
+        if y is not None and _valid(_LEAP, *y.groups()[:5]):
             mon, day, hh, mm, ss, frac = y.groups()
             when = f"{mon}-{day}T{hh}:{mm}:{ss}{frac or ''}"
             if mtime is None:
-                return f"{UNKNOWN_YEAR:04d}-{when}", True
+                return f"{UNKNOWN_YEAR}-{when}", True
             written = dt.datetime.fromtimestamp(mtime)
             year = written.year - (f"{mon}-{day}T{hh}:{mm}:{ss}" >
                                    written.strftime("%m-%dT%H:%M:%S"))
             if not _valid(f"{year:04d}", mon, day, hh, mm, ss):  # 29 February
-                return f"{UNKNOWN_YEAR:04d}-{when}", True
+                return f"{UNKNOWN_YEAR}-{when}", True
             return f"{year:04d}-{when}", False
     if mtime is not None:
         return dt.datetime.fromtimestamp(mtime, dt.UTC).isoformat(timespec="seconds"), False
-    return f"{UNKNOWN_YEAR:04d}-01-01T00:00:00", True
+    return "", True
 
 
 def _valid(year: str, mon: str, day: str, hh: str, mm: str, ss: str) -> bool:

@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from coldscope.core.records import Run
-from coldscope.ingest.logfiles import FleetGroup, ParsedLog
+from coldscope.ingest.logfiles import MIN_SUMMARY_RUNS, FleetGroup, ParsedLog
 from coldscope.render.tables import timeline_table
 from coldscope.util.errors import ColdscopeError
 
@@ -60,12 +60,25 @@ def _common_folder(files: Sequence[str]) -> str:
     return "" if common in files else common
 
 
+#: The parse table's columns that may wrap, in the order they are given room, with the
+#: narrowest each may become; and those that give way, first first, on a narrow terminal.
+_WRAPPING = {"log": 28, "model": 16, "engine": 11}
+_DROPPABLE = ("engine", "model", "ready (s)")
+
+
 def parsed_logs(parsed: Sequence[ParsedLog], fleet: Sequence[FleetGroup], *,
-                saved: bool = False) -> Group:
+                saved: bool = False, width: int | None = None) -> Group:
     """``parse LOG LOG ...`` / ``parse DIR``: one line per start-up (or per log that gave
-    none) named relative to the folder the logs share, which the title names once (narrow
-    terminals); why each that gave no run did not, under the table; then the fleet summary
-    (``fleet``) per engine, version and model. ``saved``: a column of the stored ids."""
+    none) named relative to the folder the logs share, which the title names once; why each
+    that gave no run did not, under the table; then the fleet summary (``fleet``).
+    ``saved``: a column of the stored ids, never cut. ``width``: the terminal's columns, which
+    the table fits (``render.tables.fitted_table``: names and models wrap, engine and model
+    give way before an id is squeezed), so that it reads when piped at 80 columns.
+
+    The summary draws the p50 and p90 of a group of one engine, version and model only when
+    it has ``FleetGroup.summarised`` runs (two or more: a percentile of one run is that run,
+    already on its line); groups of one run are counted in one line."""
+    from coldscope.render.tables import fitted_table
     names = [p.source.name for p in parsed]
     common = _common_folder([n for n in names if n != "-"])
     shown = {n: os.path.relpath(n, common) if common and n != "-" else n for n in names}
@@ -73,37 +86,48 @@ def parsed_logs(parsed: Sequence[ParsedLog], fleet: Sequence[FleetGroup], *,
     title = (f"{len(parsed)} logs" if n_logs == len(parsed) else
              f"{len(parsed)} start-ups in {n_logs} log{'s' if n_logs > 1 else ''}") + \
         (f" in {common}" if common else "")
-    table = Table(title=Text(title), title_justify="left", box=box.SIMPLE_HEAVY)
-    widest = max(len(x) for x in shown.values())
-    cols = ["log", "status", "ready (s)", "engine", "model"] + (["stored as"] if saved else [])
-    for col in cols:
-        table.add_column(col, justify="right" if col == "ready (s)" else "left",
-                         overflow="fold", min_width=min(widest, 48) if col == "log" else None,
-                         no_wrap=col in ("status", "ready (s)"))
+    rows = []
     for p in parsed:
         run = p.run
-        engine = f"{run.engine.name} {run.engine.version or '?'}" if run is not None else ""
-        model = (run.model.name or run.model.path or "") if run is not None else ""
-        ready = f"{run.time_to_ready_s:.2f}" if run is not None and \
-            run.time_to_ready_s is not None and run.status == "ok" else ""
-        cells = [shown[p.source.name] + p.part, p.status, ready, engine, model]
-        if saved:
-            cells.append(run.id if run is not None else "")
-        # cells as plain text: a file name or a quoted log line may hold [brackets]
-        table.add_row(*(Text(x) for x in cells))
-    parts: list[RenderableType] = [table]
+        rows.append({
+            "log": shown[p.source.name] + p.part, "status": p.status,
+            "ready (s)": f"{run.time_to_ready_s:.2f}" if run is not None and
+            run.time_to_ready_s is not None and run.status == "ok" else "",
+            "engine": f"{run.engine.name} {run.engine.version or '?'}" if run is not None else "",
+            "model": (run.model.name or run.model.path or "") if run is not None else "",
+            "stored as": run.id if run is not None and saved else "",
+        })
+    cols = ["log", "status", "ready (s)", "engine", "model"] + (["stored as"] if saved else [])
+    table = fitted_table(rows, cols, width, whole="stored as", wrapping=_WRAPPING,
+                         droppable=_DROPPABLE, right=("ready (s)",))
+    parts: list[RenderableType] = [Text(title), Text(""), table]
     # why, under the table: a reason is a sentence, not a cell
     parts += [Text(f"{shown[p.source.name]}{p.part}: {p.status}: {p.reason}")
               for p in parsed if p.reason]
+    parts += fleet_summary(fleet)
+    return Group(*parts)
+
+
+def fleet_summary(fleet: Sequence[FleetGroup]) -> list[RenderableType]:
+    """Per group of ``FleetGroup.summarised`` runs, its heading and a table of each bucket's
+    p50 and p90 (and how many runs know it); then one line counting the groups of one run,
+    whose figures are their runs' lines above."""
+    parts: list[RenderableType] = []
     for g in fleet:
-        t = Table(title=Text(f"fleet: {g.engine} {g.version or 'unknown version'} · "
-                             f"{g.model or 'unknown model'} · {g.count} ok run(s)"),
-                  title_justify="left", box=box.SIMPLE)
+        if not g.summarised:
+            continue
+        parts.append(Text(f"fleet: {g.engine} {g.version or 'unknown version'} · "
+                          f"{g.model or 'unknown model'} · {g.count} ok run(s)"))
+        t = Table(box=box.SIMPLE)
         for col in ("bucket", "p50 (s)", "p90 (s)", "runs that know it"):
-            t.add_column(col, justify="left" if col == "bucket" else "right")
+            t.add_column(col, justify="left" if col == "bucket" else "right", no_wrap=True)
         for key, v in g.stats.items():
             t.add_row(key.replace("_", " ") if key == "time_to_ready" else key,
                       *(("–", "–", "0") if v is None else
                         (f"{v[0]:.2f}", f"{v[1]:.2f}", str(v[2]))))
         parts.append(t)
-    return Group(*parts)
+    single = sum(not g.summarised for g in fleet)
+    if single:
+        parts.append(Text(f"fleet: {single} group{'s' if single > 1 else ''} with one ok run "
+                          f"(no p50/p90: they need {MIN_SUMMARY_RUNS} runs)"))
+    return parts

@@ -236,56 +236,96 @@ def compare_table(runs: Sequence[Run]) -> Table:
     return table
 
 
+#: The narrowest a wrapping column of ``fitted_table`` becomes on a terminal too narrow for
+#: its other columns and the wrapping ones at their own minimum.
+_NARROWEST = 6
+
+
+def fitted_table(rows: Sequence[dict[str, str]], cols: Sequence[str], width: int | None, *,
+                 whole: str, wrapping: dict[str, int], droppable: Sequence[str],
+                 right: Sequence[str] = (), optional: Sequence[str] = ()) -> Table:
+    """One line per row (``rows``: the cells by column, plain text from data), fitted into
+    ``width`` columns (None: as wide as it takes) so that it reads when piped into a narrow
+    terminal or a file: the column ``whole`` (an id) is never cut or wrapped (folded only when
+    it alone is wider than the terminal); the ``wrapping`` columns may wrap, down to the width
+    given for each; every other column keeps its widest cell. When that cannot fit, whole
+    columns give way (``droppable``, least useful first) rather than squeezing the others to a
+    character a line; an ``optional`` column empty in every row is left out. The space the
+    wrapping columns share goes to them in the order ``wrapping`` names them (rich would
+    narrow the widest first, an id-like log name before a short model name). ``--json`` has
+    every column."""
+    rows = [{k: clean_text(v) for k, v in row.items()} for row in rows]  # measured as shown
+    cols = [c for c in cols if c not in optional or any(row[c] for row in rows)]
+    natural = {c: max([len(c), *(len(row[c]) for row in rows)]) for c in cols}
+
+    def needed(cs: list[str]) -> int:  # columns at their narrowest, two spaces between them
+        return sum(min(natural[c], wrapping.get(c, natural[c])) for c in cs) + 2 * (len(cs) - 1)
+
+    if width is not None:
+        for col in droppable:
+            if needed(cols) <= width:
+                break
+            if col in cols:
+                cols.remove(col)
+    shares = {c: natural[c] for c in cols if c in wrapping}
+    if width is not None and width < sum(natural[c] for c in cols) + 2 * (len(cols) - 1):
+        shares = {c: min(natural[c], wrapping[c]) for c in wrapping if c in cols}
+        spare = width - needed(cols)
+        for c in shares:  # in the order of ``wrapping``: the first grows first
+            grow = min(spare, natural[c] - shares[c])
+            shares[c] += grow
+            spare -= grow
+        for c in reversed(shares):  # narrower still than every column gone: they wrap more
+            cut = min(-spare, shares[c] - _NARROWEST) if spare < 0 else 0
+            shares[c] -= max(cut, 0)
+            spare += max(cut, 0)
+    # SIMPLE_HEAD's column divider is a space: with one space of right padding, two between
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+    for col in cols:
+        if col in wrapping:
+            table.add_column(col, overflow="fold", width=shares[col])
+        elif col == whole and width is not None and natural[col] > width:
+            table.add_column(col, overflow="fold")  # longer than the terminal: wrapped, whole
+        else:
+            table.add_column(col, no_wrap=True, min_width=natural[col],
+                             justify="right" if col in right else "left")
+    for row in rows:
+        table.add_row(*(plain(row[c]) for c in cols))
+    return table
+
+
 #: Columns of ``runs`` that give way, least useful first, when the terminal is too narrow for
 #: the ids and everything else; and the narrowest the wrapping ones may become.
-_DROPPABLE = ("1st token s", "version", "started", "engine", "label / reason", "model")
-_WRAPPING = {"model": 10, "label / reason": 12}
+_DROPPABLE = ("1st token s", "started", "version", "engine", "label / reason", "model")
+_WRAPPING = {"model": 10, "version": 7, "label / reason": 8}
 
 
 def runs_table(runs: Sequence[Run], width: int | None = None) -> Table:
-    """One line per run. The id is never cut: its column is as wide as the longest id and never
-    wraps. The other columns are as wide as their content, but the model and the label/reason
-    may wrap; when the terminal (``width`` columns) cannot hold that, whole columns give way
-    (``_DROPPABLE``, in that order) rather than squeeze the id; ``--json`` has them all."""
+    """One line per run (``fitted_table``). The id is never cut: its column is as wide as the
+    longest id and never wraps. The model, the engine's version and the label/reason may
+    wrap (a version can carry a git hash); when the terminal (``width`` columns) cannot hold
+    that, whole columns give way (``_DROPPABLE``, in that order) rather than squeeze the id.
+    Cache, first token and label/reason are left out when no run has one (runs read from
+    logs: their cache state is unknown, shown blank).
+    ``started`` is the month, day and time (``started_at``; a log whose stamps give no year
+    shows the same, its year unknown)."""
     rows = []
     for r in runs:
         ttr, ft = r.time_to_ready_s, r.first_token_s
         rows.append({
             "id": r.id, "started": (r.started_at or "")[5:16].replace("T", " "),
-            "status": r.status, "cache": r.cache or "", "model": r.model.name or "",
+            "status": r.status, "cache": "" if r.cache == "unknown" else r.cache or "",
+            "model": r.model.name or "",
             "engine": r.engine.name or "", "version": r.engine.version or "",
             "ready s": f"{ttr:.2f}" if ttr is not None else "",
             "1st token s": f"{ft:.2f}" if ft is not None else "",
             "label / reason": r.reason or r.label or "",
         })
-    rows = [{k: clean_text(v) for k, v in row.items()} for row in rows]  # measured as shown
     cols = ["id", "started", "status", "cache", "model", "engine", "version", "ready s",
             "1st token s", "label / reason"]
-    natural = {c: max([len(c), *(len(row[c]) for row in rows)]) for c in cols}
-
-    def needed(cs: list[str]) -> int:  # columns at their narrowest, two spaces between them
-        return sum(min(natural[c], _WRAPPING.get(c, natural[c])) for c in cs) + 2 * (len(cs) - 1)
-
-    if width is not None:
-        for col in _DROPPABLE:
-            if needed(cols) <= width:
-                break
-            cols.remove(col)
-    # SIMPLE_HEAD's column divider is a space: with one space of right padding, two between
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0),
-                  title_justify="left")
-    for col in cols:
-        if col in _WRAPPING:
-            table.add_column(col, overflow="fold", ratio=1,
-                             min_width=min(natural[col], _WRAPPING[col]))
-        elif col == "id" and width is not None and natural[col] > width:
-            table.add_column(col, overflow="fold")  # longer than the terminal: wrapped, whole
-        else:
-            table.add_column(col, no_wrap=True, min_width=natural[col],
-                             justify="right" if col.endswith(" s") else "left")
-    for row in rows:
-        table.add_row(*(plain(row[c]) for c in cols))
-    return table
+    return fitted_table(rows, cols, width, whole="id", wrapping=_WRAPPING,
+                        droppable=_DROPPABLE, right=("ready s", "1st token s"),
+                        optional=("cache", "1st token s", "label / reason"))
 
 
 def failed_detail(run: Run) -> Group:

@@ -28,10 +28,10 @@ import os
 import sqlite3
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -48,6 +48,9 @@ BUSY_TIMEOUT_S = 30.0
 AMBIGUOUS_SHOWN = 8
 #: The files SQLite keeps beside a store (write-ahead log, rollback journal, shared memory).
 COMPANIONS = ("-wal", "-journal", "-shm")
+#: What ``Store.save_startup`` did: stored the run, gave the run the store held already the
+#: label asked for now, or nothing (held already, with that label or with none asked).
+Saved = Literal["stored", "relabelled", "held"]
 
 _RUNS_TABLE = """
 CREATE TABLE {name} (
@@ -335,6 +338,45 @@ class Store:
                 self._insert(cur, run, evidence)
                 n += 1
         return n
+
+    def save_startup(self, run: Run, lines: Sequence[str]) -> Saved:
+        """Store ``run``, a start-up read from a log's ``lines`` (kept as its ``saved_log``
+        evidence) under the id of what it is (``logruns.startup_id``), once. One the store
+        holds already is not stored again (its timeline is the same lines read again); but a
+        label given now (``run.label`` not None: ``parse --save --label NAME`` a second time)
+        that differs from the one it was stored with replaces it (``relabel``). Another
+        process that stored the same start-up in the meantime counts as held."""
+        if not self.has_run(run.id):
+            try:
+                self.add_run(run, {"saved_log": list(lines)})
+                return "stored"
+            except sqlite3.IntegrityError:  # stored by another process since has_run
+                pass
+        if run.label is not None and self.relabel(run.id, run.label):
+            return "relabelled"
+        return "held"
+
+    def relabel(self, run_id: str, label: str | None) -> bool:
+        """Give the stored run ``run_id`` (exactly this id) the label ``label``, in its column
+        and its record, in one transaction; False, changing nothing, when it has that label
+        already. A label is what a user says of a run (``parse --save --label``), not what was
+        measured, so saving a start-up again under another label renames it rather than
+        storing it twice."""
+        if self.readonly:
+            raise ColdscopeError(f"{self.path} was opened read-only")
+        with self._tx() as cur:
+            row = cur.execute("SELECT label, record FROM runs WHERE id = ?",
+                              (run_id,)).fetchone()
+            if row is None:
+                raise ColdscopeError(f"no run {run_id!r} in {self.path}")
+            if row[0] == label:
+                return False
+            run = self._load(run_id, row[1])
+            if run is None:
+                raise ColdscopeError(f"run {run_id} in {self.path} is unreadable")
+            cur.execute("UPDATE runs SET label = ?, record = ? WHERE id = ?",
+                        (label, json.dumps(run.evolve(label=label).to_json()), run_id))
+        return True
 
     @staticmethod
     def _insert(cur: sqlite3.Cursor, run: Run, evidence: Mapping[str, object] | None) -> None:

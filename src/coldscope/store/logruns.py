@@ -2,7 +2,8 @@
 
 One module for every path that stores a log's start-up (``parse --save``, ``serve``'s watcher,
 the front door's ``parse_logs``), so that the same start-up is one run however, and however
-often, it was stored. Pure functions of the lines and of a ``Timeline``.
+often, it was stored (``Store.save_startup`` stores one under ``startup_id``). Pure
+functions of the lines and of a ``Timeline``.
 """
 
 from __future__ import annotations
@@ -93,3 +94,4 @@ def laid_end_to_end(tl: Timeline) -> Timeline:
                     at = min(end, at + sub)
         t = end
     return replace(tl, segments=tuple(segments), spans=tuple(spans))
+

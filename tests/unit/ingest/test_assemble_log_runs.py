@@ -152,11 +152,45 @@ def test_a_restart_file_dates_each_start_up_before_the_next(tmp_path: Path) -> N
 def test_a_yearless_stamp_without_a_file_is_marked_unknown() -> None:
     from coldscope.ingest.assemble import NO_YEAR, log_started_at
     lines = L40S.read_text().splitlines()
-    assert log_started_at(lines) == ("0001-10-06T07:54:20", True)
+    # its first dated line (10): "(APIServer pid=1) INFO 10-06 07:54:20": no year, none made up
+    assert log_started_at(lines) == ("????-10-06T07:54:20", True)
     from coldscope.ingest.assemble import run_from_log
     read = run_from_log(lines, name="stdin")  # as read from standard input: no file time
-    assert read.started_at.startswith("0001-10-06")
+    assert read.started_at.startswith("????-10-06")
     assert any(n.startswith(NO_YEAR) for n in read.notes)
+
+
+def test_a_log_from_standard_input_never_shows_a_made_up_year(tmp_path: Path) -> None:
+    a100 = WILD / "vllm-0.19.1-a100-40gb-qwen3-8b.log"
+    db = str(tmp_path / "s.db")
+    done = subprocess.run([sys.executable, "-m", "coldscope.cli.main", "parse", "-", "--save",
+                           "--store", db, "--json"], input=a100.read_text(), text=True,
+                          capture_output=True, timeout=120, env={**os.environ, "COLUMNS": "80"})
+    assert done.returncode == 0, done.stderr
+    # its first dated line (10): "(APIServer pid=3380144) INFO 06-25 17:21:29 [utils.py:299]"
+    run = json.loads(done.stdout)
+    assert run["started_at"] == "????-06-25T17:21:29"
+    assert any(n.startswith("the log's stamps give no year") and "????" in n
+               for n in run["notes"])
+    for shown in (cli("runs", "--store", db, "--json"), cli("show", run["id"], "--store", db,
+                                                             "--json", "--env")):
+        assert shown.returncode == 0, shown.stderr
+        assert "0001" not in shown.stdout and "????-06-25T17:21:29" in shown.stdout
+    listed = cli("runs", "--store", db)
+    assert "06-25 17:21" in listed.stdout  # month, day and time, as for any run
+    # a dated log of another start-up sorts before it (an unknown year is after every known)
+    sglang = cli("parse", str(SGLANG), "--save", "--store", db)
+    assert sglang.returncode == 0, sglang.stderr
+    ids = [r["id"] for r in json.loads(cli("runs", "--store", db, "--json").stdout)["runs"]]
+    assert ids[-1] == run["id"] and len(ids) == 2
+    traced = cli("trace", run["id"], "-o", str(tmp_path / "t.json"), "--store", db)
+    assert traced.returncode == 0, traced.stderr
+    exported = cli("export", "-o", str(tmp_path / "runs.csv"), "--store", db)
+    assert exported.returncode == 0, exported.stderr
+    import csv
+    with open(tmp_path / "runs.csv", newline="") as fh:
+        rows = {r["id"]: r for r in csv.DictReader(fh)}
+    assert rows[run["id"]]["started_at"] == ""  # not a timestamp: null, not year 1
 
 
 def test_the_gpu_the_log_names_is_the_runs(saved: tuple[str, str]) -> None:
