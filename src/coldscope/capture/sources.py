@@ -122,5 +122,5 @@ class OtelSource:
 
 
 #: Every evidence source, by kind, in the order their spans are listed in a timeline.
-SOURCES: dict[str, EvidenceSource] = {s.kind: s for s in (LogSource(), ProbeSource(),
-                                                          OtelSource())}
+SOURCES: dict[str, EvidenceSource] = {LogSource.kind: LogSource(), ProbeSource.kind: ProbeSource(),
+                                      OtelSource.kind: OtelSource()}

@@ -24,6 +24,7 @@ the built-in ones.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import islice
@@ -178,18 +179,33 @@ def by_distribution(name: str) -> Engine | None:
 HEAD_LINES = 200
 
 
+def _marker(reader: object, kind: str) -> re.Pattern[str] | None:
+    """The pattern an adapter declares as ``kind`` (``log_marker``, ``boundary_marker``:
+    ``roles.LogReader``), or None when it declares none (then it is always asked)."""
+    marker = getattr(reader, kind, None)
+    return marker if isinstance(marker, re.Pattern) else None
+
+
+def _may_claim(reader: object, lines: Sequence[str]) -> bool:
+    """Whether one of ``lines`` holds ``reader``'s ``log_marker`` (always, when it declares
+    none): an adapter is asked about a head only then."""
+    marker = _marker(reader, "log_marker")
+    return marker is None or any(marker.search(text) for text in lines)
+
+
 def identify_log(lines: Sequence[str]) -> LogEngine | None:
     """The engine whose log ``lines`` are: of the first ``HEAD_LINES`` lines (then twice as
     many, ... up to all of them, while none is claimed), the engine whose own marker comes
     first (``LogReader.first_own_line``; on one line, the first registered). None when no
-    engine claims any line. Each adapter looks only at the head, so an SGLang adapter never
-    reads a whole vLLM log to say no."""
+    engine claims any line. Each adapter looks only at the head, and only an adapter whose
+    declared ``log_marker`` is in it is asked: for a vLLM log, the SGLang adapter's code never
+    runs (nor vLLM's for an SGLang log)."""
     readers = [e for e in ENGINES if isinstance(e, LogEngine)]
     size = HEAD_LINES
     while True:
         head = list(islice(lines, size))
         found = [(at, k) for k, reader in enumerate(readers)
-                 if (at := reader.first_own_line(head)) is not None]
+                 if _may_claim(reader, head) and (at := reader.first_own_line(head)) is not None]
         if found:
             return readers[min(found)[1]]
         if len(head) < size:
@@ -204,7 +220,8 @@ def identify_output(line: str) -> LogEngine | None:
     line until one answers, and only that adapter afterwards."""
     for reader in ENGINES:
         if isinstance(reader, LogEngine) and (
-                reader.first_own_line([line]) is not None or reader.live_stage(line) is not None):
+                (_may_claim(reader, [line]) and reader.first_own_line([line]) is not None)
+                or reader.live_stage(line) is not None):
             return reader
     return None
 
@@ -254,12 +271,16 @@ def follow_boundary(line: str, engine: LogReader | None) -> tuple[str | None, Lo
 
     The engine is identified at the first line an adapter claims as a start of its own (the
     engine announcing itself); give it back as ``engine`` and only that adapter is asked from
-    then on. Until then every reading adapter is asked, in registry order."""
+    then on. Until then every reading adapter whose ``boundary_marker`` the line holds (any
+    that declares none) is asked, in registry order."""
     if engine is not None:
         kind = engine.startup_boundary(line)
         return (None if kind in (OWN_LINE, LAUNCH) else kind), engine
     for reader in ENGINES:
         if isinstance(reader, LogReader):
+            marker = _marker(reader, "boundary_marker")
+            if marker is not None and marker.search(line) is None:
+                continue
             kind = reader.startup_boundary(line)
             if kind is not None:
                 if kind.startswith(START_PREFIX):

@@ -137,8 +137,10 @@ def test_followed_sglang_log_is_ready_at_its_fired_up_line(shared):
 
 
 def test_a_followed_stream_is_identified_once(shared, monkeypatch):
-    """serve's watcher asks every adapter only until one claims a start line; from then on only
-    that adapter reads the stream (the vLLM adapter is never asked again)."""
+    """serve's watcher asks the adapters only until one claims a start line; from then on only
+    that adapter reads the stream (the vLLM adapter is never asked again). Before it, vLLM's
+    adapter is asked only about a line that holds one of the words its boundaries need (its
+    declared ``boundary_marker``): a version, a start-up complete, a failure."""
     lines = lines_of(shared, V0511)
     vllm = engines.by_name("vllm")
     asked: list[str] = []
@@ -152,9 +154,13 @@ def test_a_followed_stream_is_identified_once(shared, monkeypatch):
             identified_at = i
             assert kind == "start:server" and "server_args=" in line
     assert engine is not None and engine.name == "sglang"
-    # every line before the start line (and the start line itself if asked before SGLang's
-    # adapter), none after it
-    assert asked in (lines[:identified_at], lines[:identified_at + 1])
+    # lines before the start line (and the start line itself if asked before SGLang's
+    # adapter), in order, none after it; only lines with vLLM's boundary words
+    before = lines[:identified_at + 1]
+    assert asked == [x for x in before if x in asked]
+    assert all(re.search(r"version|startup complete|initialize_engine took|LLM engine \(v|fail", x)
+               for x in asked)
+    assert len(asked) < len([x for x in before if x.strip()])
     ready_at = next(i for i, x in enumerate(lines) if "ready to roll" in x)
     assert engines.follow_boundary(lines[ready_at], engine) == (READY, engine)
 

@@ -138,8 +138,10 @@ def test_its_log_is_identified_from_its_first_lines_and_read_once(toy, monkeypat
 
 
 def test_the_sglang_adapter_sees_only_the_head_of_a_vllm_log(shared, monkeypatch):
-    """Identification looks at the first ``HEAD_LINES`` lines: the SGLang adapter is never
-    given a whole vLLM log to say no to, and never reads it."""
+    """Identification looks at the first ``HEAD_LINES`` lines, and asks an adapter only when
+    its declared log marker is there: the SGLang adapter is never given a vLLM log (whose
+    head has neither SGLang's name nor its ``[YYYY-MM-DD HH:MM:SS]`` stamp) to say no to,
+    and never reads it."""
     sglang = engines.by_name("sglang")
     seen = []
     first_own_line = type(sglang).first_own_line
@@ -150,7 +152,9 @@ def test_the_sglang_adapter_sees_only_the_head_of_a_vllm_log(shared, monkeypatch
     assert len(log) > engines.HEAD_LINES
     reading = engines.read_log(log)
     assert reading is not None and reading.engine.name == "vllm"
-    assert seen == [engines.HEAD_LINES]
+    head = log[:engines.HEAD_LINES]
+    assert not any("glang" in x or re.search(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", x) for x in head)
+    assert seen == []
 
 
 def test_a_toy_log_is_a_run_with_its_own_findings_and_advice(toy, shared):

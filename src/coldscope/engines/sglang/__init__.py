@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from coldscope.core.records import LogInfo
 from coldscope.core.stages import (
@@ -35,17 +36,18 @@ from coldscope.engines.roles import (
     LogFacts,
     LogReading,
 )
-from coldscope.engines.sglang.log import FATAL_RX, STAMP, SGLangEvidence
+from coldscope.engines.sglang.markers import BOUNDARY_MARKER, FATAL_RX, LOG_MARKER, STAMP
+
+if TYPE_CHECKING:
+    from coldscope.engines.sglang.log import SGLangEvidence
 
 #: Output lines that show SGLang entering a stage, for live progress only.
-LIVE_STAGES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
-    (re.compile(rx, re.IGNORECASE), stage) for rx, stage in (
-        (r"server_args=ServerArgs\(|Init torch distributed begin", BOOTSTRAP),
-        (r"Load weight begin", MODEL_LOADING),
-        (r"Load weight end|KV Cache is allocated", KV_CACHE_PROFILING),
-        (r"Capture (?:[\w-]+ ){0,2}cuda graph begin", CUDA_GRAPH_CAPTURE),
-        (r"Started server process|Application startup complete", SERVER_READY),
-    )
+LIVE_STAGES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"server_args=ServerArgs\(|Init torch distributed begin", re.I), BOOTSTRAP),
+    (re.compile(r"Load weight begin", re.I), MODEL_LOADING),
+    (re.compile(r"Load weight end|KV Cache is allocated", re.I), KV_CACHE_PROFILING),
+    (re.compile(r"Capture (?:[\w-]+ ){0,2}cuda graph begin", re.I), CUDA_GRAPH_CAPTURE),
+    (re.compile(r"Started server process|Application startup complete", re.I), SERVER_READY),
 )
 _FATAL = re.compile(FATAL_RX)
 #: Words every ``FATAL_RX`` alternative holds: a substring test rejects most lines first.
@@ -80,9 +82,10 @@ class SGLang(GenericEngine):
     packages: Mapping[str, tuple[str, ...]] = {"sglang": ("sglang",), **GenericEngine.packages}
     env_prefixes: tuple[str, ...] = ("SGLANG_", "SGL_")
     server_module: str | None = "sglang.launch_server"
-
-    def __init__(self) -> None:
-        super().__init__()
+    #: What the registry tests before asking this adapter (``engines.roles.LogReader``): a
+    #: line it may claim as its own, a line that may be a start-up's boundary.
+    log_marker = LOG_MARKER
+    boundary_marker = BOUNDARY_MARKER
 
     def matches(self, argv: Sequence[str]) -> bool:
         """The command starts SGLang's server: ``-m sglang.launch_server`` (any ``sglang.``
@@ -146,7 +149,7 @@ class SGLang(GenericEngine):
     def first_own_line(self, lines: Sequence[str]) -> int | None:
         """Own lines carry SGLang's ``[YYYY-MM-DD HH:MM:SS]`` stamp, its banner its name: a
         head with neither (a vLLM log) is declined without running the rules."""
-        if not any("glang" in t or STAMP.search(t) for t in lines):
+        if not any(LOG_MARKER.search(t) for t in lines):
             return None
         from coldscope.engines.sglang.log import first_own_line
         return first_own_line(lines)

