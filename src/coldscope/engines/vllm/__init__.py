@@ -331,21 +331,20 @@ class VLLM(GenericEngine):
         """A saved log read once (``timeline.read_startup``): the timeline, the failure or the
         refusal, the notes, the findings' facts of the same reading, and what the paper's
         parser reads from it (``paper.VLLMReading``)."""
-        from coldscope.core.records import MissedItem
         from coldscope.engines.vllm.facts import startup_facts
-        from coldscope.engines.vllm.paper import VLLMReading, missed, paper_metrics
+        from coldscope.engines.vllm.paper import VLLMReading, compared
         from coldscope.engines.vllm.timeline import read_startup
         st = read_startup(lines)
         ev = st.evidence
         if not _is_vllm(ev):
             return None
+        metrics, missed = compared(ev, st.durations)
         return VLLMReading(
             engine=self, timeline=st.timeline, info=_info(ev),
             time_to_ready_from=st.time_to_ready_from,
             failure=st.failure, notes=list(st.notes), refused=st.refused,
             facts=startup_facts(st), model=st.model,
-            paper_metrics=paper_metrics(ev),
-            missed=[MissedItem(**m) for m in missed(ev)],
+            paper_metrics=metrics, missed=missed,
         )
 
     def otel_spans(self, spans: Sequence[OtelSpan], *, origin_unix: float,

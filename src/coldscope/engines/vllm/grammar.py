@@ -152,6 +152,30 @@ class LogEvidence:
         return found[-1] if found else None
 
 
+# The durations the records report (section 3's arithmetic on them): here, beside the records,
+# so that every reader of the evidence (timeline, facts, the paper's parser) sums them alike
+# without reaching into another reader.
+
+def total_seconds(ev: LogEvidence, name: str) -> float | None:
+    """Seconds spent on ``name``: summed within a process (repeated phases, e.g. two compiled
+    sub-modules), the slowest process across processes (tensor-parallel workers run at once)."""
+    per_pid: dict[int | None, float] = {}
+    for r in ev.records:
+        if r.name == name and r.duration is not None:
+            per_pid[r.pid] = per_pid.get(r.pid, 0.0) + r.duration
+    return max(per_pid.values()) if per_pid else None
+
+
+def last_seconds(ev: LogEvidence, name: str) -> float | None:
+    r = ev.last(name)
+    return None if r is None else r.duration
+
+
+def to_microsecond(seconds: float | None) -> float | None:
+    """Rounded to the microsecond: sums of printed values carry float noise, not precision."""
+    return None if seconds is None else round(seconds, 6)
+
+
 # --------------------------------------------------------------------------------------------
 # Format families: one small table each.
 

@@ -28,13 +28,13 @@ from coldscope.engines.vllm.grammar import (
     WARMUP_START,
     WEIGHTS,
     LogEvidence,
-)
-from coldscope.engines.vllm.timeline import (
     last_seconds,
-    stage_durations,
     to_microsecond,
     total_seconds,
 )
+
+#: What ``timeline.stage_durations`` gives for a log: (stages, substeps, not applicable).
+Durations = tuple[dict[str, float], dict[str, float], frozenset[str]]
 
 # --------------------------------------------------------------------------------------------
 # The paper's parser, for comparison
@@ -95,14 +95,25 @@ class Missed(TypedDict):
     """One line."""
 
 
-def missed(ev: LogEvidence) -> list[Missed]:
-    """What the paper's parser misses or misreads in this log."""
+def compared(ev: LogEvidence, durations: Durations) -> tuple[dict[str, float | None],
+                                                             list[MissedItem]]:
+    """The paper parser's metrics (``paper_metrics``) and what it misses (``missed``) in one
+    call: what a reading carries, from the stage durations the reading already has."""
+    return paper_metrics(ev), [MissedItem(**m) for m in missed(ev, durations)]
+
+
+def missed(ev: LogEvidence, durations: Durations | None = None) -> list[Missed]:
+    """What the paper's parser misses or misreads in this log; ``durations`` are
+    ``timeline.stage_durations(ev)`` (worked out here when not given)."""
     out: list[Missed] = []
 
     def add(what: str, seconds: float | None, detail: str) -> None:
         out.append({"what": what, "seconds": to_microsecond(seconds), "detail": detail})
 
-    stages, substeps, _ = stage_durations(ev)
+    if durations is None:
+        from coldscope.engines.vllm.timeline import stage_durations
+        durations = stage_durations(ev)
+    stages, substeps, _ = durations
     inductor = substeps.get(INDUCTOR)
     if inductor is not None:
         add(

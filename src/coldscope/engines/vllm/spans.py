@@ -13,7 +13,6 @@ from coldscope.core.stages import (
     MODEL_LOADING,
     SERVER_READY,
     TORCH_COMPILE,
-    substep,
 )
 from coldscope.core.timeline import Span, subtract
 from coldscope.engines.vllm.grammar import (
@@ -181,8 +180,8 @@ def log_spans(ev: LogEvidence, arrival: Sequence[float]) -> list[Span]:
         served = any(r.process == "api_server" for r in ev.records)
         if engine and 0.0 < at(engine[0]) < first_load:
             frontend = "api_server" if served else "engine"
-            spans.append(span(substep(BOOTSTRAP, "frontend"), 0.0, at(engine[0]), process=frontend))
-            spans.append(span(substep(BOOTSTRAP, "engine"), at(engine[0]), first_load, engine[0]))
+            spans.append(span(f"{BOOTSTRAP}/frontend", 0.0, at(engine[0]), process=frontend))
+            spans.append(span(f"{BOOTSTRAP}/engine", at(engine[0]), first_load, engine[0]))
         elif first_load > 0:
             spans.append(span(BOOTSTRAP, 0.0, first_load))
 

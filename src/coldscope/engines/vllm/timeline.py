@@ -43,6 +43,8 @@ from coldscope.engines.vllm.grammar import (
     evidence_of,
     is_start,
     taken_apart,
+    to_microsecond,
+    total_seconds,
 )
 from coldscope.engines.vllm.spans import (
     log_spans,
@@ -50,26 +52,6 @@ from coldscope.engines.vllm.spans import (
 
 # --------------------------------------------------------------------------------------------
 # Durations
-
-
-def total_seconds(ev: LogEvidence, name: str) -> float | None:
-    """Seconds spent on ``name``: summed within a process (repeated phases, e.g. two compiled
-    sub-modules), the slowest process across processes (tensor-parallel workers run at once)."""
-    per_pid: dict[int | None, float] = {}
-    for r in ev.records:
-        if r.name == name and r.duration is not None:
-            per_pid[r.pid] = per_pid.get(r.pid, 0.0) + r.duration
-    return max(per_pid.values()) if per_pid else None
-
-
-def last_seconds(ev: LogEvidence, name: str) -> float | None:
-    r = ev.last(name)
-    return None if r is None else r.duration
-
-
-def to_microsecond(seconds: float | None) -> float | None:
-    """Rounded to the microsecond: sums of printed values carry float noise, not precision."""
-    return None if seconds is None else round(seconds, 6)
 
 
 def _sum_known(*values: float | None) -> float | None:
@@ -271,7 +253,9 @@ class Startup:
     when the log's evidence cannot be reconciled (then no timeline should be reported).
     ``timeline`` has time to ready on the log's own clock, from the engine's first own line to
     its ready line, and buckets that sum to it; ``notes`` say which line won where evidence
-    overlapped, what was skipped, and which rank is reported.
+    overlapped, what was skipped, and which rank is reported. ``durations`` are the stage
+    durations the lines show before they were fitted to time to ready (``stage_durations``):
+    what the paper's parser is compared with.
     """
 
     evidence: LogEvidence
@@ -284,6 +268,7 @@ class Startup:
     refused: str | None
     notes: tuple[str, ...]
     model: str | None
+    durations: tuple[dict[str, float], dict[str, float], frozenset[str]]
 
 
 def _clip(text: str, limit: int = _QUOTE) -> str:
@@ -704,6 +689,7 @@ def read_startup(lines: Iterable[object]) -> Startup:
     model = _model_of(parsed)
     del parsed  # (the lines taken apart are done with: the stages' spans need the room)
     stages, substeps, na = stage_durations(ev)
+    durations = (dict(stages), dict(substeps), na)  # as the lines show them, before the fit
     if ready is None or untrue is not None:
         stages.pop(SERVER_READY, None)
         if refused is not None:  # a failed start-up is reported failed; its clock is a note
@@ -726,5 +712,6 @@ def read_startup(lines: Iterable[object]) -> Startup:
     return Startup(evidence=ev, lines=own, source=source, timeline=tl,
                    time_to_ready_from=ttr_from,
                    ready_line=ready.line_no if ready is not None else None,
-                   failure=failure, refused=refused, notes=tuple(notes), model=model)
+                   failure=failure, refused=refused, notes=tuple(notes), model=model,
+                   durations=durations)
 
