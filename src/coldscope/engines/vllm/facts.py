@@ -1,23 +1,29 @@
 """What a vLLM start-up's reading says for the findings rules (``LogFacts``), in engine-neutral
 terms: the compile cache's load failure and the recompile after it, the warnings, the memory
-profiling line, the child processes' spawn gaps, the compile-cache directories."""
+profiling line, the child processes' spawn gaps, the compile-cache directories.
+
+It reads the lines the reading kept (``timeline.Startup.lines``: ``logtext.normalise`` has
+cleaned them, so no colour or control sequence is left and none is removed again here) and the
+evidence the grammar made of them."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from coldscope.capture.logtext import without_colours
 from coldscope.engines.roles import EngineWarning, LogFacts, LogLine
 from coldscope.engines.vllm.grammar import (
     DOWNLOAD,
     MEMORY_PROFILING_END,
     STARTUP_PLAN,
     LogEvidence,
-    split_line,
+    split_clean,
+    total_seconds,
 )
-from coldscope.engines.vllm.timeline import Startup, total_seconds
+
+if TYPE_CHECKING:
+    from coldscope.engines.vllm.timeline import Startup
 
 #: Lines meaning "a compile cache was there but could not be used, so the graphs were compiled
 #: again" (0.32's AOT loader, whose warning names ``finalize_loading``; the older inductor-cache
@@ -120,7 +126,7 @@ def startup_facts(st: Startup) -> LogFacts:
 
 
 def _message(text: str) -> str:
-    return split_line(text).message or text
+    return split_clean(text).message or text
 
 
 def _load_failure(lines: Sequence[str], clock: Sequence[float | None]) -> dict[str, Any]:
@@ -138,7 +144,7 @@ def _load_failure(lines: Sequence[str], clock: Sequence[float | None]) -> dict[s
             if done is not None and COMPILE_SAVED.search(lines[i]):
                 seconds = max(0.0, done - start)
                 break
-    return {"compile_cache_load_failed": LogLine(at, split_line(text).message or text),
+    return {"compile_cache_load_failed": LogLine(at, split_clean(text).message or text),
             "recompile_s": seconds}
 
 
@@ -156,9 +162,8 @@ def _warnings(lines: Sequence[str]) -> tuple[EngineWarning, ...]:
     """Every WARNING/ERROR/CRITICAL line but the compile-cache load failure and shutdown."""
     out = []
     for i, text in enumerate(lines):
-        clean = without_colours(text)
-        m = WARNING_LINE.match(clean)
-        if not m or LOAD_FAILED.search(clean) or SHUTDOWN.search(clean):
+        m = WARNING_LINE.match(text)
+        if not m or LOAD_FAILED.search(text) or SHUTDOWN.search(text):
             continue
         out.append(EngineWarning(i, m.group("level"), m.group("where"), m.group("msg").strip()))
     return tuple(out)
@@ -173,7 +178,7 @@ def _child_process_gaps(lines: Sequence[str], clock: Sequence[float | None]) -> 
     seen: set[str] = set()
     prev_clock: float | None = None
     for i, text in enumerate(lines):
-        ln = split_line(text)
+        ln = split_clean(text)
         t = clock[i] if i < len(clock) else None
         if ln.process in _CHILD_ROLES and ln.process not in seen and ln.wallclock:
             seen.add(ln.process)
