@@ -226,11 +226,12 @@ def identify_output(line: str) -> LogEngine | None:
     return None
 
 
-def read_log(lines: Sequence[str]) -> LogReading | None:
-    """A saved log read by its own engine's adapter (``identify_log``); the reading carries that
-    adapter (``LogReading.engine``). None when no engine claims the log or its adapter reads
-    nothing in it."""
-    reader = identify_log(lines)
+def read_log(lines: Sequence[str], engine: LogEngine | None = None) -> LogReading | None:
+    """A saved log read by its own engine's adapter: ``engine`` when the caller identified it
+    already (``identify_log`` of the whole log, carried to each start-up's lines), else
+    ``identify_log`` of ``lines``; the reading carries that adapter (``LogReading.engine``).
+    None when no engine claims the log or its adapter reads nothing in it."""
+    reader = engine if engine is not None else identify_log(lines)
     return reader.read_log(lines) if reader is not None else None
 
 

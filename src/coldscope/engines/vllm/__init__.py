@@ -130,15 +130,17 @@ STARTUP_FAILED = re.compile(
 )
 #: A line vLLM's adapter may claim as its own (``grammar.first_own_line``): one with vLLM's
 #: ``MM-DD HH:MM:SS`` stamp after its level, or one of its version lines (the engine's
-#: ``LLM engine (vX)``, the API server's ``version X``, the 0.11+ banner's block letters). The
-#: registry tests it on a log's head before asking the adapter, so a head without one (an
-#: SGLang log, whose stamps carry the year) is declined without running the grammar.
+#: ``LLM engine (vX)``, the API server's ``version X``, the 0.11+ banner's ``version`` after
+#: its block letters). The registry tests it on a log's head before asking the adapter, so a
+#: head without one (an SGLang log: its stamps carry the year, its progress bars' blocks no
+#: version) is declined without running the grammar.
 LOG_MARKER = re.compile(r"(?<![\d-])\d{2}-\d{2} \d{2}:\d{2}:\d{2}|LLM engine \(v"
-                        r"|vLLM API server version|\u2588")
+                        r"|vLLM API server version|\u2588.*version")
 #: A line that can open, finish or fail a start-up in a followed log (what
-#: ``VLLM.startup_boundary`` answers for, by its own substring tests): every other is none.
+#: ``VLLM.startup_boundary`` answers for): a failure, a ready line, or one of vLLM's version
+#: lines (``LOG_MARKER``'s); every other line is none of these.
 BOUNDARY_MARKER = re.compile(STARTUP_FAILED.pattern + r"|startup complete|initialize_engine took"
-                             r"|version|LLM engine \(v")
+                             r"|LLM engine \(v|vLLM API server version|\u2588.*version")
 #: vLLM's own flags and variables in the findings' advice (``coldscope.analysis.findings`` keeps the
 #: engine-neutral wording for other engines).
 FINDING_ADVICE: dict[str, str] = {
