@@ -43,3 +43,17 @@ def stage_of(name: str) -> str:
     if stage not in BUCKETS:
         raise ValueError(f"unknown stage {stage!r} in {name!r}")
     return stage
+
+
+def stages_not_applicable(*, compile_enabled: bool | None, on_cpu: bool,
+                          eager: bool | None = None) -> frozenset[str]:
+    """The stages that do not apply to a start-up (``Engine.not_applicable``'s default, and
+    vLLM's own, on its command or its log): torch.compile does not apply when
+    compilation is off; CUDA-graph capture not on a CPU, in eager mode, nor (``eager`` unknown:
+    a live run's command says only whether it compiles) without compilation."""
+    out = set()
+    if compile_enabled is False:
+        out.add(TORCH_COMPILE)
+    if on_cpu or eager or (eager is None and compile_enabled is False):
+        out.add(CUDA_GRAPH_CAPTURE)
+    return frozenset(out)

@@ -2,7 +2,7 @@
 protocols, and the one place that tells which engine a command, a log or a stored run is.
 
 An adapter plays the roles it has (``engines.roles``): every adapter reads its command line and
-environment (``Engine``; ``GenericEngine`` gives the defaults); one whose logs coldscope reads is
+environment (``Engine``; ``EngineDefaults`` gives the defaults); one whose logs coldscope reads is
 a ``LogReader``; one whose processes the probe and spans show, ``ProcessEvidence``; one ``tune``
 can tune, a ``TuneCatalogue``; one with its own advice, ``FindingsAdvice``. Which stages apply to
 a start-up is the adapter's answer too (``Engine.not_applicable``).
@@ -13,7 +13,7 @@ that read it), a stored run by its engine's name (``by_name``). Past that point 
 registry "is this yours?".
 
 Adding an engine: a package ``engines/<name>/`` whose ``__init__`` holds the adapter (a class
-subclassing ``GenericEngine`` and playing the roles it has), listed in ``_registry`` below, its
+subclassing ``EngineDefaults`` and playing the roles it has), listed in ``_registry`` below, its
 own modules reached only from it (an import-linter contract keeps the engine packages apart),
 and its tests; ``engines/vllm/`` and ``engines/sglang/`` are two, ``tests/unit/
 test_third_engine.py`` a third written as a test. Nothing else changes. An adapter that lives in
@@ -30,7 +30,14 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING
 
-from coldscope.engines.command import GenericEngine, flag, module_of, options, starts
+from coldscope.engines.command import (
+    EngineDefaults,
+    GenericEngine,
+    flag,
+    module_of,
+    options,
+    starts,
+)
 from coldscope.engines.roles import (
     FAILED,
     LAUNCH,
@@ -59,8 +66,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENGINES", "ENTRY_POINT_GROUP", "FAILED", "LAUNCH", "OWN_LINE", "PLUGIN_ERRORS", "READY",
-    "START_PREFIX",
-    "UNNAMED_ENGINE", "CommandSettings", "ComparedWithPaper", "Engine", "EngineWarning",
+    "START_PREFIX", "UNNAMED_ENGINE", "CommandSettings", "ComparedWithPaper", "Engine",
+    "EngineDefaults", "EngineWarning",
     "FindingsAdvice", "GenericEngine", "LogEngine", "LogFacts", "LogLine", "LogReader",
     "LogReading", "ProcessEvidence", "RunReader", "TuneCatalogue", "by_distribution", "by_name",
     "demo_command", "distributions", "engine_name", "flag", "follow_boundary", "identify_log",

@@ -1,5 +1,6 @@
-"""Reading a command line, and ``GenericEngine``: the command-and-environment role's defaults
-for any command."""
+"""Reading a command line; ``EngineDefaults``, the command-and-environment role's defaults that
+every adapter subclasses; and ``GenericEngine``, the adapter of a command no engine
+recognises."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from coldscope.core.records import LogInfo
-from coldscope.core.stages import CUDA_GRAPH_CAPTURE, TORCH_COMPILE
+from coldscope.core.stages import stages_not_applicable
 
 if TYPE_CHECKING:
     from coldscope.engines.roles import CommandSettings
@@ -76,17 +77,6 @@ def options(argv: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def stages_not_applicable(*, compile_enabled: bool | None, on_cpu: bool,
-                          eager: bool | None = None) -> frozenset[str]:
-    """``Engine.not_applicable``'s default, and vLLM's own: torch.compile does not apply when
-    compilation is off; CUDA-graph capture not on a CPU, in eager mode, nor (``eager`` unknown:
-    a live run's command says only whether it compiles) without compilation."""
-    out = set()
-    if compile_enabled is False:
-        out.add(TORCH_COMPILE)
-    if on_cpu or eager or (eager is None and compile_enabled is False):
-        out.add(CUDA_GRAPH_CAPTURE)
-    return frozenset(out)
 
 
 def _is_number(text: str) -> bool:
@@ -97,11 +87,10 @@ def _is_number(text: str) -> bool:
     return True
 
 
-class GenericEngine:
+class EngineDefaults:
     """Any command's command line and environment (the ``Engine`` role): what can be said
-    without knowing the engine. ``resolve`` gives it for a command no adapter recognises (its
-    output is then read by the engine its log shows: ``engines.identify_log``); adapters
-    subclass it and override what they know. It reads no log and asks no other adapter."""
+    without knowing the engine. Adapters subclass it and override what they know; it holds no
+    state, so making an adapter runs no code. It reads no log and asks no other adapter."""
 
     name = "process"
     title = "process"
@@ -111,10 +100,6 @@ class GenericEngine:
     server_module: str | None = None
     import_breakers: Mapping[str, tuple[str, ...]] = {}
     compile_factors_file: str | None = None
-
-    def __init__(self, argv: Sequence[str] = ()) -> None:
-        if argv:
-            self.name = self.title = Path(argv[0]).name or "process"
 
     def matches(self, argv: Sequence[str]) -> bool:
         return True
@@ -195,3 +180,13 @@ class GenericEngine:
                        eager: bool | None = None) -> frozenset[str]:
         return stages_not_applicable(compile_enabled=compile_enabled, on_cpu=on_cpu,
                                      eager=eager)
+
+
+class GenericEngine(EngineDefaults):
+    """The adapter of a command no registered engine recognises (``engines.resolve``; a wrapper
+    script, say): ``EngineDefaults`` named after the command's program. Its output is read by
+    the engine its log shows (``engines.identify_log``)."""
+
+    def __init__(self, argv: Sequence[str] = ()) -> None:
+        if argv:
+            self.name = self.title = Path(argv[0]).name or "process"

@@ -3,7 +3,7 @@ they hand back: a saved log's reading (``LogReading``, carrying the engine that 
 facts the findings rules read (``LogFacts``), and what one line of a followed log means to a
 start-up.
 
-Every adapter plays ``Engine`` (its command line and environment: ``GenericEngine`` gives the
+Every adapter plays ``Engine`` (its command line and environment: ``EngineDefaults`` gives the
 defaults). The other roles it plays only when it has them: ``LogReader`` (its saved and followed
 logs), ``ProcessEvidence`` (its processes, the probe's hooks, its OpenTelemetry spans),
 ``TuneCatalogue`` (the start-up knobs ``tune`` may try) and ``FindingsAdvice`` (its own flags in

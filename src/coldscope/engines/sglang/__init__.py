@@ -26,7 +26,7 @@ from coldscope.core.stages import (
     SERVER_READY,
 )
 from coldscope.core.timeline import Span, from_durations
-from coldscope.engines.command import GenericEngine, flag, starts
+from coldscope.engines.command import EngineDefaults, flag, starts
 from coldscope.engines.roles import (
     FAILED,
     OWN_LINE,
@@ -73,13 +73,13 @@ FINDING_ADVICE: dict[str, str] = {
 }
 
 
-class SGLang(GenericEngine):
+class SGLang(EngineDefaults):
     """SGLang's server (``python -m sglang.launch_server --model-path M`` or
     ``sglang serve --model-path M``), read through its logs."""
 
     name = "sglang"
     title = "SGLang"
-    packages: Mapping[str, tuple[str, ...]] = {"sglang": ("sglang",), **GenericEngine.packages}
+    packages: Mapping[str, tuple[str, ...]] = {"sglang": ("sglang",), **EngineDefaults.packages}
     env_prefixes: tuple[str, ...] = ("SGLANG_", "SGL_")
     server_module: str | None = "sglang.launch_server"
     #: What the registry tests before asking this adapter (``engines.roles.LogReader``): a

