@@ -21,7 +21,7 @@ from coldscope.core.records import Gpu, Origin, Run, Tool
 from coldscope.core.version import __version__
 
 if TYPE_CHECKING:
-    from coldscope.engines import LogFacts
+    from coldscope.engines import LogEngine, LogFacts
 
 
 def finish(run: Run, evidence: Mapping[str, Any], ctx: Context) -> Run:
@@ -52,14 +52,16 @@ def run_from_log(lines: Sequence[str], *, name: str, origin: Origin = "log",
 
 
 def read_run(lines: Sequence[str], *, name: str, origin: Origin = "log",
-             started_at: str | None = None,
-             mtime: float | None = None) -> tuple[Run, LogFacts | None]:
+             started_at: str | None = None, mtime: float | None = None,
+             engine: LogEngine | None = None) -> tuple[Run, LogFacts | None]:
     """``run_from_log``, and the findings' facts of the same reading (the engine's own; None
     when it gives none), so that a caller needs no second reading for them.
 
     ``lines`` may be a ``logtext.NumberedLines`` (a saved log read with long runs of blank
     lines left out): the engines quote its own line numbers, and the findings rules look
-    lines up by them.
+    lines up by them. ``engine``: the adapter the caller identified the log's engine as
+    (``ingest.logfiles.startups`` does, once per file), read with it rather than identified
+    again; when it reads nothing there, the lines' own engine is looked for.
 
     ``started_at`` (default): the log's own time, its first dated line (``log_started_at``,
     the year from ``mtime``, the file's modification time, when the stamps have none). The
@@ -74,7 +76,9 @@ def read_run(lines: Sequence[str], *, name: str, origin: Origin = "log",
     from coldscope.engines import ComparedWithPaper, LogFacts, read_log
     from coldscope.store.logruns import laid_end_to_end
     from coldscope.util.errors import ColdscopeError
-    reading = read_log(lines)  # identified once: the reading carries its engine
+    reading = read_log(lines, engine)  # identified once: the reading carries its engine
+    if reading is None and engine is not None:
+        reading = read_log(lines)
     if reading is None:
         raise ColdscopeError(f"{name} does not look like a log of a known engine "
                              "(no known line found)")

@@ -469,6 +469,10 @@ class StartupLines:
     log cut off, or a start-up still running in a followed log)."""
     failed: bool = False
     """Whether its end (``end``) is a failure."""
+    reader: LogReader | None = None
+    """The adapter whose start line opened it (the log's engine, identified once by
+    ``startups``; another adapter's after a switch): its lines are read by that adapter,
+    not identified again."""
 
     @property
     def movable(self) -> int:
@@ -521,6 +525,7 @@ def startups(lines: Sequence[str], *, prefix: LinePrefix | None | EllipsisType =
     if prefix is ...:
         prefix = repeated_prefix(numbered)
     cuts, ends, failed = [0], [], []
+    readers = [reader]  # the adapter of each start-up, beside its first line in ``cuts``
     arg_errors: dict[int, bool] = {}
     begun = ended = switched = False
     usage = -1  # the last argparse "usage:" line of a launch not yet begun
@@ -548,6 +553,7 @@ def startups(lines: Sequence[str], *, prefix: LinePrefix | None | EllipsisType =
             if ended:
                 cuts.append(_first_line(numbered, cuts[-1], ends[-1], i, failed[-1], prefix,
                                         reader, switched))
+                readers.append(reader)
                 ended = False
                 usage = -1
             begun = True
@@ -568,7 +574,7 @@ def startups(lines: Sequence[str], *, prefix: LinePrefix | None | EllipsisType =
         bad = ends[k] - a if k < len(ends) and ends[k] in arg_errors else None
         end = ends[k] - a if k < len(ends) else None
         out.append(StartupLines(numbered.part(a, b), tail, loose, bad, end,
-                                k < len(ends) and failed[k]))
+                                k < len(ends) and failed[k], readers[k]))
     return out
 
 
@@ -722,13 +728,13 @@ def read_startup_lines(part: StartupLines, carried: NumberedLines, name: str, *,
     body = carried.then(part.lines)
     if cut_only and part.bad_arguments is None and (last or not part.movable):
         return StartupReading(body, None, None, None, NumberedLines())
-    run, refusal, facts = _read(body, name)
+    run, refusal, facts = _read(body, name, part.reader)
     if run is None and part.bad_arguments is not None:
         run = _bad_arguments(log, body, part.bad_arguments - len(body) + len(part.lines), name)
     rest = NumberedLines()
     if part.movable and not last:
         head = body.part(None, -part.movable)
-        alone, _, alone_facts = _read(head, name)
+        alone, _, alone_facts = _read(head, name, part.reader)
         if alone is not None and (run is None or _reading(run) != _reading(alone)):
             body, run, facts, rest = head, alone, alone_facts, body.part(-part.movable)
     return StartupReading(body, run, None if run is not None else refusal, facts, rest)
@@ -765,11 +771,15 @@ def _reading(run: Run) -> tuple[Any, ...]:
             run.stages)
 
 
-def _read(lines: NumberedLines, name: str) -> tuple[Run | None, str | None, LogFacts | None]:
-    """``assemble.read_run`` of ``lines`` (the run and its facts), or why it refused them."""
+def _read(lines: NumberedLines, name: str, reader: LogReader | None = None,
+          ) -> tuple[Run | None, str | None, LogFacts | None]:
+    """``assemble.read_run`` of ``lines`` (the run and its facts) by ``reader``, the adapter
+    ``startups`` identified, or why it refused them."""
+    from coldscope.engines import LogEngine
     from coldscope.ingest.assemble import read_run
     try:
-        run, facts = read_run(lines, name=name)
+        run, facts = read_run(lines, name=name,
+                              engine=reader if isinstance(reader, LogEngine) else None)
     except ColdscopeError as exc:
         return None, str(exc), None
     return run, None, facts
