@@ -45,10 +45,10 @@ $(PROMETHEUS):
 
 # Lint (ruff, the import layering and cycles of .importlinter, mypy strict) is part of the
 # tests: it runs first, right after setup, so a tree that fails it fails before any engine starts.
-# The whole suite in one process: on these 2 cores two workers did not shorten it (37.7 min,
-# the integration tests' engine start-ups alone take 35 on one worker) and put timed unit tests
-# beside an engine start-up. `pytest -n 2` works (tests/conftest.py keeps the integration tests
-# on one worker, in order).
+# The whole suite in one process (23.7 min in a fresh clone on 2 cores, 4 December): two
+# workers did not shorten it (37.7 min: an engine start-up wants both cores, and the unit tests
+# beside it slowed both) and put timed unit tests beside an engine start-up. `pytest -n 2`
+# works (tests/conftest.py keeps the integration tests on one worker, in order).
 test: setup lint models/tiny $(BROWSER) $(PROMETHEUS)
 	$(PY) -m pytest -q -ra
 
