@@ -9,7 +9,6 @@ nothing twice.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from coldscope.core.records import Run
@@ -23,18 +22,19 @@ def run_id(replica: str, lines: list[str]) -> str:
     return startup_id(lines)
 
 
-def _started_at(s: Startup) -> str:
-    return datetime.fromtimestamp(s.started_wall, UTC).isoformat(timespec="seconds")
-
-
 def build_run(s: Startup) -> Run:
     """The run record of a finished start-up: ``run_from_log`` of its lines (the adapters of
-    ``parse``, findings included), with the watcher's id, verdict, time and file."""
+    ``parse``, findings included), with the watcher's id, verdict and file.
+
+    Its ``started_at`` is the log's own, as ``parse --save`` gives it (the first dated line), so
+    a fleet's old logs that ``serve`` reads when it starts keep their time; the watcher's clock
+    when it read the start-up's first line stands in for the file's modification time (the
+    year of a month-day stamp; the time of a log with no dated line)."""
     from coldscope.core.records import ModelRef
     from coldscope.ingest.assemble import run_from_log
     from coldscope.util.errors import ColdscopeError
     try:
-        run = run_from_log(s.lines, name=s.replica, origin="log", started_at=_started_at(s))
+        run = run_from_log(s.lines, name=s.replica, origin="log", mtime=s.started_wall)
     except ColdscopeError:  # what no engine reads: a launch that died at argument parsing
         if s.run is None:
             raise

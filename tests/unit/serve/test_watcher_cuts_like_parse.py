@@ -120,6 +120,16 @@ def test_restarts_are_cut_at_their_own_first_lines(tmp_path: Path) -> None:
         runs[0].reason
 
 
+def test_a_stored_startup_starts_at_its_logs_own_time_not_the_watchers(tmp_path: Path) -> None:
+    # the OOM restart's two start-ups begin at 05-01 23:03:10 (line 1) and 23:11:02 (line 39),
+    # by the log's own stamps, whenever the watcher reads them (its clock gives the year only:
+    # vLLM's stamps have none)
+    log = FLEET / "vllm-0.11-oom-then-restart.log"
+    runs = [build_run(s) for s in _watched(log, tmp_path)[0]]
+    assert [r.started_at[4:] for r in runs] == ["-05-01T23:03:10", "-05-01T23:11:02"]
+    assert all(r.started_at[:4].isdigit() for r in runs)
+
+
 def test_a_log_appended_to_another_is_its_own_startup_from_its_first_line(
         tmp_path: Path) -> None:
     # v0.10.0's 193 lines, then v0.11.0's 175: the second begins at its own first line (194,
