@@ -81,11 +81,13 @@ def _as_a_terminal_starts_it() -> None:
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
-def _interrupted(tmp_path, sig, *, preexec):
-    """Start ``profile --repeat 3`` of the hanging fake engine, send ``sig`` once the engine
-    is up, and return (returncode, stderr, engine processes left); the profile is killed
-    rather than left running if it does not end within 60 s (a leftover profile would go on
-    to its next start-up and be seen by the tests after this one)."""
+def _interrupted(tmp_path, signals, *, preexec):
+    """Start ``profile --repeat 3`` of the hanging fake engine and, once the engine is up,
+    send each of ``signals`` (a signal, or a pause in seconds: ``signal.SIGHUP, 1.0,
+    signal.SIGTERM``); return (returncode, stderr, engine processes left, whether the profile
+    was still running before the last signal). The profile is killed rather than left running
+    if it does not end within 60 s (a leftover profile would go on to its next start-up and be
+    seen by the tests after this one)."""
     proc = subprocess.Popen(fake_profile(tmp_path, "--quiet", "--repeat", "3", mode="hang"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=preexec)
@@ -95,12 +97,18 @@ def _interrupted(tmp_path, sig, *, preexec):
             time.sleep(0.1)
         assert run_processes(), "the engine never started"
         time.sleep(0.5)
-        proc.send_signal(sig)
+        running = True
+        for step in signals:
+            if isinstance(step, float):
+                time.sleep(step)
+                continue
+            running = proc.poll() is None and bool(run_processes())
+            proc.send_signal(step)
         try:
             _, err = proc.communicate(timeout=60)
         except subprocess.TimeoutExpired:
-            return None, "", run_processes()
-        return proc.returncode, err, run_processes()
+            return None, "", run_processes(), running
+        return proc.returncode, err, run_processes(), running
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -109,7 +117,7 @@ def _interrupted(tmp_path, sig, *, preexec):
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_ctrl_c_sigterm_and_sighup_stop_the_engine_and_store_the_run(tmp_path, sig):
-    code, err, left = _interrupted(tmp_path, sig, preexec=_as_a_terminal_starts_it)
+    code, err, left, _ = _interrupted(tmp_path, [sig], preexec=_as_a_terminal_starts_it)
     assert code == 130, f"profile did not stop on {signal.Signals(sig).name} within 60 s"
     assert "Traceback" not in err
     assert not left
@@ -125,26 +133,11 @@ def _ignoring_sighup() -> None:
 def test_a_sighup_ignored_from_the_start_stays_ignored_and_sigterm_still_stops(tmp_path):
     """``nohup coldscope profile``: a closed terminal (SIGHUP) does not stop the run; SIGTERM
     still does, as interrupted. The profile must still be running a second after SIGHUP."""
-    proc = subprocess.Popen(fake_profile(tmp_path, "--quiet", "--repeat", "3", mode="hang"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=_ignoring_sighup)
-    try:
-        deadline = time.time() + 30
-        while time.time() < deadline and not run_processes():
-            time.sleep(0.1)
-        assert run_processes(), "the engine never started"
-        time.sleep(0.5)
-        proc.send_signal(signal.SIGHUP)
-        time.sleep(1.0)
-        assert proc.poll() is None and run_processes(), "SIGHUP stopped a nohup'ed profile"
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 130 and "Traceback" not in err
-    assert not run_processes()
+    code, err, left, running = _interrupted(tmp_path, [signal.SIGHUP, 1.0, signal.SIGTERM],
+                                            preexec=_ignoring_sighup)
+    assert running, "SIGHUP stopped a nohup'ed profile"
+    assert code == 130 and "Traceback" not in err
+    assert not left
     runs = Store(tmp_path / "s.db").runs(status=None)
     assert [(r.status, r.reason) for r in runs] == [("failed", "interrupted")]
 
