@@ -6,28 +6,17 @@ selects by) and in the run's record alike. The logs are the shared fixtures."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from coldscope.store.db import Store
 from coldscope.util.errors import ColdscopeError
+from tests.unit.store.test_logruns import A100, L40S, WILD, cli
 
-FIXTURES = Path(os.environ.get("COLDSCOPE_FIXTURES", "/work/shared/fixtures"))
-WILD = FIXTURES / "wild-logs"
-L40S = WILD / "vllm-0.29.0-l40s-gemma4-26b-a4b-fp8.log"
-A100 = WILD / "vllm-0.19.1-a100-40gb-qwen3-8b.log"
-
+# the same logs and CLI runner as the saved-once tests beside it
 pytestmark = pytest.mark.skipif(not WILD.is_dir(), reason="shared fixtures not present")
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "coldscope.cli.main", *args],
-                          capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "COLUMNS": "200"})
 
 
 def save(db: str, *label: str) -> subprocess.CompletedProcess[str]:
