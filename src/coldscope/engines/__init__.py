@@ -284,17 +284,30 @@ def follow_boundary(line: str, engine: LogReader | None) -> tuple[str | None, Lo
     if engine is not None:
         kind = engine.startup_boundary(line)
         return (None if kind in (OWN_LINE, LAUNCH) else kind), engine
-    for reader in ENGINES:
-        if isinstance(reader, LogReader):
-            marker = _marker(reader, "boundary_marker")
-            if marker is not None and marker.search(line) is None:
-                continue
-            kind = reader.startup_boundary(line)
-            if kind is not None:
-                if kind.startswith(START_PREFIX):
-                    return kind, reader
-                return (None if kind in (OWN_LINE, LAUNCH) else kind), None
+    for reader in _log_readers():
+        marker = _marker(reader, "boundary_marker")
+        if marker is not None and marker.search(line) is None:
+            continue
+        kind = reader.startup_boundary(line)
+        if kind is not None:
+            if kind.startswith(START_PREFIX):
+                return kind, reader
+            return (None if kind in (OWN_LINE, LAUNCH) else kind), None
     return None, None
+
+
+_READERS: tuple[tuple[Engine, ...], tuple[LogReader, ...]] = ((), ())
+
+
+def _log_readers() -> tuple[LogReader, ...]:
+    """The registered adapters that read logs, in registry order, worked out once per registry
+    (``ENGINES`` is a tuple, only ever replaced whole) rather than with a protocol
+    ``isinstance`` per adapter on every line a follower asks about (``follow_boundary``: after
+    a ready line, a server's request log is most of a followed file)."""
+    global _READERS
+    if _READERS[0] is not ENGINES:
+        _READERS = (ENGINES, tuple(e for e in ENGINES if isinstance(e, LogReader)))
+    return _READERS[1]
 
 
 # -- what a run's evidence asks of its engine ---------------------------------------------------

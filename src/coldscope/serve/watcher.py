@@ -223,22 +223,14 @@ class _Stream:
         self.prefix: LinePrefix | None = None
         self.prefix_of = -1  # how many of ``sample`` ``prefix`` was found from (-1: not yet)
         self.reader: LogReader | None = None  # ``identify_log`` of the held lines, once known
-        self.readers: tuple[LogReader, ...] | None = None  # every engine's, once asked
 
     def _launch(self, line: str) -> tuple[str | None, LogReader | None]:
         """After a start-up ended, a start line of any engine (``startups`` asks every
-        adapter there, as the next launch may be another engine's) and the engine it is of;
-        else (None, the stream's engine). As ``engines.follow_boundary(line, None)``, with the
-        adapters listed once per stream rather than checked against ``LogReader`` per line
-        (a server's request log after its ready line is most lines)."""
-        if self.readers is None:
-            self.readers = tuple(e for e in engines.ENGINES if isinstance(e, LogReader))
-        for reader in self.readers:
-            kind = reader.startup_boundary(line)
-            if kind is not None:
-                if kind.startswith(START_PREFIX):
-                    return kind, reader
-                break
+        adapter there, as the next launch may be another engine's: ``engines.follow_boundary``
+        with no engine) and the engine it is of; else (None, the stream's engine)."""
+        kind, reader = engines.follow_boundary(line, None)
+        if kind is not None and kind.startswith(START_PREFIX) and reader is not None:
+            return kind, reader
         return None, self.engine
 
     @property
