@@ -118,6 +118,8 @@ class SideSummary(_Frozen):
     label: str | None = None
     command: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
+    standby: str | None = None
+    """The standby launcher the side's engines were started through (``--b-standby``)."""
     runs: list[str] = Field(default_factory=list)
     n: int = 0
     time_to_ready_s: list[float] = Field(default_factory=list)
@@ -414,7 +416,7 @@ def _side(samples: list[Sample], cache: str | None,
     info = dict(info or {})
     return ok, SideSummary(
         label=info.get("label"), command=info.get("command"), env=dict(info.get("env") or {}),
-        runs=[s.id for s in ok if s.id is not None], n=len(ok),
+        standby=info.get("standby"), runs=[s.id for s in ok if s.id is not None], n=len(ok),
         time_to_ready_s=[s.time_to_ready for s in ok if s.time_to_ready is not None],
         excluded=excluded)
 

@@ -45,6 +45,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tune": ("coldscope.cli.tune:tune", "Find and prove the fastest start-up of a command."),
     "bundle": ("coldscope.cli.tune:bundle", "Pack the caches a tuned configuration relies on."),
     "serve": ("coldscope.cli.serve:serve", "Serve start-up metrics, runs, predictions, hints."),
+    "standby": ("coldscope.cli.standby:standby",
+                "Keep an engine's modules imported, ready to fork a start-up."),
     "schema": ("coldscope.cli.schema:schema", "Print the JSON Schema of run/plan/simulate/model."),
 }
 

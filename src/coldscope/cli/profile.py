@@ -54,6 +54,11 @@ if TYPE_CHECKING:
 @click.option("--quiet", is_flag=True, help="Do not echo the engine's output.")
 @click.option("--bundle", default=None, type=click.Path(dir_okay=False),
               help="Start from the caches of a `coldscope bundle` file (implies --cache warm).")
+@click.option("--standby", default=None, metavar="NAME",
+              help="Start the engine through this standby launcher (`coldscope standby start "
+                   "NAME -- CMD`): forked from a process that has already imported it.")
+@click.option("--standby-dir", default=".coldscope/standby", show_default=True,
+              type=click.Path(file_okay=False), help="Where the standby launchers live.")
 @store_option
 @json_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
@@ -61,8 +66,8 @@ def profile(repeat: int, cache: Literal["cold", "warm"], timeout: float, health_
             ready_pattern: str | None, no_request: bool, no_probe: bool, no_spans: bool,
             imports: bool, drop_page_cache: bool, label: str | None, env_pairs: tuple[str, ...],
             cache_root: str, cache_dir: str | None, otlp_export: str | None, quiet: bool,
-            bundle: str | None, store_path: str | None, as_json: bool,
-            command: tuple[str, ...]) -> None:
+            bundle: str | None, standby: str | None, standby_dir: str,
+            store_path: str | None, as_json: bool, command: tuple[str, ...]) -> None:
     """Profile the start-up of an engine COMMAND (after `--`), e.g.
 
     coldscope profile --repeat 3 -- python -m vllm.entrypoints.openai.api_server --model DIR
@@ -90,6 +95,7 @@ def profile(repeat: int, cache: Literal["cold", "warm"], timeout: float, health_
         drop_page_cache=drop_page_cache, label=label,
         env=parse_env(env_pairs), cache_root=Path(cache_root),
         cache_dir=Path(cache_dir) if cache_dir is not None else None,
+        standby=standby, standby_dir=Path(standby_dir),
     )
     from coldscope.engines import resolve
     engine = resolve(config.command)

@@ -55,6 +55,7 @@ from coldscope.engines.roles import (
     LogReader,
     LogReading,
     ProcessEvidence,
+    StandbyLaunch,
     TuneCatalogue,
 )
 
@@ -69,7 +70,8 @@ __all__ = [
     "START_PREFIX", "UNNAMED_ENGINE", "CommandSettings", "ComparedWithPaper", "Engine",
     "EngineDefaults", "EngineWarning",
     "FindingsAdvice", "GenericEngine", "LogEngine", "LogFacts", "LogLine", "LogReader",
-    "LogReading", "ProcessEvidence", "RunReader", "TuneCatalogue", "by_distribution", "by_name",
+    "LogReading", "ProcessEvidence", "RunReader", "StandbyLaunch", "TuneCatalogue",
+    "by_distribution", "by_name",
     "demo_command", "distributions", "engine_name", "flag", "follow_boundary", "identify_log",
     "identify_output",
     "log_facts", "log_reader", "module_of", "named", "options", "plugins", "probe_hooks_of",

@@ -6,9 +6,10 @@ start-up.
 Every adapter plays ``Engine`` (its command line and environment: ``EngineDefaults`` gives the
 defaults). The other roles it plays only when it has them: ``LogReader`` (its saved and followed
 logs), ``ProcessEvidence`` (its processes, the probe's hooks, its OpenTelemetry spans),
-``TuneCatalogue`` (the start-up knobs ``tune`` may try) and ``FindingsAdvice`` (its own flags in
-the findings' advice). A caller asks ``isinstance(engine, LogReader)`` (the protocols are
-runtime-checkable), never the engine's name.
+``TuneCatalogue`` (the start-up knobs ``tune`` may try), ``FindingsAdvice`` (its own flags in
+the findings' advice) and ``StandbyLaunch`` (what a standby launcher imports for it). A caller
+asks ``isinstance(engine, LogReader)`` (the protocols are runtime-checkable), never the
+engine's name.
 """
 
 from __future__ import annotations
@@ -198,6 +199,23 @@ class FindingsAdvice(Protocol):
     def advice(self, finding_id: str) -> str | None:
         """This engine's advice for a finding, replacing the rule's engine-neutral advice;
         None to keep that."""
+        ...
+
+
+@runtime_checkable
+class StandbyLaunch(Protocol):
+    """What a standby launcher of this engine (``coldscope standby``) imports before any
+    request, and the hook its forked child runs before the engine's server starts."""
+
+    def standby_modules(self, argv: Sequence[str]) -> tuple[str, ...]:
+        """The modules the engine's processes import (its server, engine core and workers,
+        for every platform: one that fails to import is recorded and skipped). Importing them
+        must initialise no device."""
+        ...
+    def standby_hook(self) -> Path | None:
+        """A standard-library file, run by path in the engine's interpreter, whose
+        ``prepare_child()`` the launcher's child calls before the server starts (so that the
+        engine's own child processes start from the prepared process); None: no hook."""
         ...
 
 

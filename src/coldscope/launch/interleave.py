@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import shlex
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from coldscope.analysis.comparison import Comparison, Prime, Side, compare
 from coldscope.core.records import Run
-from coldscope.launch.runner import RunConfig, run_sequence
+from coldscope.launch.runner import AfterReady, RunConfig, run_sequence
 from coldscope.util.errors import ColdscopeError
 
 if TYPE_CHECKING:
@@ -74,20 +74,25 @@ class Interleaved:
 
     def _info(self, side: Side) -> dict[str, object]:
         arm = self.arms[side]
-        return {"label": f"{self.name}:{side}", "command": arm.text, "env": arm.config.env}
+        info: dict[str, object] = {"label": f"{self.name}:{side}", "command": arm.text,
+                                   "env": arm.config.env}
+        if arm.config.standby is not None:
+            info["standby"] = arm.config.standby
+        return info
 
 
 def arms(a: str, b: str, *, name: str, cache: Literal["cold", "warm"], cache_root: Path,
-         **config: object) -> dict[Side, Arm]:
-    """The two arms from their command lines; ``config`` is passed on to ``RunConfig``
-    (timeout, probe, spans, ...)."""
+         standby: Mapping[Side, str] | None = None, **config: object) -> dict[Side, Arm]:
+    """The two arms from their command lines; ``standby`` names the launcher a side starts
+    through (``coldscope standby``); ``config`` is passed on to ``RunConfig`` (timeout, probe,
+    spans, ...)."""
     out: dict[Side, Arm] = {}
     sides: tuple[tuple[Side, str], ...] = (("a", a), ("b", b))
     for side, text in sides:
         argv, env = split_command(text)
         out[side] = Arm(side, text, RunConfig(
             command=argv, env=env, cache=cache, cache_root=cache_root,
-            label=f"{name}:{side}", **config))
+            label=f"{name}:{side}", standby=(standby or {}).get(side), **config))
     return out
 
 
@@ -96,10 +101,13 @@ def run_ab(arms_: dict[Side, Arm], *, name: str, repeat: int, cache: Literal["co
            on_run: Callable[[Side, bool, Run], None] | None = None,
            on_line: Callable[[str], None] | None = None,
            on_stage: Callable[[str, float], None] | None = None,
-           on_launch: Callable[[Run], None] | None = None) -> Interleaved:
+           on_launch: Callable[[Run], None] | None = None,
+           check: AfterReady | None = None) -> Interleaved:
     """Start a and b ``repeat`` times each, interleaved (a b a b ...), after one prime each
     when ``cache`` is warm; store every start-up. ``on_run(side, is_prime, run)`` after each.
-    The comparison's warm caches are removed at the end unless ``keep_caches``."""
+    ``check`` runs while each measured (not priming) engine is up, stored as its
+    ``verification``. The comparison's warm caches are removed at the end unless
+    ``keep_caches``."""
     if repeat < 1:
         raise ColdscopeError("--repeat must be at least 1")
     plan: list[tuple[Side, bool]] = []
@@ -119,7 +127,8 @@ def run_ab(arms_: dict[Side, Arm], *, name: str, repeat: int, cache: Literal["co
 
     try:
         run_sequence(configs, store, on_run=ran, on_line=on_line, on_stage=on_stage,
-                     on_launch=on_launch)
+                     on_launch=on_launch,
+                     checks=[None if prime else check for _side, prime in plan])
     finally:
         if cache == "warm" and not keep_caches:
             for arm in arms_.values():

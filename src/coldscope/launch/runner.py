@@ -71,12 +71,17 @@ from coldscope.engines import (
     run_reader,
 )
 from coldscope.ingest.assemble import finish
+from coldscope.launch import standby
+from coldscope.launch.standby import STANDBY_ROOT
 from coldscope.util.errors import ColdscopeError
 
 if TYPE_CHECKING:
     from coldscope.store.db import Store
 
 Evidence = dict[str, Any]
+AfterReady = Callable[[str, str, Callable[[], float]], dict[str, Any]]
+"""A check run while an engine is up: (base URL, served model, the engine tree's CPU seconds
+so far) -> what is stored as the run's ``verification``."""
 """One run's raw evidence by kind (``log``, ``otel``, ``launch``, and ``probe``, ``imports``
 when collected): the JSON data the store keeps so that the timeline can be rebuilt."""
 
@@ -129,6 +134,11 @@ class RunConfig(BaseModel):
     membership: Membership | None = Field(
         None, description="what the runs were measured for (``Run.campaign``), on every "
                           "record of them from the first")
+    standby: str | None = Field(
+        None, description="start the engine through this standby launcher (``coldscope "
+                          "standby start NAME``): forked from a process that has imported "
+                          "the engine's modules, instead of a new interpreter")
+    standby_dir: Path = STANDBY_ROOT
 
     @model_validator(mode="after")
     def _shared_dir_is_kept(self) -> RunConfig:
@@ -144,7 +154,10 @@ class RunConfig(BaseModel):
 def config_key(config: RunConfig) -> str:
     """Identity of a configuration: same command and environment overrides, same key. Warm
     caches are shared only between runs of one key."""
-    payload = json.dumps({"command": config.command, "env": config.env}, sort_keys=True)
+    identity: dict[str, Any] = {"command": config.command, "env": config.env}
+    if config.standby is not None:  # another way to start the same command: its own caches
+        identity["standby"] = config.standby
+    payload = json.dumps(identity, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
@@ -187,9 +200,13 @@ def _processes_of_run(run_id: str) -> list[psutil.Process]:
     return found
 
 
-def kill_run(proc: subprocess.Popen[bytes] | None, run_id: str, grace: float) -> None:
+def kill_run(proc: subprocess.Popen[bytes] | standby.StandbyChild | None, run_id: str,
+             grace: float) -> None:
     """Stop the engine: SIGTERM to its process group, SIGKILL after ``grace`` seconds, then
-    SIGKILL to any process that escaped the group but still carries the run's marker."""
+    SIGKILL to any process that escaped the group but still carries the run's marker (a
+    process a standby launcher forked carries the launcher's environment in ``/proc``, not
+    the run's: its group is what stops it, and the launcher stops the group too when the
+    run lets go of it)."""
     if proc is not None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGTERM)
@@ -201,6 +218,8 @@ def kill_run(proc: subprocess.Popen[bytes] | None, run_id: str, grace: float) ->
             os.killpg(proc.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5)
+        if isinstance(proc, standby.StandbyChild):
+            proc.close()
     for _ in range(3):
         stragglers = _processes_of_run(run_id)
         if not stragglers:
@@ -357,7 +376,7 @@ def cache_dirs(config: RunConfig, run_id: str) -> CacheDirs:
 def run_once(config: RunConfig, *, run_id: str | None = None,
              cache_state: CacheState | None = None,
              on_line: Callable[[str], None] | None = None,
-             after_ready: Callable[[str, str, Callable[[], float]], dict[str, Any]] | None = None,
+             after_ready: AfterReady | None = None,
              on_start: Callable[[Run], None] | None = None,
              on_stage: Callable[[str, float], None] | None = None
              ) -> tuple[Run, Evidence]:
@@ -524,6 +543,10 @@ def _prepare(config: RunConfig, run_id: str, cache_state: CacheState | None) -> 
     argv = list(config.command)
     engine = resolve(argv)
     notes: list[str] = []
+    if config.standby is not None:
+        launcher = standby.ready(config.standby, root=config.standby_dir)
+        notes.append(f"launched through standby {config.standby!r} (pid {launcher.pid}): "
+                     f"{launcher.modules_loaded} modules imported before the request")
     if config.bind_localhost and engine.host(argv) is None:
         bound = engine.with_host(argv, "127.0.0.1")
         if bound is not None:
@@ -637,7 +660,7 @@ def _launch(config: RunConfig, prep: _Prepared, pattern: re.Pattern[str] | None,
     """Start the engine, wait until it is ready, time the first token, run ``after_ready``;
     always stop the whole process tree and collect the raw evidence, whatever happens."""
     seen = _Observed()
-    proc: subprocess.Popen[bytes] | None = None
+    proc: subprocess.Popen[bytes] | standby.StandbyChild | None = None
     reader: _LineReader | None = None
     sampler: _CpuSampler | None = None
     pattern_hit = threading.Event()
@@ -667,11 +690,15 @@ def _launch(config: RunConfig, prep: _Prepared, pattern: re.Pattern[str] | None,
         seen.launch["wall"] = time.time()
         seen.launch["mono"] = launch_mono = time.monotonic()
         try:
-            proc = subprocess.Popen(
-                prep.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, env=prep.env, start_new_session=True, cwd=os.getcwd(),
-                preexec_fn=_die_with_parent,
-            )
+            if config.standby is not None:  # forked by the launcher, in its own session
+                proc = standby.launch(config.standby, prep.argv, prep.env, os.getcwd(),
+                                      root=config.standby_dir)
+            else:
+                proc = subprocess.Popen(
+                    prep.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL, env=prep.env, start_new_session=True,
+                    cwd=os.getcwd(), preexec_fn=_die_with_parent,
+                )
         except OSError as exc:
             raise _RunFailed(f"cannot start the engine: {exc}") from None
         seen.launch["root_pid"] = proc.pid
@@ -844,10 +871,13 @@ def run_sequence(configs: Sequence[RunConfig], store: Store | None = None, *,
                  on_run: Callable[[Run], None] | None = None,
                  on_line: Callable[[str], None] | None = None,
                  on_stage: Callable[[str, float], None] | None = None,
-                 on_launch: Callable[[Run], None] | None = None) -> list[Run]:
+                 on_launch: Callable[[Run], None] | None = None,
+                 checks: Sequence[AfterReady | None] = ()) -> list[Run]:
     """One start-up per config, in the order given (``repeat`` is not read, and an empty warm
     cache is not primed first: the caller lists what it wants, e.g. ``compare``'s primes and
-    interleaved a/b runs), each stored as soon as it ends; interruptions as in ``profile``."""
+    interleaved a/b runs), each stored as soon as it ends; interruptions as in ``profile``.
+    ``checks[i]``, when given, runs while the i-th engine is up (``run_once``'s
+    ``after_ready``: e.g. ``compare --serving-check``)."""
     records = []
     if store is not None:
         recover_lost(store)
@@ -860,11 +890,12 @@ def run_sequence(configs: Sequence[RunConfig], store: Store | None = None, *,
             on_launch(run)
 
     with signals_interrupt():
-        for config in configs:
+        for i, config in enumerate(configs):
             run_id = new_run_id()
             try:
                 run, evidence = run_once(config, run_id=run_id, on_line=on_line,
-                                         on_start=on_start, on_stage=on_stage)
+                                         on_start=on_start, on_stage=on_stage,
+                                         after_ready=checks[i] if i < len(checks) else None)
             except RunInterrupted as stop:
                 if store is not None:
                     store.add_run(stop.record, stop.evidence)

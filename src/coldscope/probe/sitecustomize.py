@@ -471,15 +471,49 @@ def _chain_next_sitecustomize() -> None:
             return
 
 
-if _DIR and os.path.isdir(_DIR):
+def _start() -> None:
+    """Begin recording in this process: the exit event, and the process event now."""
     import atexit
 
-    sys.meta_path.insert(0, _Finder())
     if os.environ.get("COLDSCOPE_PROBE_IMPORTS") == "1":
         _time_imports()
     atexit.register(lambda: _event("exit", "exit"))
     _cost[0] += time.perf_counter() - _T0
     _event("process", "process", argv=sys.argv[:8], ppid=os.getppid(),
            start_mono=_process_start_mono(), executable=sys.executable)
+
+
+def _forked() -> None:
+    """In a child forked from a recording process: its own file, its own process event (its
+    start in /proc is the fork), its own exit event."""
+    global _file, _lock
+    _file = None
+    _lock = _thread.allocate_lock()  # the parent's may have been held by another thread
+    _after_fork()
+    _event("process", "process", argv=sys.argv[:8], ppid=os.getppid(),
+           start_mono=_process_start_mono(), executable=sys.executable)
+
+
+def activate(directory: str) -> bool:
+    """Start recording into ``directory`` in a process whose probe was loaded armed but silent
+    (``COLDSCOPE_PROBE_ARMED=1``: a standby launcher, which imports the engine's modules with
+    the hooks in place and records nothing). Called by the launcher's child right after the
+    fork, with the run's environment already in ``os.environ``; the engine processes that
+    child forks record too. False (nothing recorded) when ``directory`` is not one."""
+    global _DIR
+    if _DIR is not None or not os.path.isdir(directory):
+        return False
+    _DIR = directory
+    _start()
+    os.register_at_fork(after_in_child=_forked)
+    return True
+
+
+if _DIR and os.path.isdir(_DIR):
+    sys.meta_path.insert(0, _Finder())
+    _start()
+elif os.environ.get("COLDSCOPE_PROBE_ARMED") == "1":
+    _DIR = None  # armed: the hooks are placed as modules load; ``activate`` starts recording
+    sys.meta_path.insert(0, _Finder())
 
 _chain_next_sitecustomize()

@@ -525,3 +525,30 @@ def _change_cells(c: Change) -> list[str | Text]:
     holm = c.holm if c.holm in _VERDICT_STYLE else "unresolved"
     return [_signed(c.delta), interval, Text(c.verdict, style=_VERDICT_STYLE[verdict]),
             Text(c.holm or "-", style=_VERDICT_STYLE[holm] if c.holm else "")]
+
+
+def standby_table(launchers: Sequence[dict[str, object]], width: int | None = None) -> Table:
+    """One line per standby launcher (``coldscope standby status``): its state, what it
+    imported ahead and in how long, and the memory it holds (resident, and its own: what
+    stopping it frees)."""
+    def mib(value: object) -> str:
+        return f"{value / 2**20:.0f}" if isinstance(value, int) else ""
+
+    rows = []
+    for s in launchers:
+        import_s = s.get("import_s")
+        rows.append({
+            "name": str(s.get("name", "")), "status": str(s.get("status", "")),
+            "pid": str(s.get("pid", "")), "engine": str(s.get("engine") or ""),
+            "modules": str(s.get("modules_loaded") or ""),
+            "imports s": f"{import_s:.1f}" if isinstance(import_s, (int, float)) else "",
+            "RSS MiB": mib(s.get("rss_bytes")), "own MiB": mib(s.get("uss_bytes")),
+            "engines": str(s.get("children", "")),
+            "reason": str(s.get("reason") or ""),
+        })
+    cols = ["name", "status", "pid", "engine", "modules", "imports s", "RSS MiB", "own MiB",
+            "engines", "reason"]
+    return fitted_table(rows, cols, width, whole="name", wrapping={"reason": 20},
+                        droppable=("reason", "engine"),
+                        right=("pid", "modules", "imports s", "RSS MiB", "own MiB", "engines"),
+                        optional=("reason",))

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from coldscope.analysis.comparison import ratio_interval
+from coldscope.core.records import Run
 from coldscope.engines.openai_api import complete
 
 GREEDY_PROMPT = "The cold start of an inference server is"
@@ -102,3 +104,42 @@ def first_difference(a: str | None, b: str | None) -> str | None:
     i = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
              min(len(a), len(b)))
     return f"differs at character {i}: {a[i:i + 20]!r} vs {b[i:i + 20]!r}"
+
+
+def serving_comparison(a: Sequence[Run], b: Sequence[Run]) -> dict[str, Any]:
+    """b's serving against a's, from the runs' ``verification`` (``compare --serving-check``):
+    the ratio of the mean throughputs, b over a, with its Fieller interval (``includes_1``:
+    whether the interval holds 1, i.e. no difference shown; None without an interval), and
+    whether every run's greedy text is a's first. A run with no measured throughput is left
+    out and counted; an empty or missing greedy text is never a match (a side that generated
+    nothing would otherwise equal another that generated nothing)."""
+    def side(runs: Sequence[Run]) -> dict[str, Any]:
+        checked = [r.verification for r in runs if r.status == "ok" and r.verification]
+        values = [float(v["throughput"]) for v in checked if v.get("throughput")]
+        return {"throughput": values, "n": len(values),
+                "not_measured": len(runs) - len(values),
+                "greedy": [v.get("greedy") for v in checked]}
+
+    sa, sb = side(a), side(b)
+    ratio = ratio_interval(sb["throughput"], sa["throughput"])
+    texts = [*sa["greedy"], *sb["greedy"]]
+    reference = texts[0] if texts else None
+    why: str | None
+    same: bool | None
+    if not reference:
+        same = None
+        why = "a's first run generated no greedy text: nothing to compare"
+    else:
+        same = all(t == reference for t in texts)
+        why = None if same else next(first_difference(reference, t) for t in texts
+                                     if t != reference)
+    includes_1 = None if ratio.low is None or ratio.high is None \
+        else ratio.low <= 1.0 <= ratio.high
+    return {"a": {k: v for k, v in sa.items() if k != "greedy"},
+            "b": {k: v for k, v in sb.items() if k != "greedy"},
+            "ratio": {"value": ratio.value, "low": ratio.low, "high": ratio.high,
+                      "note": ratio.note},
+            "includes_1": includes_1,
+            "greedy": {"same": same, "text": reference, "difference": why},
+            "load": {"requests": REQUESTS, "concurrency": CONCURRENCY, "max_tokens": MAX_TOKENS,
+                     "rounds": ROUNDS}}

@@ -240,3 +240,53 @@ def test_process_roles_and_their_start_substeps_come_from_the_adapter():
     spans = probe_spans(procs, launch_mono=100.0, root_pid=1, ready_at=30.0,
                         compile_enabled=False, roles=process_roles_of(SGLang()))
     assert not [s for s in spans if s.name.endswith(("_start", "worker_init"))]
+
+
+ARMED = '''
+import os, sys, time
+import fakevllm                    # imported before recording starts, hooks placed as it loads
+import sitecustomize
+fakevllm.tokenizer()               # armed but silent: not recorded
+assert sitecustomize.activate(sys.argv[1])
+fakevllm.tokenizer()               # recorded in this process
+pid = os.fork()
+if pid == 0:
+    fakevllm.Worker().load_model()  # recorded in the forked child's own file
+    os._exit(0)
+os.waitpid(pid, 0)
+print(pid)
+'''
+
+
+def test_an_armed_probe_records_only_once_activated_and_in_forked_children(tmp_path):
+    """A standby launcher loads the probe armed (hooks placed, nothing written) and its child
+    activates it with the run's directory after the fork; a child forked from there writes its
+    own file with its own process event (its start in /proc is the fork)."""
+    (tmp_path / "fakevllm.py").write_text(FAKE)
+    (tmp_path / "armed.py").write_text(ARMED)
+    out = tmp_path / "probe"
+    out.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COLDSCOPE_")}
+    env.update(PYTHONPATH=os.pathsep.join([str(PROBE_DIR), str(tmp_path)]),
+               COLDSCOPE_PROBE_ARMED="1",
+               COLDSCOPE_PROBE_HOOKS="fakevllm:tokenizer=tokenizer;"
+                                     "fakevllm:Worker.load_model=model_loading")
+    before = time.monotonic()
+    done = subprocess.run([sys.executable, str(tmp_path / "armed.py"), str(out)], env=env,
+                          capture_output=True, text=True, timeout=60, check=True)
+    child = int(done.stdout.strip())
+    events = read_probe_events(out)
+    by_pid: dict[int, list[tuple[str, str]]] = {}
+    for e in events:
+        by_pid.setdefault(e["pid"], []).append((e["ev"], e["name"]))
+    (parent,) = set(by_pid) - {child}
+    assert by_pid[parent] == [("process", "process"), ("begin", "tokenizer"),
+                              ("end", "tokenizer"), ("exit", "exit")]
+    assert by_pid[child] == [("process", "process"), ("begin", "model_loading"),
+                             ("end", "model_loading")]
+    (forked,) = [e for e in events if e["pid"] == child and e["ev"] == "process"]
+    (own,) = [e for e in events if e["pid"] == parent and e["ev"] == "process"]
+    assert forked["ppid"] == parent
+    # its start is the fork's, after the parent's (one clock: /proc's ticks, 10 ms)
+    assert forked["start_mono"] >= own["start_mono"]
+    assert forked["mono"] >= own["mono"] >= before

@@ -147,6 +147,8 @@ def test_compare_over_a_store_built_by_hand(tmp_path):
     (["--a", "A=1", "--b", "x"], "no command in"),
     (["--a", "'unclosed", "--b", "x"], "cannot read the command"),
     (["--runs-a", "a", "--runs-b", "b", "--fail-if-slower", "soon"], "--fail-if-slower takes"),
+    (["--runs-a", "a", "--runs-b", "b", "--b-standby", "x"], "not with stored runs"),
+    (["--runs-a", "a", "--runs-b", "b", "--serving-check"], "not with stored runs"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, args, message):
     Store(tmp_path / "s.db").close()
@@ -177,3 +179,35 @@ def test_two_sides_leaves_out_running_runs_and_refuses_overlap():
         two_sides(runs, "x", " , ")
     with pytest.raises(ColdscopeError, match="no stored runs match --runs-a r1"):
         two_sides(runs, "r1", "y")
+
+
+def test_b_through_a_standby_launcher(tmp_path):
+    """``--b-standby NAME``: b's start-ups are forked by the launcher (its notes say so, its
+    engine's parent is the launcher), a's are started as usual; the JSON names the launcher
+    on b's side only."""
+    from coldscope.launch import standby
+    root = tmp_path / "sb"
+    launcher = standby.start("fake", [sys.executable, FAKE], root=root)
+    try:
+        port = free_port()
+        cmd = f"{sys.executable} {FAKE} --port {port} --delay 0.1"
+        proc = coldscope("compare", "--store", str(tmp_path / "s.db"), "--cache-root",
+                         str(tmp_path / "c"), "--repeat", "2", "--json", "--a", cmd, "--b", cmd,
+                         "--b-standby", "fake", "--standby-dir", str(root))
+        assert proc.returncode == 0, proc.stderr
+        doc = json.loads(proc.stdout)
+        jsonschema.validate(doc, schema_of("compare"))
+        assert (doc["a"]["standby"], doc["b"]["standby"]) == (None, "fake")
+        with Store(tmp_path / "s.db", create=False) as store:
+            runs = {r.id: r for r in store.runs()}
+            for side in ("a", "b"):
+                for rid in doc[side]["runs"]:
+                    through = any("launched through standby 'fake'" in n
+                                  for n in runs[rid].notes)
+                    assert through is (side == "b")
+                    root_pid = store.evidence(rid)["launch"]["root_pid"]
+                    parents = {e["pid"]: e["ppid"] for e in store.evidence(rid)["probe"]
+                               if e["ev"] == "process"}
+                    assert (parents[root_pid] == launcher.pid) is (side == "b")
+    finally:
+        standby.stop("fake", root=root)

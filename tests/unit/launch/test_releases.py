@@ -148,7 +148,8 @@ def test_measure_stores_every_start_up_carrying_its_membership(tmp_path, monkeyp
     seen_running: list[Membership | None] = []
     boot = {A.spec: [20.0, 20.6, 90.0], B.spec: [25.0, 25.4, 90.0]}  # 90: the prime
 
-    def fake_run_once(config, *, run_id, on_line=None, on_start=None, on_stage=None):
+    def fake_run_once(config, *, run_id, on_line=None, on_start=None, on_stage=None,
+                      after_ready=None):
         spec = config.label.split(":", 1)[1].removesuffix(":prime")
         k = store.count()
         run = Run(id=run_id, status="running", cache="warm", label=config.label,

@@ -109,6 +109,25 @@ PROCESS_ROLES: tuple[ProcessRole, ...] = (
 )
 
 
+#: What a standby launcher imports besides the command's own module: the server, the engine
+#: core and its client, the executors, the CPU and GPU workers and model runners, the model
+#: loader and the model registry (the model's own module is imported by the engine core).
+STANDBY_MODULES: tuple[str, ...] = (
+    "vllm.entrypoints.openai.api_server",
+    "vllm.v1.engine.async_llm",
+    "vllm.v1.engine.core",
+    "vllm.v1.executor.multiproc_executor",
+    "vllm.v1.executor.uniproc_executor",
+    "vllm.v1.worker.cpu_worker",
+    "vllm.v1.worker.cpu_model_runner",
+    "vllm.v1.worker.gpu_worker",
+    "vllm.v1.worker.gpu_model_runner",
+    "vllm.model_executor.model_loader",
+    "vllm.model_executor.models.registry",
+    "transformers",
+)
+
+
 #: Output lines that show vLLM entering a stage (any release), for live progress only.
 LIVE_STAGES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"Initializing (?:a V1 |an )LLM engine"), BOOTSTRAP),
@@ -418,6 +437,17 @@ class VLLM(EngineDefaults):
 
     def advice(self, finding_id: str) -> str | None:
         return FINDING_ADVICE.get(finding_id)
+
+    def standby_modules(self, argv: Sequence[str]) -> tuple[str, ...]:
+        """What the API server, the engine core and a worker import before their own work, the
+        command's own module first (``vllm serve``: the CLI's). A module this release or
+        platform lacks is skipped by the launcher."""
+        first = module_of(argv) or ("vllm.entrypoints.cli.main" if argv and
+                                    Path(argv[0]).name == "vllm" else self.server_module)
+        return tuple(dict.fromkeys(m for m in (first, *STANDBY_MODULES) if m))
+
+    def standby_hook(self) -> Path | None:
+        return Path(__file__).with_name("standby_child.py")
 
     def tune_catalogue(self, python: str | None) -> tuple[dict[str, Any], list[Knob]]:
         """The installed vLLM's capabilities (asked in a subprocess of ``python``) and the
