@@ -54,6 +54,12 @@ def _layer_help() -> str:
                    "only combinations of those layers.")
 @click.option("--tiers", "tiers_path", type=click.Path(exists=True, dir_okay=False),
               default=None, help="YAML of tiers (name, sla_p99_ttft, products, traffic, ...).")
+@click.option("--standby-from", "standby_from", type=click.Path(exists=True, dir_okay=False),
+              default=None,
+              help="A `coldscope compare --json` of the default start-up (a) against the same "
+                   "command through a standby launcher (b, --b-standby): the standby_launcher "
+                   "layer's measured share of bootstrap (apply it with --mitigate "
+                   "standby_launcher; an SLA search tries it).")
 @click.option("-o", "--output", "out_path", type=click.Path(dir_okay=False), default=None,
               help="Also write the JSON report here.")
 @json_option
@@ -62,7 +68,8 @@ def plan_cmd(model_path: str | None, params: str | None, dtype: str, gpu: str | 
              store_path: str | None, no_store: bool, cache: str | None,
              mitigate: tuple[str, ...], min_workers: int, products: int, sla: str | None,
              traffic_path: str | None, trace_path: str | None, cheapest: bool,
-             tiers_path: str | None, out_path: str | None, as_json: bool) -> None:
+             tiers_path: str | None, standby_from: str | None, out_path: str | None,
+             as_json: bool) -> None:
     """Plan a cold start from zero: where the time goes, what each mitigation removes and
     costs, and the cheapest stack that meets a P99 TTFT SLA."""
     from pydantic import ValidationError
@@ -81,7 +88,7 @@ def plan_cmd(model_path: str | None, params: str | None, dtype: str, gpu: str | 
             cache=cache,
             mitigate=list(mitigate), min_workers=min_workers, products=products,
             sla_p99_ttft=sla, traffic=traffic_path, trace=trace_path, cheapest=cheapest,
-            tiers=tiers_path)
+            tiers=tiers_path, standby_from=standby_from)
     except ValidationError as exc:
         raise validation_error(exc, "option") from None
     if out_path and not Path(out_path).parent.is_dir():

@@ -67,6 +67,13 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 @click.option("--startup-extra", "startup_extra_s", default="0s", show_default=True,
               callback=_duration,
               help="Time added to every start-up (provisioning, image pull...).")
+@click.option("--standby-saving", "standby_saving_s", default=None, callback=_duration,
+              help="A standby launcher on the nodes: seconds off every start-up (a duration: "
+                   "7s), before --startup-scale and --startup-extra.")
+@click.option("--standby-from", "standby_from", type=click.Path(dir_okay=False), default=None,
+              help="A `coldscope compare --json` of the default (a) against the same command "
+                   "through a standby launcher (b): its mean bootstrap saving, as "
+                   "--standby-saving.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--sweep", "sweep_path", type=click.Path(dir_okay=False), default=None,
               help="Sweep file (YAML): a grid of policy/replica/mitigation parameters.")
@@ -90,7 +97,8 @@ def simulate(trace_path: str, repair: bool, policy: str, min_workers: int | None
              gpu_hour_price: float | None, sla: float, startup_model: str | None,
              model: str | None, startup_plan: str | None, startup_from_store: bool,
              store_path: str | None, label: str | None, startup_s: float | None,
-             startup_scale: float, startup_extra_s: float, seed: int, sweep_path: str | None,
+             startup_scale: float, startup_extra_s: float, standby_saving_s: float | None,
+             standby_from: str | None, seed: int, sweep_path: str | None,
              executor: str, jobs: int | None, replica_limit: int | None,
              max_span_s: float | None, timeline: bool, out_path: str | None,
              out_alias: str | None, as_json: bool) -> None:
@@ -123,6 +131,11 @@ def simulate(trace_path: str, repair: bool, policy: str, min_workers: int | None
     config: dict[str, Any] = {
         "policy": policy, "policy_params": params, "replica": replica, "sla_ttft_s": sla,
         "startup_scale": startup_scale, "startup_extra_s": startup_extra_s, "seed": seed}
+    if standby_saving_s is not None:
+        if standby_from:
+            raise ColdscopeError("give one of --standby-from and --standby-saving")
+        config["standby_saving_s"] = standby_saving_s
+        config["standby_source"] = "--standby-saving"
     if replica_limit is not None:
         config["replica_limit"] = replica_limit
     if max_span_s is not None:
@@ -133,7 +146,7 @@ def simulate(trace_path: str, repair: bool, policy: str, min_workers: int | None
             sweep=sweep_path, executor=executor, jobs=jobs,
             startup=StartupChoice(startup_model=startup_model, model=model, plan=startup_plan,
                                   from_store=startup_from_store, store=store_path, label=label,
-                                  seconds=startup_s))
+                                  seconds=startup_s, standby_from=standby_from))
     except ValidationError as exc:
         raise validation_error(exc, "option") from None
     if out_path and out_alias:

@@ -113,6 +113,9 @@ class Conditions:
     extra_parts: tuple[Part, ...] = ()
     #: Mitigations that touched each part, shown in the part's source.
     touched: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: The engine figure before a standby launcher removed part of its bootstrap (None: no
+    #: launcher): a GPU snapshot restores the whole process from this one.
+    before_launcher: EngineEstimate | None = None
 
     def touch(self, part: str, why: str, **changes: Any) -> Conditions:
         touched = dict(self.touched)

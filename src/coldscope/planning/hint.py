@@ -16,6 +16,13 @@ has the rate seen now:
 The cold start is either given (``startup_s``: e.g. a startup model's predicted interval for
 the engine, used as the whole cold path) or the planner's end-to-end budget for ``params``
 with ``mitigate`` applied. ``coldscope serve``'s GET /v1/scale-hint calls this.
+
+A standby launcher (new replicas forked from a process that has the engine's modules imported,
+on nodes that are up): with ``params``, name the ``standby_launcher`` layer in ``mitigate`` (it
+removes nothing when the budget provisions a new node); with a given ``startup_s``,
+``standby_saving_s`` is the seconds it removes from each start-up (e.g. the bootstrap
+``b - a`` of ``coldscope compare --b-standby``, negated): the cold path's low end loses the
+saving's high end and its high end the saving's low end. Off (None) by default.
 """
 
 from __future__ import annotations
@@ -51,6 +58,9 @@ class ScaleHintRequest(BaseModel):
     startup_s: Interval | None = Field(
         None, description="the cold path (s), e.g. a startup model's interval; else from params")
     mitigate: list[str] = Field(default_factory=list, description="layers, with params only")
+    standby_saving_s: Interval | None = Field(
+        None, description="seconds a standby launcher removes from each start-up, with "
+                          "startup_s only (with params: mitigate standby_launcher)")
     gpu: str | None = None
     replica_rps: float | None = Field(None, ge=MIN_REPLICA_RPS, le=MAX_RATE_RPS,
                                       allow_inf_nan=False,
@@ -132,9 +142,21 @@ def scale_hint(request: ScaleHintRequest) -> ScaleHint:
         if request.mitigate:
             raise ColdscopeError("mitigate applies to the planner's budget (params), not to a "
                                  "given startup_s")
-        budget = bud.Budget((bud.Part("startup", low, high, "given startup_s"),))
-        stack = Stack(budget, budget, (), base, 1.0)
         source = "given startup_s"
+        saving = request.standby_saving_s
+        if saving is not None:
+            s_lo, s_hi = saving.low, saving.high
+            if not (0 <= s_lo <= s_hi and math.isfinite(s_hi)):
+                raise ColdscopeError(f"standby_saving_s must satisfy 0 <= low <= high, got "
+                                     f"{s_lo}..{s_hi}")
+            low, high = max(0.0, low - s_hi), max(0.0, high - s_lo)
+            source += (f" less a standby launcher's {s_lo:g}-{s_hi:g} s (new replicas start on "
+                       "nodes that are up, with the launcher running)")
+        budget = bud.Budget((bud.Part("startup", low, high, source),))
+        stack = Stack(budget, budget, (), base, 1.0)
+    elif request.standby_saving_s is not None:
+        raise ColdscopeError("standby_saving_s applies to a given startup_s; with params, add "
+                             "standby_launcher to mitigate")
     elif request.params is not None:
         stack = apply_layers(size, profile, base, canonical(request.mitigate))
         source = (f"planner budget for {size.params:.3g} parameters ({request.dtype})"

@@ -127,6 +127,31 @@ class Eager(_Strict):
     throughput_source: str = "assumption"
 
 
+class StandbyLauncher(_Strict):
+    """A process per node that has imported the engine's modules and forks a new engine on
+    request: it removes a share of the engine's ``bootstrap`` stage (imports and interpreter
+    start of every engine process), on a node that is already up."""
+
+    #: Share of ``bootstrap`` removed, 0-1 (``plan --standby-from`` replaces it with a
+    #: measured ``coldscope compare --b-standby`` document's).
+    bootstrap_saved: Range
+    #: The bootstrap stage when the engine figure has no per-stage ranges (the profile's
+    #: default engine figure): seconds, assumed to lie inside the engine start-up.
+    bootstrap_s: Range
+    #: The launcher's resident memory on each node that keeps one (bytes), priced at the
+    #: tiered_loading layer's host DRAM price.
+    resident_bytes: float = Field(ge=0)
+    resident_source: str = "assumption"
+    #: Nodes (per product) that keep a launcher up all month.
+    nodes: int = Field(1, ge=1, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _share(self) -> StandbyLauncher:
+        if self.bootstrap_saved.high > 1:
+            raise ValueError("bootstrap_saved is a share of bootstrap: at most 1")
+        return self
+
+
 class MitigationSettings(_Strict):
     preseeded_image: PreseededImage
     weight_streaming: WeightStreaming
@@ -136,6 +161,7 @@ class MitigationSettings(_Strict):
     compile_cache: CompileCache
     fewer_capture_sizes: FewerCaptureSizes
     eager: Eager
+    standby_launcher: StandbyLauncher
 
 
 class Economics(_Strict):

@@ -5,6 +5,10 @@ the budget is recomputed from the result. They apply in the canonical order of `
 (engine knobs before the GPU snapshot, which restores whatever the engine would have built);
 what each removes is the drop in the budget's total when it is added to the ones before it.
 
+A layer may not apply under the conditions the layers before it leave (``Layer.applies``
+gives the reason): the standby launcher needs a node that is already up, so on a start-up that
+provisions a new node it removes 0 s and the report says why.
+
 The warm pool (``min_workers``) is not a change to the cold path: it keeps N replicas up so
 their requests never see it. It lives in ``coldscope.planning.economics`` and ``sla``.
 """
@@ -13,9 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
-from coldscope.core.stages import CUDA_GRAPH_CAPTURE, TORCH_COMPILE
+from coldscope.core.stages import BOOTSTRAP, CUDA_GRAPH_CAPTURE, TORCH_COMPILE
 from coldscope.planning.budget import (
     ENGINE_STARTUP,
     IMAGE_PULL,
@@ -29,7 +34,7 @@ from coldscope.planning.budget import (
     Part,
     compute_budget,
 )
-from coldscope.planning.infra import Profile
+from coldscope.planning.infra import Profile, Range
 from coldscope.util.errors import ColdscopeError
 
 GB = 1e9
@@ -46,6 +51,9 @@ class Layer:
     monthly_cost: Callable[[ModelSize, Profile], float]
     #: Factor on a replica's throughput (eager mode decodes slower).
     throughput_factor: Callable[[Profile], float] = lambda profile: 1.0
+    #: Why the layer does not apply under these conditions (None: it applies); a layer that
+    #: does not apply leaves the conditions as they are and removes 0 s.
+    applies: Callable[[Conditions, Profile], str | None] = lambda cond, profile: None
 
 
 @dataclass(frozen=True)
@@ -205,16 +213,92 @@ def _eager(cond: Conditions, size: ModelSize, profile: Profile) -> Conditions:
     return replace(cond, engine=replace(eng, compile_cold=False))
 
 
+def standby_saving(cond: Conditions, profile: Profile
+                   ) -> tuple[float, float, tuple[float, float], str]:
+    """Seconds a standby launcher removes from the engine figure's low and high ends, the
+    bootstrap stage (low, high) it takes them from, and where that stage comes from.
+
+    The bootstrap stage is the engine figure's own when it has one (a startup model, stored
+    runs), else the profile's ``bootstrap_s``, never more than the engine figure itself. The
+    share removed is ``bootstrap_saved`` (low..high): the low end of the start-up loses the
+    larger share of the smaller bootstrap, the high end (what the SLA is judged on) the smaller
+    share of the larger one, so the range after covers every pairing of the two.
+    """
+    m = profile.mitigations.standby_launcher
+    eng = cond.engine
+    stage = eng.stages.get(BOOTSTRAP)
+    if stage is not None:
+        b_lo, b_hi, where = stage[0], stage[1], "the engine figure's bootstrap stage"
+    else:
+        b_lo, b_hi = m.bootstrap_s.low, m.bootstrap_s.high
+        where = f"profile bootstrap_s ({m.bootstrap_s.source})"
+    b_lo, b_hi = min(b_lo, eng.low), min(b_hi, eng.high)
+    share = m.bootstrap_saved
+    return share.high * b_lo, share.low * b_hi, (b_lo, b_hi), where
+
+
+def _standby_applies(cond: Conditions, profile: Profile) -> str | None:
+    if cond.provision:
+        return ("the start-up provisions a new node, whose launcher is not up yet: it pays the "
+                "imports once (in its own launcher); nothing for image pull or weights")
+    return None
+
+
+def _standby(cond: Conditions, size: ModelSize, profile: Profile) -> Conditions:
+    lo, hi, (b_lo, b_hi), _ = standby_saving(cond, profile)
+    share = profile.mitigations.standby_launcher.bootstrap_saved
+    eng = cond.engine
+    less = _engine_minus(eng, lo, hi,
+                         f"standby_launcher: - {min(lo, hi):.2f}-{max(lo, hi):.2f} s "
+                         f"({share.low:.2f}-{share.high:.2f} of bootstrap {b_lo:.2f}-{b_hi:.2f} s)")
+    stage = eng.stages.get(BOOTSTRAP)
+    if stage is not None:
+        stages = dict(less.stages)
+        stages[BOOTSTRAP] = (max(0.0, stage[0] - lo), max(0.0, stage[1] - hi))
+        less = replace(less, stages=stages)
+    return replace(cond, engine=less, before_launcher=cond.before_launcher or eng)
+
+
+def _standby_cost(size: ModelSize, profile: Profile) -> float:
+    m = profile.mitigations.standby_launcher
+    return (m.resident_bytes / GB * profile.mitigations.tiered_loading.dram_price_per_gb_hour
+            * profile.month_hours * m.nodes)
+
+
+def _standby_assumptions(size: ModelSize, profile: Profile) -> list[str]:
+    m = profile.mitigations.standby_launcher
+    price = profile.mitigations.tiered_loading.dram_price_per_gb_hour
+    return [
+        f"removes {m.bootstrap_saved.low:.2f}-{m.bootstrap_saved.high:.2f} of the engine's "
+        f"bootstrap stage (imports and interpreter start of every engine process) "
+        f"({m.bootstrap_saved.source})",
+        "bootstrap from the engine figure's stage when it has one, else "
+        f"{m.bootstrap_s.low:g}-{m.bootstrap_s.high:g} s ({m.bootstrap_s.source}); nothing "
+        "off weight loading, compile, KV-cache profiling or graph capture",
+        "needs a node that is up with its launcher running (a shared node pool, e.g. "
+        "tiered_loading's): a new node pays the imports once",
+        f"launcher memory {m.resident_bytes / GB:.2f} GB x {m.nodes} node(s) x {price:g}/GB-hour "
+        f"x {profile.month_hours:g} h ({m.resident_source}; DRAM price: "
+        f"{profile.mitigations.tiered_loading.dram_source})",
+        "with gpu_snapshot the launcher saves nothing more: a restored process has its "
+        "modules already",
+    ]
+
+
 def _snapshot(cond: Conditions, size: ModelSize, profile: Profile) -> Conditions:
     k = profile.mitigations.gpu_snapshot.startup_speedup
-    eng = cond.engine
+    # A snapshot restores the whole process, imported modules included: a launcher before it
+    # (canonical order) does not shorten the restore, so restore from the figure without it.
+    eng = cond.before_launcher or cond.engine
+    moot = ("; the standby launcher's saving is moot (the restored process has its modules)"
+            if cond.before_launcher is not None else "")
     restored = replace(
         eng, low=eng.low / k, high=eng.high / k,
         stages={s: (v[0] / k, v[1] / k) for s, v in eng.stages.items()},
         median=None if eng.median is None else eng.median / k,
-        source=f"{eng.source}; gpu_snapshot: restore / {k:g}",
+        source=f"{eng.source}; gpu_snapshot: restore / {k:g}{moot}",
     )
-    return replace(cond, engine=restored)
+    return replace(cond, engine=restored, before_launcher=None)
 
 
 def _snapshot_cost(size: ModelSize, profile: Profile) -> float:
@@ -306,6 +390,14 @@ LAYERS: tuple[Layer, ...] = (
         lambda p: p.mitigations.eager.throughput_factor,
     ),
     Layer(
+        "standby_launcher",
+        "a process per node with the engine's modules imported forks the engine on request",
+        _standby,
+        _standby_assumptions,
+        _standby_cost,
+        applies=_standby_applies,
+    ),
+    Layer(
         "gpu_snapshot",
         "restore GPU memory (weights, CUDA graphs, KV region) instead of initialising the engine",
         _snapshot,
@@ -370,14 +462,92 @@ def apply_layers(
     factor = 1.0
     for name in canonical(names):
         lay = _BY_NAME[name]
-        cond = lay.apply(cond, size, profile)
+        why_not = lay.applies(cond, profile)
+        if why_not is None:
+            cond = lay.apply(cond, size, profile)
+            notes = tuple(lay.assumptions(size, profile))
+        else:
+            cond = cond.touch(ENGINE_STARTUP, f"{name}: not applied")
+            notes = (f"not applied here: {why_not}", *lay.assumptions(size, profile))
         after = compute_budget(size, profile, cond)
         applied.append(Applied(
             name=name, summary=lay.summary,
             removes_low=before.low - after.low, removes_high=before.high - after.high,
             monthly_cost=lay.monthly_cost(size, profile),
-            assumptions=tuple(lay.assumptions(size, profile)),
+            assumptions=notes,
         ))
         factor *= lay.throughput_factor(profile)
         before = after
     return Stack(first, before, tuple(applied), cond, factor)
+
+
+
+def _bootstrap_row(path: str | Path) -> tuple[Any, Any]:
+    """The ``Comparison`` in ``path`` and its ``bootstrap`` row, measured on both sides."""
+    from pydantic import ValidationError
+
+    from coldscope.analysis.comparison import Comparison
+    from coldscope.util.config_file import read_mapping
+    data = read_mapping(path, "compare document")
+    try:
+        doc = Comparison.model_validate(data)
+    except ValidationError:
+        raise ColdscopeError(f"{path} is not a `coldscope compare --json` output (a vs b, per "
+                             "stage): a standby launcher's saving is read from one") from None
+    if doc.a.standby is not None or doc.b.standby is None:
+        raise ColdscopeError(f"{path} is not a compare of the default start-up (a) against the "
+                             "same command through a standby launcher (b): run `coldscope "
+                             "compare ... --b-standby NAME --json`")
+    row = doc.stages.get(BOOTSTRAP)
+    if row is None or row.a_mean is None or row.b_mean is None or row.delta is None:
+        raise ColdscopeError(f"{path}: the compare has no bootstrap measured on both sides "
+                             "(a: the default start-up, b: through the launcher)")
+    if row.a_mean <= 0:
+        raise ColdscopeError(f"{path}: a's bootstrap is {row.a_mean:g} s: nothing to take a "
+                             "share of")
+    return doc, row
+
+
+def _measured(path: str | Path, doc: Any, row: Any, spread: str, what: str) -> str:
+    cache = f", {doc.cache} cache" if doc.cache else ""
+    return (f"measured: {Path(path).name}, bootstrap {row.a_mean:.2f} s (a, default) -> "
+            f"{row.b_mean:.2f} s (b, through launcher {doc.b.standby}), b - a "
+            f"{row.delta:+.2f} s, {spread}, "
+            f"{row.a_n} + {row.b_n} runs{cache}: {what}")
+
+
+def standby_share_from_compare(path: str | Path) -> Range:
+    """The standby launcher's ``bootstrap_saved`` measured by ``coldscope compare --json``: a
+    the default start-up, b the same command through the launcher (``--b-standby NAME``).
+
+    The share is b's bootstrap saving over a's bootstrap: ``-delta / a_mean`` of the
+    ``bootstrap`` row, low..high from the row's 95 % interval (``-high / a_mean`` ..
+    ``-low / a_mean``; the point value on both ends when a side has fewer than 2 runs), kept
+    within 0..1. Only bootstrap counts: what b saves in other stages is not credited. Anything
+    but such a document is a one-line ``ColdscopeError``.
+    """
+    doc, row = _bootstrap_row(path)
+    a = row.a_mean
+
+    def share(saved_s: float) -> float:
+        return float(min(1.0, max(0.0, saved_s / a)))
+
+    point = share(-row.delta)
+    if row.low is None or row.high is None:
+        low = high = point
+        spread = "no interval (fewer than 2 runs on a side)"
+    else:
+        low, high = share(-row.high), share(-row.low)
+        spread = f"95 % interval {row.low:+.2f} to {row.high:+.2f} s"
+    return Range(low=low, high=high,
+                 source=_measured(path, doc, row, spread, f"{point:.2f} of bootstrap"))
+
+
+def standby_seconds_from_compare(path: str | Path) -> tuple[float, str]:
+    """The seconds the launcher saved on average in such a compare (``-delta`` of its
+    ``bootstrap`` row, at least 0) and where that figure comes from."""
+    doc, row = _bootstrap_row(path)
+    saved = max(0.0, -float(row.delta))
+    spread = ("no interval" if row.low is None or row.high is None
+              else f"95 % interval {row.low:+.2f} to {row.high:+.2f} s")
+    return saved, _measured(path, doc, row, spread, f"{saved:.2f} s saved")

@@ -57,6 +57,8 @@ class PlanInputs:
     tiers: Tiers | None = None
     engine_check: EngineCheck | None = None
     notes: tuple[str, ...] = field(default=())
+    #: Layers the SLA search combines when ``layers`` is empty (None: ``sla.SEARCHED_LAYERS``).
+    search_pool: tuple[str, ...] | None = None
 
 
 def make_plan(req: PlanInputs) -> PlanReport:
@@ -68,7 +70,8 @@ def make_plan(req: PlanInputs) -> PlanReport:
     layers, min_workers = req.layers, req.min_workers
     if req.sla_s is not None and req.cheapest:
         # With layers given, the search is limited to combinations of them.
-        found = search(req.size, profile, base, req.sla_s, traffic, req.layers or None)
+        found = search(req.size, profile, base, req.sla_s, traffic,
+                       req.layers or req.search_pool)
         if found.chosen is not None:
             layers, min_workers = found.chosen.layers, found.chosen.min_workers
     stack = apply_layers(req.size, profile, base, layers)
@@ -181,6 +184,10 @@ class PlanRequest(BaseModel):
     trace: str | None = Field(None, description="request trace: mean rate and burstiness")
     cheapest: bool = False
     tiers: str | None = Field(None, description="YAML of tiers")
+    standby_from: str | None = Field(
+        None, description="a `coldscope compare --json` of the default (a) against the same "
+                          "command through a standby launcher (b): the standby_launcher layer's "
+                          "share of bootstrap")
 
 
 def plan(request: PlanRequest) -> PlanReport:
@@ -221,8 +228,20 @@ def plan(request: PlanRequest) -> PlanReport:
     if request.cheapest and sla_s is None:
         raise ColdscopeError("--cheapest needs --sla-p99-ttft")
 
-    profile = load_profile(request.profile, {"gpu": request.gpu} if request.gpu else {})
+    overrides: dict[str, Any] = {"gpu": request.gpu} if request.gpu else {}
     notes: list[str] = []
+    search_pool = None
+    if request.standby_from:
+        from coldscope.planning.mitigations import standby_share_from_compare
+        from coldscope.planning.sla import SEARCHED_LAYERS
+        share = standby_share_from_compare(request.standby_from)
+        overrides["mitigations"] = {"standby_launcher": {"bootstrap_saved": share.model_dump()}}
+        search_pool = (*SEARCHED_LAYERS, "standby_launcher")
+        if "standby_launcher" not in layers:
+            notes.append(f"--standby-from {request.standby_from}: the standby_launcher layer "
+                         f"saves {share.low:.2f}-{share.high:.2f} of bootstrap; name it in "
+                         "--mitigate to apply it (an SLA search tries it)")
+    profile = load_profile(request.profile, overrides)
     traffic_data = profile.traffic.model_dump()
     if request.traffic:
         traffic_data = deep_merge(traffic_data, read_yaml(request.traffic, "traffic file"))
@@ -276,7 +295,7 @@ def plan(request: PlanRequest) -> PlanReport:
         size=size, profile=profile, engine=engine, layers=layers,
         min_workers=request.min_workers, products=request.products, sla_s=sla_s,
         cheapest=search_it, traffic=traffic, tiers=tiers, engine_check=check,
-        notes=tuple(notes),
+        notes=tuple(notes), search_pool=search_pool,
     ))
 
 

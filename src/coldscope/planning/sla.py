@@ -193,8 +193,11 @@ def evaluate(size: ModelSize, profile: Profile, stack: Stack, min_workers: int,
 
 
 #: Layers the search combines. Live migration only adds time in this model (its benefit, a
-#: local GPU for tiered loading, is already assumed there), so the search leaves it out.
-SEARCHED_LAYERS: tuple[str, ...] = tuple(n for n in LAYER_NAMES if n != "live_migration")
+#: local GPU for tiered loading, is already assumed there), so the search leaves it out. The
+#: standby launcher is left out of the default pool so that the answers planned before it
+#: existed stay the same: name it (``--mitigate``, or ``plan --standby-from``) to search it.
+SEARCHED_LAYERS: tuple[str, ...] = tuple(
+    n for n in LAYER_NAMES if n not in ("live_migration", "standby_launcher"))
 
 
 @dataclass(frozen=True)

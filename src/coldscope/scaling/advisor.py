@@ -8,7 +8,11 @@ running and starting) and answers a :class:`ScaleDecision`. The method, in order
    start-up (:class:`~coldscope.scaling.startup.StartupDistribution`: measured runs, a prediction
    or a given distribution) plus the platform's seconds before the engine starts
    (``provisioning_s + image_pull_s + weight_transfer_s``, e.g. from ``coldscope.plan``:
-   :meth:`ScaleAdvisor.from_plan`). Fixed at construction.
+   :meth:`ScaleAdvisor.from_plan`). Fixed at construction. With a standby launcher on the
+   nodes new replicas start on (``startup_saving_s``, off by default; ``from_plan(...,
+   standby=True)`` takes it from the plan's ``standby_launcher`` layer), every engine start-up
+   is that many seconds shorter (never below 0); a launcher saves nothing on a new node, so a
+   saving with ``provisioning_s`` above 0 is refused.
 2. **Rate now.** ``rate_rps`` as given; else ``in_flight / T`` (Little's law), ``T`` the time a
    request spends in service.
 3. **Time in service ``T``**: ``service_time_s`` (this tick's, else the constructor's), else
@@ -179,7 +183,7 @@ class ScaleAdvisor:
                  source: SourceChoice = "auto", startup: StartupDistribution | None = None,
                  min_runs: int = MIN_OBSERVED_RUNS,
                  provisioning_s: float = 0.0, image_pull_s: float = 0.0,
-                 weight_transfer_s: float = 0.0,
+                 weight_transfer_s: float = 0.0, startup_saving_s: float = 0.0,
                  service_time_s: float | None = None, scale_ahead_quantile: float = 0.9,
                  alpha: float = 0.033, beta: float = 0.002, step_s: float = 2.0,
                  trend_damping: float = 0.98, season_s: float | None = 86_400.0,
@@ -192,6 +196,7 @@ class ScaleAdvisor:
         _number(rate_window_s, "rate_window_s", positive=True, most=86_400.0)
         for name, value in (("provisioning_s", provisioning_s), ("image_pull_s", image_pull_s),
                             ("weight_transfer_s", weight_transfer_s),
+                            ("startup_saving_s", startup_saving_s),
                             ("keep_alive_s", keep_alive_s),
                             ("scale_down_delay_s", scale_down_delay_s),
                             ("warm_ttft_s", warm_ttft_s)):
@@ -214,6 +219,9 @@ class ScaleAdvisor:
         if max_replicas is not None and max_replicas < min_replicas:
             raise ColdscopeError(f"max_replicas ({max_replicas}) is below min_replicas "
                                  f"({min_replicas})")
+        if startup_saving_s and provisioning_s:
+            raise ColdscopeError("startup_saving_s (a standby launcher's) needs provisioning_s "
+                                 "0: a new node pays the imports once, in its own launcher")
         runs = list(observed_s)
         if startup is not None:
             if prediction is not None or runs or source != "auto":
@@ -222,6 +230,9 @@ class ScaleAdvisor:
             self.startup = startup
         else:
             self.startup = choose(runs, prediction, source, min_runs=min_runs)
+        if startup_saving_s:
+            self.startup = self.startup.less(float(startup_saving_s), "a standby launcher")
+        self.startup_saving_s = float(startup_saving_s)
         self.target_in_flight = float(target_in_flight)
         self.service_time_s = None if service_time_s is None else float(service_time_s)
         self.scale_ahead_quantile = float(scale_ahead_quantile)
@@ -266,17 +277,27 @@ class ScaleAdvisor:
 
     @classmethod
     def from_plan(cls, report: PlanReport, *, estimate: Literal["low", "high"] = "high",
-                  **kwargs: Any) -> ScaleAdvisor:
+                  standby: bool = False, **kwargs: Any) -> ScaleAdvisor:
         """An advisor whose cold path adds the plan's seconds before the engine starts:
         provisioning, image pull and weight transfer of ``coldscope.plan``'s report (its
         ``parts``, with the report's mitigations applied), at their ``high`` (default) or
-        ``low`` estimate. ``kwargs`` are the constructor's (the start-up, the target, ...)."""
+        ``low`` estimate. ``standby``: also take the seconds the plan's ``standby_launcher``
+        layer removes (at the same estimate) off every engine start-up (``startup_saving_s``;
+        0 when the plan provisions a new node). ``kwargs`` are the constructor's (the
+        start-up, the target, ...)."""
         if estimate not in ("low", "high"):
             raise ColdscopeError(f"estimate must be low or high, not {estimate!r}")
         seconds = {p.name: float(getattr(p, estimate)) for p in report.parts}
-        clash = sorted(set(kwargs) & {f"{name}_s" for name in PLAN_PARTS})
+        clash = sorted(set(kwargs) & ({f"{name}_s" for name in PLAN_PARTS}
+                                      | ({"startup_saving_s"} if standby else set())))
         if clash:
             raise ColdscopeError(f"{clash[0]} comes from the plan; do not give it too")
+        if standby:
+            layer = next((m for m in report.mitigations if m.name == "standby_launcher"), None)
+            if layer is None:
+                raise ColdscopeError("standby=True needs a plan with the standby_launcher layer "
+                                     "(coldscope plan --mitigate standby_launcher)")
+            kwargs["startup_saving_s"] = max(0.0, float(getattr(layer.removes_s, estimate)))
         return cls(provisioning_s=seconds.get("provisioning", 0.0),
                    image_pull_s=seconds.get("image_pull", 0.0),
                    weight_transfer_s=seconds.get("weight_transfer", 0.0), **kwargs)

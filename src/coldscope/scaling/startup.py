@@ -161,6 +161,20 @@ class StartupDistribution:
         """Any quantile function (seconds), e.g. the simulator's ``ColdStart.quantile``."""
         return cls("given", detail, quantile, tuple(warnings))
 
+    def less(self, seconds: float, why: str) -> StartupDistribution:
+        """Every start-up ``seconds`` shorter, never below 0 s (e.g. what a standby launcher
+        saves): the same source, its detail saying by how much and why."""
+        cut = _seconds(seconds, "a start-up saving")
+        if cut == 0:
+            return self
+        base = self.quantile_fn
+
+        def quantile(q: float) -> float:
+            return max(0.0, float(base(q)) - cut)
+
+        return StartupDistribution(self.source, f"{self.detail}, less {cut:g} s ({why})",
+                                   quantile, self.warnings)
+
     def describe(self) -> dict[str, Any]:
         return {"source": self.source, "detail": self.detail, "warnings": list(self.warnings)}
 

@@ -51,6 +51,10 @@ class StartupChoice(BaseModel):
     store: str | None = None
     label: str | None = None
     seconds: float | None = Field(None, ge=0, le=86400, allow_inf_nan=False)
+    standby_from: str | None = Field(
+        None, description="a `coldscope compare --json` of the default (a) against the same "
+                          "command through a standby launcher (b): its mean bootstrap saving "
+                          "comes off every start-up (config.standby_saving_s)")
 
 
 class SimRequest(BaseModel):
@@ -153,6 +157,12 @@ def load_inputs(request: SimRequest) -> SimInputs:
     """The edge: check the options, then read the sweep file, the start-up's source and, last,
     the trace."""
     config = request.config
+    if request.startup.standby_from:
+        if config.standby_saving_s:
+            raise ColdscopeError("give one of --standby-from and --standby-saving")
+        from coldscope.planning.mitigations import standby_seconds_from_compare
+        saved, why = standby_seconds_from_compare(request.startup.standby_from)
+        config = config.model_copy(update={"standby_saving_s": saved, "standby_source": why})
     check([config], request.executor)
     cases = None
     if request.sweep:

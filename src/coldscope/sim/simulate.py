@@ -104,6 +104,12 @@ class SimConfig(_Strict):
                                  description="mitigation: start-up x this")
     startup_extra_s: float = Field(0.0, ge=0, allow_inf_nan=False,
                                    description="added to every start-up")
+    standby_saving_s: float = Field(
+        0.0, ge=0, le=86_400, allow_inf_nan=False,
+        description="a standby launcher on the nodes: seconds off every engine start-up "
+                    "(never below 0), before startup_scale and startup_extra_s")
+    standby_source: str = Field("a standby launcher", max_length=1000,
+                                description="where standby_saving_s comes from")
     score_from_s: float = Field(
         0.0, ge=0, le=MAX_SPAN_S, allow_inf_nan=False,
         description="warm-up: requests arriving before this (s) are served but left out of "
@@ -148,6 +154,8 @@ class StartupInfo(_Strict):
     interval: Interval | None = Field(None, description="90 % interval (lognormal) or range")
     scale: float = 1.0
     extra_s: float = 0.0
+    standby_saving_s: float = Field(0.0, description="a standby launcher's seconds off each "
+                                                     "start-up, before scale and extra_s")
     warnings: list[str] = Field(default_factory=list)
 
 
@@ -253,7 +261,9 @@ def simulate(trace: Trace, config: SimConfig | None = None, startup: ColdStart |
     check_size(trace, config)
     default = startup is None
     base = startup_mod.paper_default() if startup is None else startup
-    cold = startup_mod.mitigate(base, config.startup_scale, config.startup_extra_s)
+    cold = startup_mod.mitigate(
+        startup_mod.shorten(base, config.standby_saving_s, config.standby_source),
+        config.startup_scale, config.startup_extra_s)
     name = config.policy if policy is None else type(policy).__name__
     if policy is None:
         policy = make_policy(config.policy, config.policy_params)
