@@ -90,6 +90,8 @@ def run_config(cell: Cell, spec: CampaignSpec, root: Path, port: int) -> RunConf
         request_timeout=spec.request_timeout, probe=spec.probe, spans=spec.spans,
         drop_page_cache=spec.drop_page_cache, cache_root=root, label=spec.name,
         env=dict(cell.env), shutdown_grace=spec.shutdown_grace, origin="campaign",
+        standby=next((e.standby for e in spec.engines if e.name == cell.engine), None),
+        standby_dir=Path(spec.standby_dir),
     )
 
 

@@ -86,6 +86,10 @@ class EngineEntry(Strict):
     python: str = Field("python", description="interpreter for {python}; 'python' = coldscope's")
     release: str | None = Field(None, description="a release to install and start from")
     env: dict[str, str] = Field(default_factory=dict)
+    standby: str | None = Field(
+        None, description="start this engine's cells through the standby launcher of this "
+                          "name (`coldscope standby start NAME -- CMD`, on every node that runs "
+                          "them, in the campaign's standby_dir)")
 
     @model_validator(mode="after")
     def _one_interpreter(self) -> EngineEntry:
@@ -174,6 +178,8 @@ class CampaignSpec(Strict):
     spans: bool = True
     drop_page_cache: bool = False
     shutdown_grace: float = Field(10.0, ge=0)
+    standby_dir: str = Field(".coldscope/standby",
+                             description="where the engines' standby launchers live")
     cache_root: str | None = Field(None, description="default .coldscope/caches; keep it short: "
                                    "vLLM's IPC sockets live under it")
     ray: RaySettings = Field(default_factory=RaySettings)

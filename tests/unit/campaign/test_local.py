@@ -269,3 +269,29 @@ def test_two_campaign_commands_at_once_measure_each_cell_once(tmp_path):
     assert "already running" in refused and "Traceback" not in refused
     assert len(refused.strip().splitlines()) == 1
     assert len(campaign_runs(Store(store), "fake", status=None)) == 1
+
+
+def test_an_engine_entry_with_a_standby_starts_its_cells_through_the_launcher(tmp_path):
+    """``engines: [{name: fast, standby: NAME}]``: that engine's cells are forked by the
+    launcher (the run's notes say so; its engine's parent is the launcher); the other engine's
+    are started as usual."""
+    from coldscope.launch import standby
+    root = tmp_path / "sb"
+    launcher = standby.start("camp", [sys.executable, FAKE], root=root)
+    try:
+        raw = fake_spec(tmp_path, repetitions=1)
+        raw["engines"] = [{"name": "plain"}, {"name": "fast", "standby": "camp"}]
+        raw["standby_dir"] = str(root)
+        store = Store(tmp_path / "s.db")
+        result = run_campaign(parse_spec(raw), store, base=tmp_path)
+        assert result.done == 2
+        for run in campaign_runs(store, "fake"):
+            through = any("launched through standby 'camp'" in n for n in run.notes)
+            assert through is (run.campaign.cell.split("/")[1] == "fast")
+            evidence = store.evidence(run.id)
+            root_pid = evidence["launch"]["root_pid"]
+            (process,) = [e for e in evidence["probe"]
+                          if e["ev"] == "process" and e["pid"] == root_pid]
+            assert (process["ppid"] == launcher.pid) is through
+    finally:
+        standby.stop("camp", root=root)
