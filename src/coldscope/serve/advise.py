@@ -84,7 +84,7 @@ log = logging.getLogger("coldscope.serve")
 
 #: The query parameters ``/v1/scale-hint`` takes; any other is a 422 naming it.
 HINT_PARAMS = ("model", "rate", "sla_p99_ttft", "replica_rps", "gpu", "params", "source",
-               "provisioning_s", "image_pull_s", "weight_transfer_s")
+               "provisioning_s", "image_pull_s", "weight_transfer_s", "startup_saving_s")
 SOURCES = ("auto", "observed", "predicted")
 #: Bases kept, and for how long (seconds): a store written by another process shows up then.
 CACHE_SIZE = 256
@@ -152,12 +152,15 @@ class HintKey:
 @dataclass(frozen=True)
 class ColdPathParts:
     """The seconds of a cold path before the engine starts (``ScaleAdvisor``'s
-    ``provisioning_s``, ``image_pull_s``, ``weight_transfer_s``; e.g. a plan's parts): a
+    ``provisioning_s``, ``image_pull_s``, ``weight_transfer_s``; e.g. a plan's parts), and the
+    seconds a standby launcher on the node takes off the engine's start-up
+    (``startup_saving_s``: ``coldscope standby``; refused with a new node's provisioning): a
     hint's own, not part of the cached basis."""
 
     provisioning_s: float = 0.0
     image_pull_s: float = 0.0
     weight_transfer_s: float = 0.0
+    startup_saving_s: float = 0.0
 
 
 @dataclass(frozen=True)

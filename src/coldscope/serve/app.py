@@ -259,11 +259,18 @@ def create_app(service: Service, advice: Advice | None = None) -> FastAPI:
                          weight_transfer_s: float = Query(0.0, ge=0, le=86_400,
                                                           allow_inf_nan=False,
                                                           description="... the weights' "
-                                                                      "transfer")
+                                                                      "transfer"),
+                         startup_saving_s: float = Query(0.0, ge=0, le=86_400,
+                                                         allow_inf_nan=False, description=(
+                             "seconds a standby launcher on the node takes off every engine "
+                             "start-up (`coldscope standby`, measured by `compare "
+                             "--b-standby`); refused with provisioning_s: a new node has no "
+                             "launcher up"))
                          ) -> JSONResponse:
         check_query(request.query_params.multi_items())
         key = HintKey(model, sla_p99_ttft, source, replica_rps, gpu, params)
-        before_engine = ColdPathParts(provisioning_s, image_pull_s, weight_transfer_s)
+        before_engine = ColdPathParts(provisioning_s, image_pull_s, weight_transfer_s,
+                                      startup_saving_s)
         try:
             basis = advice.cached(key)  # after the first call: no thread, nothing read
             if basis is None:

@@ -117,6 +117,19 @@ def test_the_cold_path_before_the_engine_is_added(tmp_path: Path) -> None:
     assert r.status_code == 422 and "image_pull_s" in r.json()["error"]
 
 
+def test_a_standby_launcher_s_saving_comes_off_the_engine_start_up(tmp_path: Path) -> None:
+    """``startup_saving_s``: a launcher on the node takes that many seconds off every engine
+    start-up, so the hint scales ahead by less (p90 76 s - 30 s = 46 s); with a new node's
+    provisioning it is refused (a new node has no launcher up)."""
+    client = TestClient(create_app(_service(tmp_path, {"qwen-7b": TIMES})))
+    engine_only = _hint(client, model="qwen-7b", replica_rps=0.5).json()
+    body = _hint(client, model="qwen-7b", replica_rps=0.5, startup_saving_s=30).json()
+    assert engine_only["scale_ahead_s"] == pytest.approx(76.0)
+    assert body["scale_ahead_s"] == pytest.approx(76.0 - 30.0)
+    r = _hint(client, model="qwen-7b", startup_saving_s=30, provisioning_s=10)
+    assert r.status_code == 422 and "startup_saving_s" in r.json()["error"]
+
+
 @pytest.mark.parametrize("query, message", [
     ({"replicas_rps": 0.5}, "unknown query parameter 'replicas_rps' (did you mean replica_rps?)"),
     ({"modle": "x"}, "unknown query parameter 'modle' (did you mean model?)"),
