@@ -249,18 +249,22 @@ def start(name: str, command: Sequence[str], *, root: Path = STANDBY_ROOT,
                                 stderr=subprocess.STDOUT, env=env, start_new_session=True,
                                 cwd=os.getcwd())
     deadline = time.monotonic() + timeout
-    while True:
-        doc = _read_state(state_path)
-        status = doc.get("status") if doc else None
-        if status == "ready" or status == "refused" or proc.poll() is not None:
-            break
-        if time.monotonic() > deadline:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise ColdscopeError(f"standby {name!r} not ready after {timeout:g} s (its log: "
-                                 f"{log_path})")
-        time.sleep(0.1)
+    try:
+        while True:
+            doc = _read_state(state_path)
+            status = doc.get("status") if doc else None
+            if status == "ready" or status == "refused" or proc.poll() is not None:
+                break
+            if time.monotonic() > deadline:
+                raise ColdscopeError(f"standby {name!r} not ready after {timeout:g} s (its "
+                                     f"log: {log_path})")
+            time.sleep(0.1)
+    except BaseException:  # the timeout, Ctrl-C: no half-started launcher is left behind
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        state_path.unlink(missing_ok=True)
+        raise
     if doc is None or doc.get("status") != "ready":
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
