@@ -3,7 +3,9 @@ never evidence of real engine behaviour.
 
 ``FakeTunable`` answers the search's requests directly (per-knob stage costs, multiplicative
 noise from a seeded generator, caches that only help when an earlier start-up of the same
-configuration left them, a throughput cost for eager mode and multiprocessing off).
+configuration left them, a throughput cost for eager mode and multiprocessing off, and a
+standby launcher that has done each process's imports ahead, except for a prime, which the
+session starts without it).
 
 Run as a script, it is a process the runner can start: it sleeps a start-up whose length
 depends on the same knobs (scaled to tenths of a second), keeps a "compiled graph" marker in
@@ -20,6 +22,9 @@ from coldscope.tuning.search import Measurement, TrialRequest
 
 BASE = {"bootstrap": 50.0, "model_loading": 2.0, "torch_compile": 45.0,
         "kv_cache_profiling": 1.0, "server_ready": 1.0, "unattributed": 10.0}
+#: Seconds each engine process spends importing, and starting from a standby launcher's fork.
+IMPORTS_PER_PROCESS_S = 10.0
+LAUNCHED_PROCESS_S = 0.5
 
 
 class FakeTunable:
@@ -45,7 +50,9 @@ class FakeTunable:
         findings = []
         inspect = 0.0 if warm else 17.0
         extra_procs = 1 if "multiprocessing_off" in knobs else 2
-        s["bootstrap"] = 16.0 + inspect + 10.0 * (1 + extra_procs)
+        launched = "standby_launcher" in knobs and req.role != "prime"
+        per_process = LAUNCHED_PROCESS_S if launched else IMPORTS_PER_PROCESS_S
+        s["bootstrap"] = 16.0 + inspect + per_process * (1 + extra_procs)
         if "enforce_eager" in knobs:
             s["torch_compile"] = 0.0
         elif warm and "aot_compile_off" in knobs:
@@ -58,7 +65,7 @@ class FakeTunable:
             findings.append({"id": "compile_cache_cold", "seconds_at_stake": 45.0})
         if inspect:
             findings.append({"id": "model_inspect_uncached", "seconds_at_stake": inspect})
-        if extra_procs > 1:
+        if extra_procs > 1 and not launched:
             findings.append({"id": "repeated_imports", "seconds_at_stake": 20.0})
         factor = 1.0 + (self.rng.gauss(0.0, self.noise) if self.noise else 0.0)
         s = {k: v * factor for k, v in s.items()}

@@ -99,6 +99,9 @@ def tune(budget: int, max_loss: str | None, allow_output_change: bool, timeout: 
         if session.reaped_run and not as_json:
             echo(f"stopped the engine of the interrupted start-up {session.reaped_run}",
                  err=True)
+        if session.reaped_launcher is not None and not as_json:
+            echo(f"stopped the standby launcher the interrupted session left (pid "
+                 f"{session.reaped_launcher})", err=True)
         if not as_json:
             console().print(session_banner(session.spec))
         live.runs = session.spec.budget

@@ -5,6 +5,10 @@ Engines own their catalogue (``coldscope.engines.vllm.knobs`` for vLLM); the tun
 these records, so it stays engine-neutral. A mitigation that the installed engine or this
 machine cannot do is kept in the catalogue with ``available=False`` and the reason, so the tune
 report shows it as skipped instead of hiding it.
+
+A knob either transforms the command (``env``, ``add_args``, ``remove_args``), asks for caches
+(``seed``), or changes how the engine is started (``launcher``: through a standby launcher of
+the tune session, ``coldscope standby``); the last two leave the command line as it is.
 """
 
 from __future__ import annotations
@@ -22,7 +26,11 @@ class Knob(BaseModel):
     configuration: the platform's pre-seeded image. ``addresses`` are finding ids that point at
     it; ``requires_compile`` marks knobs that only matter while torch.compile is on;
     ``excludes`` names knobs it cannot be combined with; ``subsumed_by`` knobs that already do
-    what it does."""
+    what it does. ``launcher``: start this configuration's engine through a standby launcher
+    the tune session keeps (``coldscope.launch.standby``: forked from a process that has
+    imported the engine's modules) instead of as a new process; it changes neither the command
+    line nor the environment, so the same caches serve both ways (``changes_command`` stays
+    False)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -40,14 +48,15 @@ class Knob(BaseModel):
     serving_tradeoff: bool = False
     excludes: tuple[str, ...] = ()
     subsumed_by: tuple[str, ...] = ()
+    launcher: bool = False
     available: bool = True
     reason: str | None = None
     priority: int = 50
 
     @property
     def changes_command(self) -> bool:
-        """Whether it changes the command line or environment (a seed-only knob does not):
-        what the engine keys its compile cache by."""
+        """Whether it changes the command line or environment (a seed-only or launcher knob
+        does not): what the engine keys its compile cache by."""
         return bool(self.env or self.add_args or self.remove_args)
 
     def apply(self, argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:

@@ -37,7 +37,9 @@ above ``1 - loss``.
 Knobs that need seeded caches (the pre-seeded image) get the caches of an earlier start-up of
 exactly the same configuration: the engine keys its compile cache by its flags and environment,
 so caches from another configuration would miss. When none exists yet, the search first starts
-that configuration cold ("prime"), which is also its cold measurement.
+that configuration cold ("prime"), which is also its cold measurement. A launcher knob (the
+engine started through the session's standby launcher, ``Knob.launcher``) changes neither the
+command line nor the environment, so it shares the caches of the same configuration without it.
 
 ``measure(request) -> Measurement`` does the start-ups; the session replays stored measurements
 through it on ``--resume``, which is why everything here must depend only on them.
@@ -232,7 +234,7 @@ DEFAULT_KEY: Final = "default"
 
 def cache_key(knobs: Sequence[str], catalogue: dict[str, Knob]) -> str:
     """Identity of a configuration for its caches: the knobs that change the command line or
-    environment (seed-only knobs do not), in a fixed order."""
+    environment (seed-only and launcher knobs do not), in a fixed order."""
     return "+".join(sorted(k for k in knobs if catalogue[k].changes_command)) or DEFAULT_KEY
 
 
@@ -594,6 +596,13 @@ class Search:
         if not confirmed and best.knobs and not best_is_warm:
             self.notes.append("no start-up was left to confirm the winner: its figures come "
                               "from the trials that selected it (biased in its favour)")
+        launchers = [k for k in best.knobs if self.catalogue[k].launcher]
+        if launchers:
+            self.notes.append(
+                f"the winner starts its engine through a standby launcher ({', '.join(launchers)})"
+                ": the command line alone does not reproduce it; on a running node, `coldscope "
+                "standby start NAME -- COMMAND` once, then start through it (`profile --standby "
+                "NAME`). A new node still pays the imports once")
         warm_ref = cw if cw is not None and cw.times and not best_is_warm else warm
         vs_warm: Ratio | None = None
         if best_is_warm:

@@ -11,22 +11,33 @@ membership kind ``tune``).
 ``ActiveSession`` holds the newest one (each change a validated copy) and writes it after every
 change. ``coldscope.tuning.tune`` opens sessions and runs them (the library's entry points).
 
+A configuration with a launcher knob (``Knob.launcher``) starts its engine through the
+session's own standby launcher (``SessionLauncher``: one per session, for its command, named
+after the session and kept under its directory, so it shares nothing with the user's
+launchers), started before the first start-up that needs it and stopped when the session ends,
+fails or is interrupted. A prime (the cold start-up that leaves a configuration's caches, as a
+new node's) never goes through it: a new node has no launcher that has imported yet.
+
 Ctrl-C stops the engine, stores the interrupted run as failed and leaves ``session.json`` with
 every finished start-up; kill -9 leaves the same file (the in-flight engine is found by its run
-marker and stopped on resume). Resuming replays the stored measurements through the
-deterministic search and runs only what is missing.
+marker and stopped on resume, and so is the session's launcher, ``reap_launcher``). Resuming
+replays the stored measurements through the deterministic search and runs only what is
+missing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -53,6 +64,7 @@ from coldscope.util.errors import ColdscopeError
 if TYPE_CHECKING:
     from coldscope.core.records import Run
     from coldscope.launch.runner import RunConfig
+    from coldscope.launch.standby import Standby
     from coldscope.store.db import Store
 
 SESSION_FILE: Final = "session.json"
@@ -292,6 +304,102 @@ def keep_caches(root: Path, directory: Path, key: str) -> None:
         (dest / ".filled").unlink()
 
 
+# -- the session's standby launcher -------------------------------------------------------------
+
+#: Longest Unix socket path a launcher is given (``sun_path`` is 108 bytes on Linux; the
+#: launcher's own check, ``coldscope.launch.standby.start``, refuses more than 100).
+_SOCKET_MAX: Final = 100
+
+
+def launcher_name(spec: SessionSpec) -> str:
+    """The name of the session's standby launcher: its session id (as a launcher name)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", spec.id).lstrip("-_.")[:64] or "tune"
+
+
+def launcher_dir(spec: SessionSpec, directory: Path) -> Path:
+    """Where the session's launcher keeps its state, socket and log: ``standby/`` in the
+    session's directory, or, when that would make the socket's path too long for a Unix
+    socket, a directory of the session's own under the system's temporary directory (named by
+    a hash of the session's directory, so a resumed session finds it again)."""
+    inside = Path(directory).resolve() / "standby"
+    if len(str(inside / f"{launcher_name(spec)}.sock")) <= _SOCKET_MAX:
+        return inside
+    digest = hashlib.sha256(str(Path(directory).resolve()).encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"coldscope-tune-{digest}"
+
+
+class SessionLauncher:
+    """The session's standby launcher for its command: started by ``ensure`` before the first
+    start-up that needs it (not before: a session whose search never tries a launcher knob
+    starts none), stopped by ``stop``. A launcher that fails to start is not retried: every
+    start-up that needed it fails with the reason."""
+
+    def __init__(self, spec: SessionSpec, directory: Path,
+                 on_line: Callable[[str], None] | None = None) -> None:
+        self.name = launcher_name(spec)
+        self.root = launcher_dir(spec, directory)
+        self.directory = directory
+        self.command = list(spec.command)
+        self.timeout = spec.timeout
+        self.on_line = on_line
+        self.started: Standby | None = None
+        self.failed: str | None = None
+
+    def ensure(self) -> str | None:
+        """Have the launcher ready: None when it is, else why it is not (the start-up that
+        needed it fails with this reason). A launcher of the session left by an earlier run of
+        it that is not ready (gone, refused) is cleared and started again."""
+        from coldscope.launch import standby
+        if self.failed is not None:
+            return self.failed
+        found = standby.find(self.name, root=self.root)
+        if found is not None and found.status == "ready":
+            return None
+        if self.on_line is not None:
+            self.on_line(f"coldscope: starting the session's standby launcher {self.name} "
+                         "(the engine's imports, before the start-up's clock)")
+        try:
+            if found is not None:
+                standby.stop(self.name, root=self.root)
+            self.started = standby.start(self.name, self.command, root=self.root,
+                                         timeout=self.timeout)
+        except ColdscopeError as exc:
+            self.failed = f"the session's standby launcher did not start: {exc}"
+            return self.failed
+        return None
+
+    def stop(self) -> Standby | None:
+        """Stop the launcher (and any engine it still runs) if it runs; what was stopped."""
+        return stop_launcher(self.name, self.root, self.directory)
+
+
+def stop_launcher(name: str, root: Path, directory: Path) -> Standby | None:
+    """Stop launcher ``name`` under ``root`` and remove its state; the launcher as it was when
+    its process still ran, None when there was none running. A launcher kept outside the
+    session's ``directory`` (``launcher_dir``) leaves its log there, and its directory goes."""
+    from coldscope.launch import standby
+    found = standby.find(name, root=root)
+    if found is not None:
+        with contextlib.suppress(ColdscopeError):
+            standby.stop(name, root=root)
+    inside = Path(directory).resolve() / "standby"
+    if Path(root) != inside and Path(root).is_dir():
+        log = Path(root) / f"{name}.log"
+        if log.exists():
+            inside.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(OSError):
+                shutil.move(str(log), str(inside / log.name))
+        with contextlib.suppress(OSError):
+            Path(root).rmdir()  # only when nothing else is left in it
+    return found if found is not None and found.status not in ("gone", "stopped") else None
+
+
+def reap_launcher(spec: SessionSpec, directory: Path) -> Standby | None:
+    """Stop the standby launcher a killed tune of this session left running (and the engine
+    it may still run); None when none was running."""
+    return stop_launcher(launcher_name(spec), launcher_dir(spec, directory), directory)
+
+
 # -- the real executor ---------------------------------------------------------------------------
 
 # -- a cold start-up on a new node's page cache -------------------------------------------------
@@ -390,17 +498,30 @@ class EngineExecutor:
         self.verify: Verify = verify or default_verify
         self.evict: Callable[[RunConfig], str] = evict or self._evict_python
         self.by_name = {k.name: k for k in active.spec.knobs}
+        self.launcher = SessionLauncher(active.spec, active.directory, on_line=on_line)
 
     def config_for(self, req: TrialRequest) -> RunConfig:
         from coldscope.launch.runner import RunConfig
         spec = self.active.spec
         argv, env = apply_all([self.by_name[n] for n in req.knobs], list(spec.command),
                               dict(spec.env))
+        standby = {"standby": self.launcher.name, "standby_dir": self.launcher.root} \
+            if self.launches(req) else {}
         return RunConfig(command=argv, env=env, cache="warm" if req.seeded else "cold",
                          timeout=spec.timeout, keep_cold_caches=True,
                          drop_page_cache=self.evicts(req),
                          cache_root=self.active.directory / "run-caches",
-                         label=f"tune:{spec.id}", origin="tune")
+                         label=f"tune:{spec.id}", origin="tune", **standby)
+
+    def launches(self, req: TrialRequest) -> bool:
+        """Whether start-up ``req`` goes through the session's standby launcher: its
+        configuration has a launcher knob and it is not a prime (a prime is the configuration's
+        cold start-up, a new node's, and a new node has no launcher that has imported yet)."""
+        return req.role != "prime" and any(self.by_name[n].launcher for n in req.knobs)
+
+    def close(self) -> None:
+        """The session's search ended (finished, failed or interrupted): stop its launcher."""
+        self.launcher.stop()
 
     def evicts(self, req: TrialRequest) -> bool:
         """Whether start-up ``req`` starts on a new node's page cache: every start-up on empty
@@ -418,6 +539,23 @@ class EngineExecutor:
         from coldscope.core.records import Membership
         from coldscope.launch import runner
         config = self.config_for(req)
+        notes: list[str] = []
+        if config.standby is not None:
+            before = self.launcher.started
+            why = self.launcher.ensure()
+            if why is not None:
+                return Measurement(ok=False, reason=why)
+            ready = self.launcher.started
+            if ready is not None and ready is not before:
+                took = f" in {ready.import_s:.1f} s" if ready.import_s is not None else ""
+                notes.append(
+                    f"started the session's standby launcher {ready.name!r} for this start-up: "
+                    f"{ready.modules_loaded} modules imported{took} before its launch, not "
+                    "counted in its time to ready (a running node's launcher)")
+        elif any(self.by_name[n].launcher for n in req.knobs):
+            notes.append("not launched through the session's standby launcher: a prime is a "
+                         "new node's cold start-up, and a new node has no launcher that has "
+                         "imported yet")
         python = self.evict(config) if self.evicts(req) else None
         run_id = runner.new_run_id()
         dirs = runner.cache_dirs(config, run_id)
@@ -434,13 +572,21 @@ class EngineExecutor:
                                             on_stage=self.on_stage)
         except runner.RunInterrupted as stop:
             run, evidence, interrupted = stop.record, stop.evidence, stop
+        except ColdscopeError as exc:
+            if config.standby is None:
+                raise
+            # the launcher went away between ``ensure`` and the launch: nothing was started
+            shutil.rmtree(dirs.root, ignore_errors=True)
+            return Measurement(ok=False, reason=f"the session's standby launcher: {exc}")
         membership = Membership(kind="tune", name=self.active.spec.id, role=req.role,
                                 trial=req.index, change=req.change,
                                 flags="+".join(req.knobs) or "default",
                                 cache="seeded" if req.seeded else "cold")
         run = run.evolve(origin="tune", campaign=membership)
         if python is not None:  # the model's eviction is the runner's, in run.page_cache
-            run = run.evolve(notes=[*run.notes, f"page cache, engine python: {python}"])
+            notes.append(f"page cache, engine python: {python}")
+        if notes:
+            run = run.evolve(notes=[*run.notes, *notes])
         findings = findings_for_run(run, evidence.get("log") or [])
         run = run.evolve(findings=findings)
         self.store.add_run(run, evidence)

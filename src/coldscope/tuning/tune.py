@@ -30,6 +30,7 @@ from coldscope.tuning.session import (
     load,
     new_session_id,
     reap_inflight,
+    reap_launcher,
     run_search,
     save,
     sessions_dir,
@@ -38,6 +39,8 @@ from coldscope.util.errors import ColdscopeError
 
 if TYPE_CHECKING:
     from coldscope.core.records import Run
+    from coldscope.engines import Engine
+    from coldscope.engines.knobs import Knob
     from coldscope.store.db import Store
 
 
@@ -45,11 +48,35 @@ if TYPE_CHECKING:
 class TuneSession:
     """A session on disk: its record as last written and the directory holding it.
     ``reaped_run`` is the run id of an interrupted start-up whose engine ``resume_session``
-    stopped (None when there was none)."""
+    stopped (None when there was none); ``reaped_launcher`` the pid of the session's standby
+    launcher a killed tune left running, which it stopped too."""
 
     spec: SessionSpec
     directory: Path
     reaped_run: str | None = None
+    reaped_launcher: int | None = None
+
+
+def fit_launcher_knobs(knobs: Sequence[Knob], argv: Sequence[str],
+                       engine: Engine) -> list[Knob]:
+    """``knobs`` with each launcher knob (``Knob.launcher``) made unavailable, with the reason,
+    when the engine's adapter cannot start it through a standby launcher (it does not play
+    ``StandbyLaunch``) or the command is not one a launcher runs (``python -m MODULE``,
+    ``python SCRIPT`` or a Python console script: ``launch.standby.entry_of``)."""
+    from coldscope.engines import StandbyLaunch
+    from coldscope.launch.standby import entry_of
+    why: str | None = None
+    if not isinstance(engine, StandbyLaunch):
+        why = f"the {engine.name} adapter cannot start its engine through a standby launcher"
+    else:
+        try:
+            entry_of(argv)
+        except ColdscopeError as exc:
+            why = f"a standby launcher cannot run this command: {exc}"
+    if why is None:
+        return list(knobs)
+    return [k.model_copy(update={"available": False, "reason": why})
+            if k.launcher and k.available else k for k in knobs]
 
 
 def _engine_python(command: Sequence[str], engine_python: str | None) -> str | None:
@@ -85,7 +112,9 @@ def new_session(command: Sequence[str], *, store_path: Path,
     are empty, on a warm machine; the result's ``cold_state`` says which).
 
     ``ColdscopeError`` when the command is empty, the budget below 2, no adapter with a tune
-    catalogue reads the command, or the bundle is refused.
+    catalogue reads the command, or the bundle is refused. A launcher knob (``Knob.launcher``)
+    is kept unavailable, with the reason, when the command cannot go through a standby
+    launcher (``fit_launcher_knobs``).
     """
     from coldscope.engines import TuneCatalogue, resolve
     from coldscope.tuning.bundle import unpack_for_session
@@ -99,6 +128,7 @@ def new_session(command: Sequence[str], *, store_path: Path,
     if not knobs:
         raise ColdscopeError(f"tune knows no start-up knobs of {engine.name}: no engine "
                              "adapter with a tune catalogue reads this command")
+    knobs = fit_launcher_knobs(knobs, argv, engine)
     sid = new_session_id()
     directory = sessions_dir(store_path) / sid
     spec = SessionSpec(
@@ -116,11 +146,14 @@ def new_session(command: Sequence[str], *, store_path: Path,
 def resume_session(store_path: Path, session: str | None = None) -> TuneSession:
     """Open an interrupted session to finish it: ``session`` (an id, or a session directory),
     else the newest under the store's ``tune/`` directory. The engine of a start-up a killed
-    tune left running is stopped first (``TuneSession.reaped_run`` names its run).
+    tune left running is stopped first (``TuneSession.reaped_run`` names its run), and so is
+    the session's standby launcher (``TuneSession.reaped_launcher``).
     ``ColdscopeError`` when there is no such session or its file is unreadable."""
     directory = find_session(store_path, session)
     spec = load(directory)
-    return TuneSession(spec, directory, reaped_run=reap_inflight(spec))
+    launcher = reap_launcher(spec, directory)  # it stops the engine it still runs, too
+    return TuneSession(spec, directory, reaped_run=reap_inflight(spec),
+                       reaped_launcher=launcher.pid if launcher is not None else None)
 
 
 def run_session(session: TuneSession, store: Store, *,
@@ -131,7 +164,8 @@ def run_session(session: TuneSession, store: Store, *,
     """Run (or finish) the session's search on real start-ups and return its result (what
     ``tune --json`` prints). Each start-up is stored in ``store`` linked to the session, and
     ``session.json`` is rewritten after each one. SIGTERM and SIGHUP stop it like Ctrl-C:
-    ``KeyboardInterrupt``, with the session resumable (``resume_session``).
+    ``KeyboardInterrupt``, with the session resumable (``resume_session``). The session's
+    standby launcher, if a launcher knob started one, is stopped however the search ends.
 
     ``on_line``: each line the engine prints; ``on_start``: a run (status running) about to
     start; ``on_stage``: (stage, seconds since launch) as the engine's output shows a stage;
@@ -141,5 +175,8 @@ def run_session(session: TuneSession, store: Store, *,
     executor = EngineExecutor(active, store, on_line=on_line, on_start=on_start,
                               on_stage=on_stage)
     with signals_interrupt():
-        outcome = run_search(active, executor, on_measured)
+        try:
+            outcome = run_search(active, executor, on_measured)
+        finally:  # finished, failed or interrupted: the session's launcher goes
+            executor.close()
     return tune_result(active.spec, outcome, store)

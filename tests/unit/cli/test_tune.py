@@ -98,3 +98,22 @@ def test_tables_say_so_when_the_winner_is_the_warm_default(tmp_path):
     assert first == "vs running the default again: the winner is the default with warm caches"
     # the fake: 122 s cold, 78 s warm (fake_tunable_engine's stage costs)
     assert f"{122 / 78:.2f}x" in second and "122.0 s -> 78.0 s" in second
+
+
+def test_resume_says_it_stopped_the_launcher_a_killed_session_left(tmp_path, capsys,
+                                                                   monkeypatch):
+    from tests.unit.tuning import test_standby_knob as sk
+    model = tmp_path / "tiny"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "llama"}')
+    session, _store, _port = sk._session(tmp_path, model, budget=2)
+    left = ts.SessionLauncher(session.spec, session.directory)
+    assert left.ensure() is None  # as a tune killed with -9 leaves it
+    (proc,) = sk._launchers_left(session.spec.id)
+    monkeypatch.setattr(sk.tv, "verify", sk._quick_verify)
+    code = main(["tune", "--store", str(tmp_path / "store.db"), "--resume", "--session",
+                 session.spec.id, "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert f"stopped the standby launcher the interrupted session left (pid {proc.pid})" in err
+    assert sk._gone(proc.pid) and sk._launchers_left(session.spec.id) == []

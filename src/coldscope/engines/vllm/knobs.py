@@ -7,6 +7,10 @@ and which of their packages are importable, whether the model-info cache and ``v
 exist, and the platform. ``catalogue(caps)`` turns that into ``Knob``s: a knob whose variable,
 option or package is missing is still listed, with ``available=False`` and the reason, never
 offered as if it existed. Snapshot restore also needs ``criu check`` to pass on this machine.
+``standby_launcher`` (the engine started through a standby launcher, ``Knob.launcher``) is
+listed available: vLLM plays ``StandbyLaunch``; whether the command is one a launcher can run
+is the tuner's check (``coldscope.tuning.tune.fit_launcher_knobs``), since the catalogue does
+not see the command.
 
 This module knows vLLM; it does not start engines (the runner does) and does not import it.
 """
@@ -293,6 +297,17 @@ def catalogue(caps: dict[str, Any]) -> list[Knob]:
                                                  "vllm/platforms/cpu.py, not measured), so "
                                                  "fork would be overridden"})
     knobs.append(fork)
+    knobs.append(Knob(
+        name="standby_launcher", stage=BOOTSTRAP, priority=85, launcher=True,
+        description="start the engine through a standby launcher (`coldscope standby`): "
+                    "forked from a process that has imported torch, vLLM and transformers "
+                    "for the API server, the engine core and the workers, instead of a new "
+                    "interpreter that imports them again",
+        tradeoff="needs a running node with the launcher started ahead (its resident "
+                 "memory); a new node still pays the imports once. None expected at serving "
+                 "time (the same engine and arguments); measured by the serving load",
+        addresses=("repeated_imports",),
+    ))
     return knobs
 
 
