@@ -396,6 +396,25 @@ class Launcher:
             pass
 
 
+_REEXEC = "COLDSCOPE_STANDBY_REEXEC"
+
+
+def _reexec_with(hook: "dict[str, Any]") -> None:
+    """Before any import: when the hook's ``launcher_env(environ)`` asks for variables the
+    process did not start with (vLLM CPU: the ``LD_PRELOAD`` its spawned processes get, which
+    only takes effect at exec), execute this launcher again with them, once."""
+    wanted = hook.get("launcher_env")
+    if wanted is None:
+        return
+    extra = wanted(dict(os.environ)) or {}
+    if all(os.environ.get(k) == v for k, v in extra.items()):
+        return
+    env = {**os.environ, **{str(k): str(v) for k, v in extra.items()}, _REEXEC: "1"}
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, *sys.argv], env)
+
+
 def main(argv: "list[str] | None" = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--name", required=True)
@@ -404,6 +423,8 @@ def main(argv: "list[str] | None" = None) -> int:
     parser.add_argument("--module", action="append", default=[])
     parser.add_argument("--hook", default=None)
     args = parser.parse_args(argv)
+    if args.hook and os.environ.get(_REEXEC) != "1":
+        _reexec_with(runpy.run_path(args.hook, run_name="coldscope_standby_hook"))
     launcher = Launcher(args.name, args.socket, args.state, args.hook)
     launcher.write_state()
     try:

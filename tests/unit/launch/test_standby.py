@@ -234,3 +234,28 @@ def test_cli_start_status_stop(root):
     assert _gone(doc["pid"], 10)
     missing = cli("stop", "fake", "--dir", str(root))
     assert missing.returncode != 0 and "no standby named 'fake'" in missing.stderr
+
+
+def test_the_hook_s_launcher_env_is_in_place_before_the_imports(tmp_path):
+    """A hook whose ``launcher_env`` asks for a variable (vLLM CPU: the ``LD_PRELOAD`` its
+    spawned processes get, which only takes effect at exec) makes the launcher execute itself
+    again with it, once, before it imports anything: the launcher's initial environment
+    (``/proc/PID/environ``, what ``exec`` gave it) holds it, under the same pid."""
+    hook = tmp_path / "hook.py"
+    hook.write_text("def launcher_env(environ):\n"
+                    "    return {'CS_LAUNCHER_MARK': 'from-the-hook'}\n")
+    sock, state = tmp_path / "l.sock", tmp_path / "l.json"
+    proc = subprocess.Popen([sys.executable, str(standby.SERVER), "--name", "x", "--socket",
+                             str(sock), "--state", str(state), "--module", "json",
+                             "--hook", str(hook)], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (state.exists() and json.loads(state.read_text()).get("status") == "ready"):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        # one process: the same pid, executed again with the variable
+        assert psutil.Process(proc.pid).environ().get("CS_LAUNCHER_MARK") == "from-the-hook"
+        assert json.loads(state.read_text())["pid"] == proc.pid
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=20)

