@@ -36,6 +36,8 @@ def fake_vllm(monkeypatch):
     """Stand-in vLLM modules: ``system_utils`` with vLLM's spawn-forcing ``get_mp_context``,
     and two modules that imported it by name (as vLLM's engine code does), one that did not."""
     calls = []
+    # prepare_child registers an at-fork hook; not in the test process itself
+    monkeypatch.setattr(os, "register_at_fork", lambda **hooks: None)
 
     def get_mp_context():
         calls.append("original")
@@ -78,6 +80,7 @@ def test_with_cuda_initialised_vllm_s_choice_stands(fake_vllm, monkeypatch):
 
 
 def test_a_vllm_without_get_mp_context_is_left_alone(monkeypatch):
+    monkeypatch.setattr(os, "register_at_fork", lambda **hooks: None)
     monkeypatch.setitem(sys.modules, "vllm.utils.system_utils",
                         types.ModuleType("vllm.utils.system_utils"))
     assert _prepare_child()() == 0
@@ -148,3 +151,47 @@ def test_launcher_env_keeps_the_user_s_own_settings(tmp_path):
                           env={"PYTHONPATH": str(site)}, check=True)
     got = json.loads(done.stdout)
     assert "TORCHINDUCTOR_COMPILE_THREADS" not in got and "LD_PRELOAD" not in got
+
+
+@pytest.mark.parametrize("environ, cpus", [
+    ({"GOMP_CPU_AFFINITY": "0 1 2"}, [0, 1, 2]),          # what vLLM writes for libgomp
+    ({"GOMP_CPU_AFFINITY": "0-3:2 5"}, [0, 2, 5]),         # libgomp's ranges and strides
+    ({"OMP_PLACES": "{4,5}"}, [4, 5]),                     # no OpenMP preloaded
+    ({"KMP_AFFINITY": "granularity=fine,explicit,proclist=[1,3]"}, [1, 3]),  # Intel's
+    ({"GOMP_CPU_AFFINITY": "zero"}, []),
+    ({}, []),
+])
+def test_openmp_cpus_reads_vllm_s_binding(environ, cpus):
+    ns = runpy.run_path(str(resolve(SERVER).standby_hook()))
+    assert ns["openmp_cpus"](environ) == cpus
+
+
+def test_a_forked_child_gets_the_binding_its_environment_asks_for():
+    """vLLM sets OMP_NUM_THREADS and GOMP_CPU_AFFINITY around a worker's start and a spawned
+    worker's OpenMP runtime reads them as it loads; in a child forked after
+    ``prepare_child``, the hook pins the process to those CPUs and sets torch's threads."""
+    import subprocess
+    hook = resolve(SERVER).standby_hook()
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    code = f"""
+import os, runpy, sys, types
+calls = []
+sys.modules['torch'] = types.SimpleNamespace(set_num_threads=calls.append,
+    cuda=types.SimpleNamespace(is_initialized=lambda: False))
+sys.modules['vllm.utils.system_utils'] = types.ModuleType('vllm.utils.system_utils')
+runpy.run_path({str(hook)!r})['prepare_child']()
+os.environ.update(OMP_NUM_THREADS='1', GOMP_CPU_AFFINITY='{cpu}')
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.write(w, repr((sorted(os.sched_getaffinity(0)), calls)).encode())
+    os._exit(0)
+os.waitpid(pid, 0)
+print(os.read(r, 1000).decode())
+print(sorted(os.sched_getaffinity(0)))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    child, parent = done.stdout.splitlines()
+    assert child == repr(([cpu], [1]))
+    assert parent == repr(sorted(os.sched_getaffinity(0)))  # the parent is left as it was
