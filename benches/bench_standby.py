@@ -6,8 +6,10 @@ For each model: ``coldscope standby start``, then ``coldscope compare --repeat N
 --serving-check --json --a CMD --b CMD --b-standby NAME`` in a store of its own, then ``standby
 stop``. Figures: the speed-up (a's mean time to ready over b's, Fieller's 95 % interval;
 target >= 2x with the low end above 1.5x), b's serving throughput over a's (target: the interval
-holds 1, or >= 0.95x), the greedy texts, each stage's change, the launcher's imports and its
-memory (resident, and its own). 2 + 2N start-ups and N serving checks a side per model: about
+holds 1, or >= 0.95x), the greedy texts, each stage's change (one figure each, named by the
+stage: bootstrap, tokenizer, model_loading, torch_compile, kv_cache_profiling,
+cuda_graph_capture, server_ready, unattributed), the launcher's imports and its memory
+(resident, and its own). 2 + 2N start-ups and N serving checks a side per model: about
 8-10 minutes for the tiny model at N = 3 on 2 cores.
 
 ``--models tiny,medium``: ``medium`` is a llama of about 1.2 GB (12 layers, hidden 2048, bf16),
