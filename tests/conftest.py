@@ -22,6 +22,7 @@ have.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Generator
 from pathlib import Path
 from typing import NoReturn
@@ -253,6 +254,19 @@ def run_processes() -> list[psutil.Process]:
         except (psutil.Error, OSError):
             continue
     return found
+
+
+def process_gone(pid: int, within: float = 15.0) -> bool:
+    """Whether process ``pid`` has exited (or is a zombie) within ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
 
 
 @pytest.fixture(autouse=True)

@@ -17,6 +17,7 @@ import pytest
 from coldscope.launch import standby
 from coldscope.launch.runner import RunConfig, config_key, run_once
 from coldscope.util.errors import ColdscopeError
+from tests.conftest import process_gone
 from tests.serve_replay import free_port
 
 FAKE = str(Path(__file__).resolve().parents[2] / "fake_engine.py")
@@ -32,16 +33,6 @@ def root(tmp_path):
             standby.stop(launcher.name, root=where)
 
 
-def _gone(pid: int, within: float) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 # -- what a launcher runs ------------------------------------------------------------------
@@ -107,7 +98,7 @@ def test_start_status_launch_and_stop(root, tmp_path):
     os.killpg(child.pid, signal.SIGTERM)
     assert child.wait(timeout=10) == -signal.SIGTERM
     standby.stop("fake", root=root)
-    assert _gone(launcher.pid, 10)
+    assert process_gone(launcher.pid, 10)
     assert standby.find("fake", root=root) is None
 
 
@@ -124,7 +115,7 @@ def test_the_engine_stops_when_its_requester_goes_away(root, tmp_path):
                            root=root)
     assert child.stdout.readline() == b"fake engine starting\n"
     child.close()  # as if coldscope died: the launcher stops the engine's group
-    assert _gone(child.pid, 15)
+    assert process_gone(child.pid, 15)
 
 
 def test_exit_status_and_output_come_back(root, tmp_path):
@@ -205,7 +196,7 @@ def test_a_run_through_a_launcher(root, tmp_path):
     (process,) = [e for e in evidence["probe"] if e["ev"] == "process"]
     assert process["pid"] == evidence["launch"]["root_pid"]
     assert process["ppid"] == standby.find("fake", root=root).pid
-    assert _gone(evidence["launch"]["root_pid"], 10)
+    assert process_gone(evidence["launch"]["root_pid"], 10)
 
 
 def test_a_run_through_a_stopped_launcher_fails_before_it_starts(root, tmp_path):
@@ -231,7 +222,7 @@ def test_cli_start_status_stop(root):
     assert again.returncode != 0 and "already running" in again.stderr
     assert "Traceback" not in again.stderr
     assert cli("stop", "fake", "--dir", str(root)).returncode == 0
-    assert _gone(doc["pid"], 10)
+    assert process_gone(doc["pid"], 10)
     missing = cli("stop", "fake", "--dir", str(root))
     assert missing.returncode != 0 and "no standby named 'fake'" in missing.stderr
 

@@ -26,13 +26,6 @@ from tests.unit.tuning.test_search import cpu_knobs
 FAKE = str(Path(__file__).resolve().parents[2] / "fake_tunable_engine.py")
 
 
-@pytest.fixture
-def model_dir(tmp_path):
-    d = tmp_path / "tiny"
-    d.mkdir()
-    (d / "config.json").write_text('{"model_type": "llama"}')
-    (d / "model.safetensors").write_bytes(b"\0" * 64)
-    return d
 
 
 def _spec(model_dir, budget):

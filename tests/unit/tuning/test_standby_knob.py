@@ -23,7 +23,7 @@ from coldscope.tuning import session as ts
 from coldscope.tuning import tune as tt
 from coldscope.tuning import verify as tv
 from coldscope.tuning.search import Search, cache_key, warm_knob
-from tests.conftest import as_vllm
+from tests.conftest import as_vllm, process_gone
 from tests.fake_tunable_engine import FakeTunable
 from tests.serve_replay import free_port
 from tests.unit.tuning.test_search import cpu_knobs
@@ -148,13 +148,6 @@ def test_output_and_throughput_rules_hold_for_the_launcher(fake, limit, why):
 # -- a session through its launcher, on the fake engine's process -------------------------------
 
 
-@pytest.fixture
-def model_dir(tmp_path):
-    d = tmp_path / "tiny"
-    d.mkdir()
-    (d / "config.json").write_text('{"model_type": "llama"}')
-    (d / "model.safetensors").write_bytes(b"\0" * 64)
-    return d
 
 
 def _session(tmp_path, model_dir, *, budget, command=None):
@@ -201,16 +194,6 @@ def _launchers_left(session_id: str) -> list[psutil.Process]:
     return left
 
 
-def _gone(pid: int, within: float = 15.0) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def _quick_verify(base: str, served: str, cpu) -> dict:
@@ -250,7 +233,7 @@ def test_session_runs_the_knobs_start_ups_through_its_launcher_and_stops_it(
     assert sum("started the session's standby launcher" in n for r in runs for n in r.notes) == 1
     # the session is over: no launcher of it runs, and its state is gone
     launcher_pid = next(pid for (pid, _), t in zip(parents, launched, strict=True) if t)
-    assert _gone(launcher_pid)
+    assert process_gone(launcher_pid)
     assert _launchers_left(session.spec.id) == []
     # its log stays with the session, and nothing of it elsewhere
     assert (session.directory / "standby" / f"{session.spec.id}.log").exists()
@@ -285,7 +268,7 @@ def test_interrupted_session_leaves_no_launcher_and_resumes_through_a_new_one(
     with pytest.raises(KeyboardInterrupt):
         tt.run_session(session, store)
     assert len(seen) == 3
-    assert _gone(seen[2])
+    assert process_gone(seen[2])
     assert _launchers_left(session.spec.id) == []
     # resumed: nothing was left to reap, and the launcher's start-up runs again through a new
     # launcher, which the end of the session stops
@@ -293,7 +276,7 @@ def test_interrupted_session_leaves_no_launcher_and_resumes_through_a_new_one(
     assert resumed.reaped_launcher is None
     tt.run_session(resumed, store)
     assert len(seen) == 5  # start-ups 3 and 4: the first two were replayed
-    assert seen[3] != seen[2] and _gone(seen[3])
+    assert seen[3] != seen[2] and process_gone(seen[3])
     assert _launchers_left(session.spec.id) == []
 
 
@@ -320,7 +303,7 @@ def test_a_killed_sessions_launcher_is_reaped_on_resume(tmp_path, model_dir):
     (left,) = _launchers_left(session.spec.id)
     resumed = tt.resume_session(tmp_path / "store.db", session.spec.id)
     assert resumed.reaped_launcher == left.pid
-    assert _gone(left.pid)
+    assert process_gone(left.pid)
     assert _launchers_left(session.spec.id) == []
 
 
