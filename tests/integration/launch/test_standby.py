@@ -36,8 +36,7 @@ def _running(pid: int) -> bool:
 
 
 def _substep(run: dict, name: str) -> float:
-    (span,) = [s for s in run["timeline"]["spans"] if s["name"] == f"{BOOTSTRAP}/{name}"]
-    return float(span["end"] - span["start"])
+    return float(run["substeps"][f"{BOOTSTRAP}/{name}"])
 
 
 @needs(*engine_ready())

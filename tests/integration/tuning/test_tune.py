@@ -21,8 +21,9 @@ pytestmark = pytest.mark.engine
 
 @needs(*engine_ready())
 def test_tune_real_engine_budget_6(tmp_path):
-    """Budget 6: the default cold and warm, one knob (its prime and trial), then the warm
-    default and the winner once each to prove it."""
+    """Budget 6: the default cold and warm, the knobs the search can afford (the standby
+    launcher first, when it is in the catalogue: it needs no prime of its own), then the
+    start-ups left prove the winner against the warm default."""
     store = tmp_path / "store.db"
     cmd = [sys.executable, "-m", "coldscope.cli.main", "tune", "--budget", "6", "--store",
            str(store), "--json", "--quiet", "--", "python", "-m",
@@ -65,21 +66,26 @@ def test_tune_real_engine_budget_6(tmp_path):
     assert doc["speedup"]["vs_cold"]["value"] == pytest.approx(mean(cold) / mean(best["runs"]))
     assert best["greedy_match"] is True  # no knob here changes the greedy text
     # vs_warm, recomputed from the stored runs in the order they ran. Budget 6 is: the cold
-    # default, the warm default, the knob's prime and trial, then the 2 left confirm: the
-    # warm default and the winner once each, or the winner twice when the winner is the warm
-    # default (its own reference: 1 by definition)
+    # default, the warm default, the search's start-ups (a knob's prime, trial, repeat), then
+    # the ones left confirm: the warm default once and the winner on the rest, or the winner
+    # on all of them when the winner is the warm default (its own reference: 1 by definition)
     ran = sorted(runs, key=lambda r: (r.started_at, r.id))
     assert ran[0].id == base["id"]
-    confirm = [(r.campaign.role, r.campaign.flags) for r in ran[4:]]
+    searched = sum(1 for r in ran if r.campaign.role in ("prime", "trial", "repeat"))
+    assert searched >= 1
+    proving = ran[2 + searched:]
+    confirm = [(r.campaign.role, r.campaign.flags) for r in proving]
     vs_warm = doc["speedup"]["vs_warm"]
     if best["knobs"] == ["warm_caches"]:
-        assert confirm == [("confirm", "warm_caches")] * 2
-        assert sorted(best["runs"]) == sorted(r.id for r in ran[4:])
+        assert confirm == [("confirm", "warm_caches")] * len(proving)
+        assert sorted(best["runs"]) == sorted(r.id for r in proving)
         assert (vs_warm["value"], vs_warm["low"], vs_warm["high"]) == (1.0, 1.0, 1.0)
     else:
-        assert confirm == [("warm", "warm_caches"), ("confirm", "+".join(best["knobs"]))]
-        assert best["runs"] == [ran[5].id]
-        # one start-up a side: the ratio of the two stored times to ready, and no interval
-        assert vs_warm["value"] == pytest.approx(ran[4].time_to_ready_s /
-                                                 ran[5].time_to_ready_s, rel=1e-9)
+        winner = "+".join(best["knobs"])
+        assert confirm == [("warm", "warm_caches")] + [("confirm", winner)] * (len(proving) - 1)
+        assert best["runs"] == [r.id for r in proving[1:]]
+        # one warm start-up in the confirmation: the ratio of its time to ready to the
+        # winner's mean, and no interval
+        assert vs_warm["value"] == pytest.approx(
+            proving[0].time_to_ready_s / mean(best["runs"]), rel=1e-9)
         assert vs_warm["low"] is None and vs_warm["high"] is None
