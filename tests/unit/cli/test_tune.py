@@ -102,6 +102,7 @@ def test_tables_say_so_when_the_winner_is_the_warm_default(tmp_path):
 
 def test_resume_says_it_stopped_the_launcher_a_killed_session_left(tmp_path, capsys,
                                                                    monkeypatch):
+    from tests.conftest import process_gone
     from tests.unit.tuning import test_standby_knob as sk
     model = tmp_path / "tiny"
     model.mkdir()
@@ -116,4 +117,4 @@ def test_resume_says_it_stopped_the_launcher_a_killed_session_left(tmp_path, cap
     err = capsys.readouterr().err
     assert code == 0, err
     assert f"stopped the standby launcher the interrupted session left (pid {proc.pid})" in err
-    assert sk._gone(proc.pid) and sk._launchers_left(session.spec.id) == []
+    assert process_gone(proc.pid) and sk._launchers_left(session.spec.id) == []
