@@ -37,6 +37,7 @@ import psutil
 from coldscope.capture.probe import PROBE_DIR
 from coldscope.engines import ProcessEvidence, StandbyLaunch, resolve
 from coldscope.util.errors import ColdscopeError
+from coldscope.util.safeio import write_atomic
 
 STANDBY_ROOT = Path(".coldscope") / "standby"
 """Where launchers keep their state, socket and log (relative to the working directory, as the
@@ -272,14 +273,8 @@ def start(name: str, command: Sequence[str], *, root: Path = STANDBY_ROOT,
         reason = (doc or {}).get("reason") or _tail(log_path)
         raise ColdscopeError(f"standby {name!r} did not start: {reason}")
     doc.update(command=list(command), engine=engine.name)
-    _write_state(state_path, doc)
+    write_atomic(state_path, json.dumps(doc))
     return _standby(name, doc)
-
-
-def _write_state(path: Path, doc: Mapping[str, Any]) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(doc), encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _tail(path: Path, lines: int = 5) -> str:
