@@ -91,6 +91,31 @@ _MAX_SLUG = 120
 _MAX_MARKER_BYTES = 64 * 1024
 
 
+def engine_python(program: str, path: str | None) -> str | None:
+    """The interpreter that runs the engine command ``program`` as found on ``path`` (a
+    ``PATH``): the command itself when it is a ``python``, else the one its ``#!`` line names (a
+    console script such as ``vllm``, directly or through ``env``); None when neither says (not
+    found, a shell script, a binary). The runner records that interpreter's package versions, a
+    standby launcher runs in it, and tune evicts its files for a new node's start-up."""
+    exe = shutil.which(program, path=path)
+    if exe is None:
+        return None
+    if Path(exe).name.startswith("python"):
+        return exe
+    try:
+        with open(exe, "rb") as f:
+            first = f.readline(512)
+    except OSError:
+        return None
+    words = first[2:].decode("utf-8", "replace").split() if first.startswith(b"#!") else []
+    if words and Path(words[0]).name == "env":
+        words = words[1:]
+        found = shutil.which(words[0], path=path) if words else None
+    else:
+        found = words[0] if words else None
+    return found if found and Path(found).name.startswith("python") else None
+
+
 def default_root() -> Path:
     """``$COLDSCOPE_ENVS``, else ``./.coldscope/envs`` (beside the default store)."""
     env = os.environ.get(ENVS_ENV)

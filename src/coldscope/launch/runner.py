@@ -72,6 +72,7 @@ from coldscope.engines import (
 )
 from coldscope.ingest.assemble import finish
 from coldscope.launch import standby
+from coldscope.launch.envs import engine_python
 from coldscope.launch.standby import STANDBY_ROOT
 from coldscope.util.errors import ColdscopeError
 
@@ -609,9 +610,8 @@ def _prepare(config: RunConfig, run_id: str, cache_state: CacheState | None) -> 
 
         page_cache = drop_page_cache(model) if config.drop_page_cache else "not requested"
         held = residency(model) if model and os.path.isdir(model) else None
-        engine_python = shutil.which(argv[0], path=env["PATH"])
         environment = Environment.model_validate(environment_of(
-            engine_python=engine_python if engine_python and "python" in engine_python else None,
+            engine_python=engine_python(argv[0], env["PATH"]),
             weights_path=model if model and os.path.exists(model) else None,
             env={**config.env, **cache_env},
             packages=engine.packages, env_prefixes=engine.env_prefixes,

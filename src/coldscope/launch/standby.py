@@ -36,6 +36,7 @@ import psutil
 
 from coldscope.capture.probe import PROBE_DIR
 from coldscope.engines import ProcessEvidence, StandbyLaunch, resolve
+from coldscope.launch.envs import engine_python
 from coldscope.util.errors import ColdscopeError
 from coldscope.util.safeio import write_atomic
 
@@ -65,22 +66,6 @@ def _search_path() -> str:
     return os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
 
 
-def _shebang_python(path: str) -> str | None:
-    try:
-        with open(path, "rb") as f:
-            first = f.readline(512)
-    except OSError:
-        return None
-    if not first.startswith(b"#!"):
-        return None
-    words = first[2:].decode("utf-8", "replace").split()
-    if not words:
-        return None
-    program = words[1] if Path(words[0]).name == "env" and len(words) > 1 else words[0]
-    found = shutil.which(program, path=_search_path()) if "/" not in program else program
-    return found if found and Path(found).name.startswith("python") else None
-
-
 def entry_of(argv: Sequence[str]) -> Entry:
     """The interpreter and entry of an engine command, or ``ColdscopeError`` for a command a
     launcher cannot run in-process (not Python, or interpreter options it does not take)."""
@@ -96,7 +81,7 @@ def entry_of(argv: Sequence[str]) -> Entry:
             return Entry(program, "path", os.path.abspath(argv[1]), tuple(argv[2:]))
         raise ColdscopeError("a standby launcher runs `python -m MODULE ...`, `python SCRIPT "
                              f"...` or a Python console script, not {' '.join(argv[:3])!r}")
-    python = _shebang_python(program)
+    python = engine_python(program, _search_path())
     if python is None:
         raise ColdscopeError(f"{argv[0]} is not a Python program: a standby launcher runs the "
                              "engine's Python in its own process")
@@ -208,9 +193,13 @@ def listing(*, root: Path = STANDBY_ROOT) -> list[Standby]:
 
 
 def start(name: str, command: Sequence[str], *, root: Path = STANDBY_ROOT,
-          preload: Sequence[str] = (), timeout: float = 600.0) -> Standby:
+          preload: Sequence[str] = (), timeout: float = 600.0,
+          die_with_parent: bool = False) -> Standby:
     """Start a launcher for ``command``'s interpreter and engine and return once it is ready
-    (its imports done), or raise ``ColdscopeError`` with why it is not."""
+    (its imports done), or raise ``ColdscopeError`` with why it is not. ``die_with_parent``:
+    the launcher stops (with any engine it runs) when this process ends, however it ends (a
+    launcher a command owns for its own span, as tune's session does; ``standby start``'s
+    outlives it)."""
     sock_path, state_path, log_path = _paths(root, name)
     entry = entry_of(command)
     existing = find(name, root=root)
@@ -245,6 +234,8 @@ def start(name: str, command: Sequence[str], *, root: Path = STANDBY_ROOT,
         argv += ["--module", module]
     if hook is not None:
         argv += ["--hook", str(hook)]
+    if die_with_parent:
+        argv.append("--die-with-parent")
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, env=env, start_new_session=True,

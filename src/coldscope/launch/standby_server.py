@@ -126,8 +126,12 @@ def _receive(conn: socket.socket) -> "tuple[dict[str, Any], list[int]]":
 class Launcher:
     """The launcher's state: its socket, its state file, the children it started."""
 
-    def __init__(self, name: str, sock_path: str, state_path: str, hook: "str | None") -> None:
+    def __init__(self, name: str, sock_path: str, state_path: str, hook: "str | None",
+                 die_with_parent: bool = False) -> None:
         self.name = name
+        # a launcher a command owns for its own span (tune's session) stops when that command
+        # is gone, even by SIGKILL: it is then re-parented, and ``serve`` sees that
+        self.parent = os.getppid() if die_with_parent else None
         self.sock_path = sock_path
         self.state_path = state_path
         self.hook = hook
@@ -199,6 +203,9 @@ class Launcher:
                 else:
                     self._requester_readable(sock)
             self._reap()
+            if self.parent is not None and os.getppid() != self.parent:
+                self.state["reason"] = f"its owner (pid {self.parent}) is gone"
+                self.stopping = True
         self._stop_children()
 
     def _stop_signal(self, signum: int, frame: object) -> None:
@@ -255,8 +262,8 @@ class Launcher:
                 stream.flush()
             except Exception:
                 pass
-        # the child says when it is in its own session: only then is the pid sent, so the
-        # requester's killpg(pid) always reaches the engine's whole group
+        # the child says when it is in its own session (and directory): only then is the pid
+        # sent, so the requester's killpg(pid) always reaches the engine's whole group
         in_session, said = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: never returns
@@ -276,8 +283,6 @@ class Launcher:
         code = 1
         try:
             os.setsid()
-            os.write(said, b"s")
-            os.close(said)
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
                 signal.signal(sig, signal.SIG_DFL)
             stdin_fd, out_fd = fds
@@ -302,6 +307,9 @@ class Launcher:
             os.chdir(request.get("cwd") or "/")
             os.environ.clear()
             os.environ.update({str(k): str(v) for k, v in (request.get("env") or {}).items()})
+            # in its own session, directory and environment: the requester may look now
+            os.write(said, b"s")
+            os.close(said)
             probe = sys.modules.get("sitecustomize")
             probe_dir = os.environ.get("COLDSCOPE_PROBE_DIR")
             if probe is not None and probe_dir and hasattr(probe, "activate"):
@@ -422,10 +430,12 @@ def main(argv: "list[str] | None" = None) -> int:
     parser.add_argument("--state", required=True)
     parser.add_argument("--module", action="append", default=[])
     parser.add_argument("--hook", default=None)
+    parser.add_argument("--die-with-parent", action="store_true",
+                        help="stop (and stop its engines) when the process that started it ends")
     args = parser.parse_args(argv)
     if args.hook and os.environ.get(_REEXEC) != "1":
         _reexec_with(runpy.run_path(args.hook, run_name="coldscope_standby_hook"))
-    launcher = Launcher(args.name, args.socket, args.state, args.hook)
+    launcher = Launcher(args.name, args.socket, args.state, args.hook, args.die_with_parent)
     launcher.write_state()
     try:
         ready = launcher.prepare(args.module)

@@ -157,6 +157,8 @@ class TunedStartup(BaseModel):
     basis: str = Field("a new node: the default started cold vs the winner",
                        description="which two start-ups the figures compare")
     knobs: list[str] = Field(default_factory=list)
+    standby_launcher: bool = Field(False, description="the winner starts through a standby "
+                                   "launcher: its figure needs one running on the node")
     source: str = "tune session"
 
 
@@ -274,6 +276,11 @@ def plan(request: PlanRequest) -> PlanReport:
                      "model's own weight loading, which the weight_load part also counts")
         notes.append(f"the --tuned figures are those of {request.tuned.basis}: a scale-up "
                      "starts on a new node")
+        if request.tuned.standby_launcher:
+            notes.append("the --tuned winner starts through a standby launcher: its figure "
+                         "holds on a node whose launcher is already running; a scale-up onto "
+                         "a new node pays the launcher's imports first (plan the default's "
+                         "figure with --mitigate standby_launcher for nodes that are up)")
     if request.startup_model:
         if features is None:
             raise ColdscopeError("--startup-model needs --model (the predictor reads features)")

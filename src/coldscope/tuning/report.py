@@ -113,6 +113,9 @@ class Best(TuneRecord):
     env: dict[str, str]
     knobs: list[str]
     seeded_caches: bool
+    standby_launcher: bool = Field(False, description="the winner starts its engine through a "
+                                   "standby launcher (a launcher knob): its figures hold on a "
+                                   "node whose launcher is running, not from argv alone")
     time_to_ready_s: float
     runs: list[str]
     confirmed: bool
@@ -248,6 +251,7 @@ def tune_result(spec: SessionSpec, outcome: Outcome, store: Store | None = None)
         baseline=_run_json(store, first_cold) or {"id": first_cold},
         best=Best(
             argv=argv, env=env, knobs=outcome.best_knobs, seeded_caches=outcome.best_seeded,
+            standby_launcher=any(k.launcher for k in spec.knobs if k.name in outcome.best_knobs),
             time_to_ready_s=outcome.best_s, runs=outcome.best_runs,
             confirmed=outcome.best_confirmed, selected_by=outcome.best_selected_by,
             cold_time_to_ready_s=outcome.best_cold_s,

@@ -362,7 +362,7 @@ class SessionLauncher:
             if found is not None:
                 standby.stop(self.name, root=self.root)
             self.started = standby.start(self.name, self.command, root=self.root,
-                                         timeout=self.timeout)
+                                         timeout=self.timeout, die_with_parent=True)
         except ColdscopeError as exc:
             self.failed = f"the session's standby launcher did not start: {exc}"
             return self.failed
@@ -396,7 +396,9 @@ def stop_launcher(name: str, root: Path, directory: Path) -> Standby | None:
 
 def reap_launcher(spec: SessionSpec, directory: Path) -> Standby | None:
     """Stop the standby launcher a killed tune of this session left running (and the engine
-    it may still run); None when none was running."""
+    it may still run) and clear its state; None when none was running. The launcher stops
+    itself when its tune is gone (``die_with_parent``): this clears what it left, and stops
+    one that was still importing."""
     return stop_launcher(launcher_name(spec), launcher_dir(spec, directory), directory)
 
 
@@ -410,28 +412,6 @@ EVICT_MODEL: Final = "model"
 EVICT_PYTHON: Final = "engine python"
 
 _SYS_PATH = "import json, sys; print(json.dumps(sys.path))"
-
-
-def engine_interpreter(argv0: str, path: str | None) -> str | None:
-    """The interpreter that runs the engine command ``argv0`` on ``path`` (a ``PATH``): the
-    command itself when it is a ``python``, else the one its ``#!`` line names (a console
-    script such as ``vllm``); None when neither says."""
-    exe = shutil.which(argv0, path=path)
-    if exe is None:
-        return None
-    if "python" in Path(exe).name:
-        return exe
-    try:
-        with open(exe, "rb") as f:
-            first = f.readline(512)
-    except OSError:
-        return None
-    words = first[2:].decode(errors="replace").split() if first.startswith(b"#!") else []
-    if len(words) >= 2 and Path(words[0]).name == "env":
-        words = words[1:]
-        found = shutil.which(words[0], path=path)
-        return found if found and "python" in Path(found).name else None
-    return words[0] if words and "python" in Path(words[0]).name else None
 
 
 def python_trees(python: str) -> list[Path]:
@@ -530,9 +510,10 @@ class EngineExecutor:
         return self.active.spec.cold_evict and not req.seeded
 
     def _evict_python(self, config: RunConfig) -> str:
+        from coldscope.launch.envs import engine_python
         path = config.env.get("PATH") or os.pathsep.join(
             (os.path.dirname(sys.executable), os.environ.get("PATH", "")))
-        return evict_python(engine_interpreter(config.command[0], path))
+        return evict_python(engine_python(config.command[0], path))
 
     def __call__(self, req: TrialRequest) -> Measurement:
         from coldscope.analysis.findings import findings_for_run

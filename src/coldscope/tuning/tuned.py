@@ -12,8 +12,8 @@ from coldscope.util.errors import ColdscopeError
 
 def tuned_startup(path: str | Path) -> dict[str, Any]:
     """``{"startup_s", "baseline_s", "savings_s", "speedup", "basis", "stage_savings_s",
-    "throughput_ratio", "knobs", "argv", "env", "session"}`` from a tune JSON file
-    (``schema_version`` 2).
+    "throughput_ratio", "knobs", "argv", "env", "standby_launcher", "session"}`` from a tune JSON
+    file (``schema_version`` 2).
 
     A plan is about scaling up, so it takes the **new-node** figures: ``baseline_s`` is the
     default command started cold (a fresh node has no caches) and ``startup_s`` the winner's
@@ -22,7 +22,9 @@ def tuned_startup(path: str | Path) -> dict[str, Any]:
     ``basis`` says which, and whether the cold start-ups were a new node's (the page cache
     evicted, ``baselines.cold_state``) or only empty engine caches on a warm machine (a file
     without ``cold_state`` is from a tune that evicted nothing). ``stage_savings_s`` is the
-    cold baseline's minus the winner's seconds per stage (from the tune waterfall)."""
+    cold baseline's minus the winner's seconds per stage (from the tune waterfall).
+    ``standby_launcher``: the winner starts through a standby launcher, so its figure holds on
+    a node whose launcher is already up (a new node pays the launcher's imports first)."""
     from coldscope.util.safeio import loads_json, read_text
     p = Path(path)
     if not p.exists():
@@ -55,6 +57,7 @@ def tuned_startup(path: str | Path) -> dict[str, Any]:
     tp_value = tp.get("value") if isinstance(tp, dict) else None
     knobs, argv, env = best.get("knobs"), best.get("argv"), best.get("env")
     seeded = best.get("seeded_caches") is True
+    launcher = best.get("standby_launcher") is True
     said = doc["baselines"].get("cold_state")  # a dict: the cold baseline was read from it
     state = said if isinstance(said, str) and said else COLD_WARM_MACHINE
     started = "a new node: the default started cold" if state == COLD_NEW_NODE else \
@@ -63,12 +66,15 @@ def tuned_startup(path: str | Path) -> dict[str, Any]:
         "startup_s": startup, "baseline_s": float(base), "savings_s": float(base) - startup,
         "speedup": float(base) / startup if startup > 0 else None,
         "basis": f"{started} vs the winner"
-                 + (" with its caches shipped in the image (coldscope bundle)" if seeded else ""),
+                 + (" with its caches shipped in the image (coldscope bundle)" if seeded else "")
+                 + (" through a standby launcher already running on the node" if launcher
+                    else ""),
         "stage_savings_s": stages,
         "throughput_ratio": _number(tp_value),
         "knobs": [str(k) for k in knobs] if isinstance(knobs, list) else [],
         "argv": [str(a) for a in argv] if isinstance(argv, list) else [],
         "env": {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {},
+        "standby_launcher": launcher,
         "session": session if isinstance(session := doc.get("session"), str) else None,
     }
 

@@ -198,6 +198,17 @@ def test_tuned_session_sets_the_engine_figure(capsys, tmp_path):
     assert eng["source"].startswith(f"tuned {tune}") and "eager" in eng["source"]
     assert "default cold 30.0 s, 17.5 s saved" in eng["source"]
     assert any("new node" in n for n in r["notes"])
+    assert not any("standby launcher" in n for n in r["notes"])
+    tune.write_text(json.dumps({  # a winner through a standby launcher needs one on the node
+        "schema_version": 2, "session": "s2",
+        "baselines": {"cold": {"time_to_ready_s": 40.0}},
+        "best": {"time_to_ready_s": 12.0, "knobs": ["standby_launcher"],
+                 "standby_launcher": True}}))
+    r = _plan(capsys, "--params", "7B", "--tuned", str(tune))
+    assert any("launcher is already running" in n and "new node pays the launcher's imports"
+               in n for n in r["notes"])
+    assert any("through a standby launcher already running on the node" in n
+               for n in r["notes"])
     tune.write_text('{"schema_version": 2}')
     assert main(["plan", "--params", "7B", "--tuned", str(tune)]) == 2
     assert "not what `coldscope tune --json` prints" in capsys.readouterr().err

@@ -208,3 +208,32 @@ def test_a_second_pass_repairs_byte_code_of_sources_linked_before(tmp_path):
     assert os.stat(b / "__pycache__/mod.cpython-311.pyc").st_ino == \
         os.stat(a / "__pycache__/mod.cpython-311.pyc").st_ino
     assert envs.share_files(tmp_path, tmp_path / "b") == 0
+
+
+def test_engine_python_is_the_python_a_command_runs(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    python = bin_dir / "python3.11"
+    python.write_text("#!/bin/sh\n")
+    script = bin_dir / "vllm"  # a console script names its interpreter on its #! line
+    script.write_text(f"#!{python}\nimport sys\n")
+    env_script = bin_dir / "sglang"
+    env_script.write_text("#!/usr/bin/env python3.11\n")
+    shell = bin_dir / "serve"
+    shell.write_text("#!/bin/sh\nexec true\n")
+    for f in (python, script, env_script, shell):
+        f.chmod(0o755)
+    path = str(bin_dir)
+    assert envs.engine_python("python3.11", path) == str(python)
+    assert envs.engine_python("vllm", path) == str(python)
+    assert envs.engine_python("sglang", path) == str(python)
+    assert envs.engine_python("serve", path) is None
+    assert envs.engine_python("missing", path) is None
+    bare = bin_dir / "empty"  # a #! line with nothing on it, and `env` with no program
+    bare.write_text("#!\n")
+    env_only = bin_dir / "envonly"
+    env_only.write_text("#!/usr/bin/env\n")
+    for f in (bare, env_only):
+        f.chmod(0o755)
+    assert envs.engine_python("empty", path) is None
+    assert envs.engine_python("envonly", path) is None

@@ -118,6 +118,46 @@ def test_the_engine_stops_when_its_requester_goes_away(root, tmp_path):
     assert process_gone(child.pid, 15)
 
 
+_OWNER = """
+import sys
+from pathlib import Path
+from coldscope.launch import standby
+launcher = standby.start("owned", [sys.executable, sys.argv[1]], root=Path(sys.argv[2]),
+                         die_with_parent={die})
+print(launcher.pid, flush=True)
+sys.stdin.read()  # until the test kills this process
+"""
+
+
+@pytest.mark.parametrize("die", [True, False])
+def test_a_launcher_owned_by_a_command_stops_when_it_is_killed(root, tmp_path, die):
+    """tune's session launcher (``die_with_parent``) goes with a tune killed by SIGKILL, its
+    engine with it; ``standby start``'s stays."""
+    owner = subprocess.Popen([sys.executable, "-c", _OWNER.format(die=die), FAKE, str(root)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                             cwd=Path(__file__).resolve().parents[3])
+    try:
+        pid = int(owner.stdout.readline())
+        child = standby.launch("owned", [sys.executable, FAKE, "--port", str(free_port()),
+                                         "--mode", "hang"], dict(os.environ), str(tmp_path),
+                               root=root)
+        assert child.stdout.readline() == b"fake engine starting\n"
+        owner.kill()
+        owner.wait()
+        time.sleep(1.0)  # five turns of the launcher's loop
+        assert process_gone(pid, 10 if die else 1) is die
+        if die:
+            assert process_gone(child.pid, 15)
+            left = standby.find("owned", root=root)
+            assert left.status == "stopped" and "owner" in left.reason
+        else:
+            assert psutil.Process(pid).is_running() and child.poll() is None
+            child.close()
+    finally:
+        owner.kill()
+        owner.wait()
+
+
 def test_exit_status_and_output_come_back(root, tmp_path):
     standby.start("fake", [sys.executable, FAKE], root=root)
     child = standby.launch("fake", [sys.executable, FAKE, "--mode", "exit"], dict(os.environ),

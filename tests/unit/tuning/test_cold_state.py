@@ -144,27 +144,6 @@ def test_plan_tuned_basis_says_what_the_cold_start_ups_had(tmp_path: Path, state
     assert tuned_startup(path)["basis"] == basis
 
 
-def test_engine_interpreter_is_the_python_a_command_runs(tmp_path: Path) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    python = bin_dir / "python3.11"
-    python.write_text("#!/bin/sh\n")
-    script = bin_dir / "vllm"  # a console script names its interpreter on its #! line
-    script.write_text(f"#!{python}\nimport sys\n")
-    env_script = bin_dir / "sglang"
-    env_script.write_text("#!/usr/bin/env python3.11\n")
-    shell = bin_dir / "serve"
-    shell.write_text("#!/bin/sh\nexec true\n")
-    for f in (python, script, env_script, shell):
-        f.chmod(0o755)
-    path = str(bin_dir)
-    assert ts.engine_interpreter("python3.11", path) == str(python)
-    assert ts.engine_interpreter("vllm", path) == str(python)
-    assert ts.engine_interpreter("sglang", path) == str(python)
-    assert ts.engine_interpreter("serve", path) is None
-    assert ts.engine_interpreter("missing", path) is None
-
-
 def test_python_trees_are_this_interpreters_stdlib_and_site_packages() -> None:
     import pydantic
 

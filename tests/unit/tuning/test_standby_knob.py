@@ -244,6 +244,8 @@ def test_session_runs_the_knobs_start_ups_through_its_launcher_and_stops_it(
     doc = result.to_json()
     (row,) = [t for t in doc["trials"] if t["change"] == LAUNCHER_NAME and t["role"] == "trial"]
     assert row["ok"] and row["knobs"] == ["warm_caches", LAUNCHER_NAME]
+    # the winner says it needs a launcher when it does (what `plan --tuned` reads)
+    assert doc["best"]["standby_launcher"] is (LAUNCHER_NAME in doc["best"]["knobs"])
     from rich.console import Console
 
     from coldscope.render.tune import tune_tables
