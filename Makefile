@@ -48,9 +48,10 @@ $(PROMETHEUS):
 # The whole suite in one process (23.7 min in a fresh clone on 2 cores, 4 December): two
 # workers did not shorten it (37.7 min: an engine start-up wants both cores, and the unit tests
 # beside it slowed both) and put timed unit tests beside an engine start-up. `pytest -n 2`
-# works (tests/conftest.py keeps the integration tests on one worker, in order).
+# works (tests/conftest.py keeps the integration tests on one worker, in order). The 30 slowest
+# tests are listed at the end: where the suite's time goes, for whoever shortens it.
 test: setup lint models/tiny $(BROWSER) $(PROMETHEUS)
-	$(PY) -m pytest -q -ra
+	$(PY) -m pytest -q -ra --durations=30
 
 # While you work: lint, and beside it the tests that start no real engine, browser, Prometheus
 # or Ray Serve and wait for nothing long (`-m "not slow"`: tests/conftest.py marks the rest).
