@@ -188,7 +188,9 @@ def test_reap_spares_runs_whose_owner_is_alive(tmp_path):
 
 def test_concurrency_starts_engines_together_on_their_own_ports(tmp_path):
     store = Store(tmp_path / "s.db")
-    spec = parse_spec(fake_spec(tmp_path, delay=1.0, repetitions=2, concurrency=2))
+    # 3 s of fake start-up: a window that a loaded machine's launch of the second engine (its
+    # runner's set-up, an interpreter's start) fits in; 1 s failed under load
+    spec = parse_spec(fake_spec(tmp_path, delay=3.0, repetitions=2, concurrency=2))
     result = run_campaign(spec, store, base=tmp_path)
     assert (result.done, result.concurrency) == (2, 2)
     a, b = campaign_runs(store, "fake")
@@ -197,7 +199,7 @@ def test_concurrency_starts_engines_together_on_their_own_ports(tmp_path):
     assert a.campaign.started_with == [b.campaign.cell]
     assert {a.campaign.slot, b.campaign.slot} == {0, 1}
     assert a.campaign.port != b.campaign.port
-    # each engine was launched before the other became ready (1 s of fake start-up)
+    # each engine was launched before the other became ready
     t = {r.id: dt.datetime.fromisoformat(r.started_at).timestamp() for r in (a, b)}
     assert t[b.id] < t[a.id] + a.time_to_ready_s
     assert t[a.id] < t[b.id] + b.time_to_ready_s
