@@ -240,19 +240,15 @@ def profile(config: RunConfig, store: Store | None = None, *, bundle: PathArg | 
 def _seeded(config: RunConfig, bundle: Path) -> RunConfig:
     """``config`` made warm, its warm cache root filled from ``bundle`` (refused when the
     bundle was made for another engine, engine version or model)."""
-    import shutil
-    import sys
-
+    from coldscope.launch.envs import engine_path, engine_python
     from coldscope.launch.runner import cache_dirs
     from coldscope.tuning.bundle import seed_cache_root
     if config.cache_dir is not None:
         raise ColdscopeError("a bundle seeds coldscope's own warm cache; give either a bundle "
                              "(--bundle) or a shared cache directory (--cache-dir)")
     config = config.model_copy(update={"cache": "warm"})
-    # the engine's interpreter: the command's own, found beside this one first
-    path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
     seed_cache_root(bundle, cache_dirs(config, "x").root, argv=config.command,
-                    engine_python=shutil.which(config.command[0], path=path))
+                    engine_python=engine_python(config.command[0], engine_path()))
     return config
 
 

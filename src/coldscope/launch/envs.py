@@ -91,6 +91,14 @@ _MAX_SLUG = 120
 _MAX_MARKER_BYTES = 64 * 1024
 
 
+def engine_path(path: str | None = None) -> str:
+    """The ``PATH`` an engine command is looked up on: this interpreter's directory first
+    (``python`` in a command means coldscope's own, as in an activated venv), then ``path``
+    (default: this process's ``PATH``)."""
+    rest = os.environ.get("PATH", "") if path is None else path
+    return os.path.dirname(sys.executable) + os.pathsep + rest
+
+
 def engine_python(program: str, path: str | None) -> str | None:
     """The interpreter that runs the engine command ``program`` as found on ``path`` (a
     ``PATH``): the command itself when it is a ``python``, else the one its ``#!`` line names (a

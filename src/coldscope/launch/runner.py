@@ -72,7 +72,7 @@ from coldscope.engines import (
 )
 from coldscope.ingest.assemble import finish
 from coldscope.launch import standby
-from coldscope.launch.envs import engine_python
+from coldscope.launch.envs import engine_path, engine_python
 from coldscope.launch.standby import STANDBY_ROOT
 from coldscope.util.errors import ColdscopeError
 
@@ -573,7 +573,7 @@ def _prepare(config: RunConfig, run_id: str, cache_state: CacheState | None) -> 
         cache_env = dirs.env(engine)
         env = dict(os.environ)
         # `python` in the command means coldscope's own interpreter, as in an activated venv.
-        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+        env["PATH"] = engine_path(env.get("PATH", ""))
         for key, value in engine.env_defaults().items():
             env.setdefault(key, value)
         env.update(cache_env)

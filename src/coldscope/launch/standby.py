@@ -25,7 +25,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ import psutil
 
 from coldscope.capture.probe import PROBE_DIR
 from coldscope.engines import ProcessEvidence, StandbyLaunch, resolve
-from coldscope.launch.envs import engine_python
+from coldscope.launch.envs import engine_path, engine_python
 from coldscope.util.errors import ColdscopeError
 from coldscope.util.safeio import write_atomic
 
@@ -61,17 +60,12 @@ class Entry:
     args: tuple[str, ...]
 
 
-def _search_path() -> str:
-    # `python` in a command means coldscope's own interpreter, as the runner resolves it
-    return os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
-
-
 def entry_of(argv: Sequence[str]) -> Entry:
     """The interpreter and entry of an engine command, or ``ColdscopeError`` for a command a
     launcher cannot run in-process (not Python, or interpreter options it does not take)."""
     if not argv:
         raise ColdscopeError("no engine command given")
-    program = shutil.which(argv[0], path=_search_path())
+    program = shutil.which(argv[0], path=engine_path())
     if program is None:
         raise ColdscopeError(f"{argv[0]}: command not found")
     if Path(program).name.startswith("python"):
@@ -81,7 +75,7 @@ def entry_of(argv: Sequence[str]) -> Entry:
             return Entry(program, "path", os.path.abspath(argv[1]), tuple(argv[2:]))
         raise ColdscopeError("a standby launcher runs `python -m MODULE ...`, `python SCRIPT "
                              f"...` or a Python console script, not {' '.join(argv[:3])!r}")
-    python = engine_python(program, _search_path())
+    python = engine_python(program, engine_path())
     if python is None:
         raise ColdscopeError(f"{argv[0]} is not a Python program: a standby launcher runs the "
                              "engine's Python in its own process")
@@ -217,7 +211,7 @@ def start(name: str, command: Sequence[str], *, root: Path = STANDBY_ROOT,
     Path(root).mkdir(parents=True, exist_ok=True)
     state_path.unlink(missing_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in _RUN_ONLY_ENV}
-    env["PATH"] = _search_path()
+    env["PATH"] = engine_path()
     for key, value in engine.env_defaults().items():
         env.setdefault(key, value)
     # the probe loads armed but silent: its hooks are placed as the engine's modules load, and

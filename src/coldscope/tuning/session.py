@@ -36,7 +36,6 @@ import re
 import secrets
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -510,9 +509,8 @@ class EngineExecutor:
         return self.active.spec.cold_evict and not req.seeded
 
     def _evict_python(self, config: RunConfig) -> str:
-        from coldscope.launch.envs import engine_python
-        path = config.env.get("PATH") or os.pathsep.join(
-            (os.path.dirname(sys.executable), os.environ.get("PATH", "")))
+        from coldscope.launch.envs import engine_path, engine_python
+        path = config.env.get("PATH") or engine_path()  # the runner's PATH for the command
         return evict_python(engine_python(config.command[0], path))
 
     def __call__(self, req: TrialRequest) -> Measurement:

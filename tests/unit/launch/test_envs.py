@@ -237,3 +237,13 @@ def test_engine_python_is_the_python_a_command_runs(tmp_path: Path) -> None:
         f.chmod(0o755)
     assert envs.engine_python("empty", path) is None
     assert envs.engine_python("envonly", path) is None
+
+
+def test_engine_path_puts_this_interpreters_directory_first(monkeypatch) -> None:
+    here = os.path.dirname(sys.executable)
+    assert envs.engine_path("/a:/b") == f"{here}{os.pathsep}/a:/b"
+    monkeypatch.setenv("PATH", "/usr/bin")
+    assert envs.engine_path() == f"{here}{os.pathsep}/usr/bin"
+    # `python` on that path is this interpreter, as the runner starts a `python -m ...` command
+    assert envs.engine_python("python", envs.engine_path()) == \
+        os.path.join(here, "python")
