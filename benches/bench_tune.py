@@ -107,7 +107,7 @@ def show(name: str, doc: dict, warm_target: float, cold_target: float | None = N
     if limit:  # holds only when measured; otherwise the note says why not
         figure(f"{name}: --max-throughput-loss holds for the winner",
                limit["holds"] if limit["holds"] is not None
-               else f"not measured: {limit.get('note')}")
+               else limit.get("note") or "not measured")  # the note says "not measured: why"
 
 
 def serving_spread(doc: dict, args) -> None:
