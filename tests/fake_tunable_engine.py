@@ -9,8 +9,8 @@ session starts without it).
 
 Run as a script, it is a process the runner can start: it sleeps a start-up whose length
 depends on the same knobs (scaled to tenths of a second), keeps a "compiled graph" marker in
-``VLLM_CACHE_ROOT``, and serves /health and /v1/completions (streaming or not) with a per-token
-delay that depends on eager mode.
+``VLLM_CACHE_ROOT``, and serves /health and /v1/completions (streaming or not; the token ids
+when asked as vLLM is, ``return_token_ids``) with a per-token delay that depends on eager mode.
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ from coldscope.tuning.search import Measurement, TrialRequest
 
 BASE = {"bootstrap": 50.0, "model_loading": 2.0, "torch_compile": 45.0,
         "kv_cache_profiling": 1.0, "server_ready": 1.0, "unattributed": 10.0}
+#: The fake's answer to the greedy prompt: three words, one token id each.
+GREEDY_TEXT = "the same words"
+GREEDY_IDS = (5, 17, 42)
 #: Seconds each engine process spends importing, and starting from a standby launcher's fork.
 IMPORTS_PER_PROCESS_S = 10.0
 LAUNCHED_PROCESS_S = 0.5
@@ -78,7 +81,7 @@ class FakeTunable:
         rounds = [throughput * (1.0 + self.rng.gauss(0.0, self.round_noise)) for _ in range(6)]
         return Measurement(ok=True, run_id=f"r{req.index}", time_to_ready_s=sum(s.values()),
                            stages=s, findings=findings, throughput=statistics.median(rounds),
-                           rounds=rounds, greedy="the same words")
+                           rounds=rounds, greedy=GREEDY_TEXT, greedy_token_ids=list(GREEDY_IDS))
 
 
 def _serve() -> None:  # pragma: no cover - runs as the engine process
@@ -139,8 +142,10 @@ def _serve() -> None:  # pragma: no cover - runs as the engine process
                 chunk = {"choices": [{"text": text, "index": 0}]}
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())
                 return
-            data = json.dumps({"choices": [{"text": text, "index": 0}],
-                               "usage": {"completion_tokens": n}}).encode()
+            choice: dict[str, object] = {"text": text, "index": 0}
+            if body.get("return_token_ids"):  # vLLM's field: one id per generated "word"
+                choice["token_ids"] = [7] * n
+            data = json.dumps({"choices": [choice], "usage": {"completion_tokens": n}}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))

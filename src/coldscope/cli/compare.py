@@ -51,7 +51,8 @@ if TYPE_CHECKING:
 @click.option("--serving-check", is_flag=True,
               help="While each measured engine is up, run tune's serving check (a greedy "
                    "prompt and a fixed load): the JSON's `serving` has b's throughput over "
-                   "a's with its interval, and whether the greedy texts match.")
+                   "a's with its interval, and whether the greedy outputs match (their token "
+                   "ids where the engine returns them).")
 @store_option
 @json_option
 def compare_cmd(cmd_a: str | None, cmd_b: str | None, runs_a: str | None, runs_b: str | None,
@@ -172,9 +173,9 @@ def _serving_line(serving: dict[str, Any]) -> str:
         verdict = "no difference shown" if serving["includes_1"] else "different"
         shown = (f"{ratio['value']:.2f}x [{ratio['low']:.2f}x, {ratio['high']:.2f}x] {n}: "
                  f"{verdict}")
-    text = ("greedy text the same" if greedy["same"] else
-            f"greedy text differs: {greedy['difference']}" if greedy["same"] is False else
-            f"greedy text not compared: {greedy['difference']}")
+    text = (f"greedy output the same ({greedy['compared']})" if greedy["same"] else
+            f"greedy output differs: {greedy['difference']}" if greedy["same"] is False else
+            f"greedy output not compared: {greedy['difference']}")
     return f"serving, b's throughput over a's: {shown}; {text}"
 
 

@@ -16,9 +16,10 @@ every kept change.
 
 Every knob is held to the same two rules (no exemption for cache knobs):
 
-- **Output**: a trial whose greedy text differs from the cold baseline's (or that gave none)
-  is rejected, unless the user passed ``allow_output_change`` (then it is kept and says so). A
-  baseline with an empty or missing text stops the search: equal empty texts prove nothing.
+- **Output**: a trial whose greedy output differs from the cold baseline's (other token ids
+  where the engine returns them, else other text; or none) is rejected, unless the user passed
+  ``allow_output_change`` (then it is kept and says so). A baseline with an empty or missing
+  text stops the search: equal empty texts prove nothing.
 - **Throughput** (``max_throughput_loss``): the trial's serving rounds against every round of the
   default configuration so far, as a ratio with a 95 % interval (``compare.ratio_interval``); the
   change is kept only when the interval's *low* end is at or above ``1 - loss``. The low end,
@@ -55,7 +56,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from coldscope.analysis.comparison import Ratio, ratio_interval
 from coldscope.engines.knobs import ALL_CACHES, Knob
-from coldscope.tuning.verify import first_difference
+from coldscope.tuning.verify import GreedyOutput, greedy_difference
 from coldscope.util.errors import ColdscopeError
 
 #: Relative run-to-run spread assumed until two start-ups of one configuration measure it.
@@ -130,7 +131,8 @@ class FindingCost(TuneRecord):
 
 class Measurement(TuneRecord):
     """What one start-up gave. ``rounds`` are the serving check's rounds in output tokens per
-    second; ``throughput`` their median; ``greedy`` the text of the fixed greedy prompt;
+    second; ``throughput`` their median; ``greedy`` the text of the fixed greedy prompt and
+    ``greedy_token_ids`` its generated token ids (None: the engine returned none);
     ``findings`` the run's findings with the seconds at stake (what points the search at a
     knob); ``evicted`` what was evicted from the page cache just before it (``model``,
     ``engine python``: a cold start-up on a new node's state), empty when nothing was."""
@@ -144,7 +146,13 @@ class Measurement(TuneRecord):
     throughput: float | None = None
     rounds: list[float] = Field(default_factory=list)
     greedy: str | None = None
+    greedy_token_ids: list[int] | None = None
     evicted: list[str] = Field(default_factory=list)
+
+    @property
+    def greedy_output(self) -> GreedyOutput:
+        return GreedyOutput(self.greedy, tuple(self.greedy_token_ids)
+                            if self.greedy_token_ids is not None else None)
 
 
 class TrialRow(TuneRecord):
@@ -292,7 +300,7 @@ class Search:
         self.skipped: list[Skipped] = []
         self.pairs: list[float] = []  # relative spreads of repeated configurations
         self.primed: set[str] = set()  # cache keys with caches from an earlier start-up
-        self.base_greedy: str | None = None
+        self.base_greedy: GreedyOutput | None = None
         self.default_rounds: list[float] = []  # serving rounds of the default configuration
         self.phase: Phase = "search"
         self.notes: list[str] = []
@@ -331,6 +339,9 @@ class Search:
             self._throughput[m.run_id] = m.throughput
         tp = ratio_interval(m.rounds, self.default_rounds) if m.ok and m.rounds \
             and self.default_rounds else None
+        compared = m.ok and self.base_greedy is not None
+        diff = greedy_difference(self.base_greedy, m.greedy_output) \
+            if compared and self.base_greedy is not None else None
         delta = {}
         if m.ok and ref is not None and ref.last is not None:
             for stage, v in m.stages.items():
@@ -344,11 +355,7 @@ class Search:
             throughput_ratio=tp.value if tp else None, throughput_low=tp.low if tp else None,
             throughput_high=tp.high if tp else None,
             # a trial that answered nothing does not match a baseline that said something
-            greedy_match=(m.greedy == self.base_greedy) if m.ok and self.base_greedy is not None
-            else None,
-            greedy_diff=(first_difference(self.base_greedy, m.greedy) if m.greedy is not None
-                         else "no greedy output") if m.ok and self.base_greedy is not None
-            and m.greedy != self.base_greedy else None,
+            greedy_match=diff is None if compared else None, greedy_diff=diff,
             reason=m.reason if not m.ok else None,
         ))
         if m.ok and key == DEFAULT_KEY:
@@ -428,7 +435,10 @@ class Search:
             self.notes.append(f"the baseline's greedy output is {what}: outputs were not "
                               "compared")
         else:
-            self.base_greedy = m.greedy
+            self.base_greedy = m.greedy_output
+            if self.base_greedy.token_ids is None:
+                self.notes.append("the engine returned no token ids for the greedy prompt: "
+                                  "greedy outputs compared as text")
         self._amend(self.rows[-1], greedy_match=True if self.base_greedy is not None else None)
         inc = cold
         try:

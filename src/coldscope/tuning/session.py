@@ -579,6 +579,7 @@ class EngineExecutor:
             findings=[FindingCost(id=f.id, seconds_at_stake=f.seconds_at_stake)
                       for f in findings],
             throughput=ver.get("throughput"), greedy=ver.get("greedy"),
+            greedy_token_ids=ver.get("greedy_token_ids"),
             rounds=[float(x) for x in ver.get("rounds_tokens_per_s") or [] if x],
             evicted=[what for what, done in ((EVICT_MODEL, run.page_cache or ""),
                                              (EVICT_PYTHON, python or ""))

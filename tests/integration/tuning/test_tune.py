@@ -43,12 +43,17 @@ def test_tune_real_engine_budget_6(tmp_path):
     # every start-up is a stored run of this session, verified while the engine was up
     runs = [r for r in Store(store).runs() if r.campaign and r.campaign.name == doc["session"]]
     assert len(runs) == 6
+    from transformers import AutoTokenizer  # here: collecting the suite should not import it
+    tokenizer = AutoTokenizer.from_pretrained(str(MODEL))
     for r in runs:
         if r.status == "ok":
             rounds = r.verification["rounds_tokens_per_s"]
             assert len(rounds) == 6 and all(x > 0 for x in rounds)
             assert r.verification["tokens_per_cpu_s"] > 0  # the engine tree's CPU time, read
             assert r.verification["greedy"]
+            # the generated token ids, as the model's own tokenizer reads them: its text
+            ids = r.verification["greedy_token_ids"]
+            assert ids and tokenizer.decode(ids) == r.verification["greedy"]
     # knobs this vLLM or machine lacks are reported with their reason
     skipped = {s["knob"]: s["reason"] for s in doc["skipped"]}
     assert "snapshot_restore" in skipped

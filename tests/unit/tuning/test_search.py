@@ -349,6 +349,35 @@ def test_a_change_of_greedy_output_is_rejected():
     assert base.greedy_match is True and base.greedy_diff is None
 
 
+def test_the_same_text_from_other_token_ids_is_rejected():
+    """Eager mode here answers the baseline's text with another tokenisation of it: equal
+    strings, different tokens, a different output."""
+    class EagerRetokenises(FakeTunable):
+        def __call__(self, req):
+            m = super().__call__(req)
+            if "enforce_eager" in req.knobs:
+                return m.evolve(greedy_token_ids=[5, 17, 40, 2])  # same text, "words" split
+            return m
+
+    out = Search(cpu_knobs(), EagerRetokenises(), budget=20).run()
+    eager = next(r for r in out.rows if r.change == "enforce_eager" and r.role == "trial")
+    assert eager.greedy_match is False
+    assert eager.greedy_diff == "differs at token 2: [42] vs [40, 2] (the same text)"
+    assert eager.kept is False and "enforce_eager" not in out.best_knobs
+    assert not any("token ids" in n for n in out.notes)
+
+
+def test_an_engine_without_token_ids_is_compared_on_text_and_the_session_says_so():
+    class TextOnly(FakeTunable):
+        def __call__(self, req):
+            return super().__call__(req).evolve(greedy_token_ids=None)
+
+    out = Search(cpu_knobs(), TextOnly(), budget=16).run()
+    assert "the engine returned no token ids for the greedy prompt: greedy outputs compared " \
+        "as text" in out.notes
+    assert out.greedy_match is True
+
+
 def test_allow_output_change_accepts_it_and_says_so():
     out = Search(cpu_knobs(), EagerChangesOutput(), budget=20, allow_output_change=True).run()
     eager = next(r for r in out.rows if r.change == "enforce_eager" and r.kept is not None)

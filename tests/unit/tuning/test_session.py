@@ -51,6 +51,9 @@ def test_session_on_fake_engine_stores_linked_runs_and_seeds_caches(tmp_path, mo
         assert run.campaign.kind == "tune" and run.campaign.name == spec.id
         assert run.verification["load"]["requests"] == 32
         assert run.verification["throughput"] > 0
+        # the fake answers one token id, 7, per generated word, when asked as vLLM is
+        words = run.verification["greedy"].split()
+        assert words and run.verification["greedy_token_ids"] == [7] * len(words)
     # seeded start-ups began from the caches of an earlier start-up of the same configuration
     seeded = [r for r in outcome.rows if r.cache == "seeded"]
     assert seeded
