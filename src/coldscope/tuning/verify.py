@@ -143,12 +143,17 @@ def verify(base: str, model: str, cpu_seconds: Callable[[], float] | None = None
             "tokens_per_cpu_s": statistics.median(cpu) if cpu else None}
 
 
+def _first_mismatch(a: Sequence[object], b: Sequence[object]) -> int:
+    """The first index where two sequences differ (the shorter's length when one is a prefix)."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                min(len(a), len(b)))
+
+
 def first_difference(a: str | None, b: str | None) -> str | None:
     """Where two greedy texts first differ, for the report (None when equal)."""
     if a is None or b is None or a == b:
         return None
-    i = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
-             min(len(a), len(b)))
+    i = _first_mismatch(a, b)
     return f"differs at character {i}: {a[i:i + 20]!r} vs {b[i:i + 20]!r}"
 
 
@@ -163,8 +168,7 @@ def greedy_difference(base: GreedyOutput, other: GreedyOutput) -> str | None:
             return "no token ids returned, where the baseline's were"
         if other.token_ids != base.token_ids:
             a, b = base.token_ids, other.token_ids
-            i = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
-                     min(len(a), len(b)))
+            i = _first_mismatch(a, b)
             return (f"differs at token {i}: {list(a[i:i + 5])} vs {list(b[i:i + 5])}"
                     + ("" if base.text != other.text else " (the same text)"))
     return first_difference(base.text, other.text)
