@@ -6,8 +6,8 @@ The greedy check compares the generated token ids, not only the text: two differ
 sequences can decode to the same string (a word split in two tokens, or one), and the text
 alone would call them the same output. vLLM returns the ids when asked (``return_token_ids``,
 0.10.2 and later; ``logprobs`` with ``return_tokens_as_token_ids`` before that); an engine that
-returns neither (SGLang's server answers with token strings only) is compared on its text, and
-the comparison says so.
+returns neither (one that knows neither field: not checked here for SGLang, which is not
+installed) is compared on its text, and the comparison says so.
 
 The load is the same for every trial: ``REQUESTS`` completions of ``MAX_TOKENS`` tokens each
 (``ignore_eos`` so that every request really generates them), ``CONCURRENCY`` at a time, greedy,
