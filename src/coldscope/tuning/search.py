@@ -339,9 +339,8 @@ class Search:
             self._throughput[m.run_id] = m.throughput
         tp = ratio_interval(m.rounds, self.default_rounds) if m.ok and m.rounds \
             and self.default_rounds else None
-        compared = m.ok and self.base_greedy is not None
-        diff = greedy_difference(self.base_greedy, m.greedy_output) \
-            if compared and self.base_greedy is not None else None
+        base = self.base_greedy if m.ok else None  # nothing to compare a failed start-up with
+        diff = greedy_difference(base, m.greedy_output) if base is not None else None
         delta = {}
         if m.ok and ref is not None and ref.last is not None:
             for stage, v in m.stages.items():
@@ -355,7 +354,7 @@ class Search:
             throughput_ratio=tp.value if tp else None, throughput_low=tp.low if tp else None,
             throughput_high=tp.high if tp else None,
             # a trial that answered nothing does not match a baseline that said something
-            greedy_match=diff is None if compared else None, greedy_diff=diff,
+            greedy_match=diff is None if base is not None else None, greedy_diff=diff,
             reason=m.reason if not m.ok else None,
         ))
         if m.ok and key == DEFAULT_KEY:
