@@ -30,6 +30,7 @@ import urllib.request
 from pathlib import Path
 
 import psutil
+from prometheus_client.parser import text_string_to_metric_families
 
 from coldscope.tuning.verify import CONCURRENCY, WARMUP_REQUESTS, serving_load
 
@@ -74,13 +75,13 @@ def engine_steps(base: str) -> tuple[float, float]:
     """The engine's own count of scheduler steps and of the tokens they processed (vLLM's
     ``vllm:iteration_tokens_total`` histogram: its _count and _sum): tokens per step is the
     batch a round kept the engine at."""
-    count = total = 0.0
-    for line in urllib.request.urlopen(base + "/metrics", timeout=10).read().decode().splitlines():
-        if line.startswith("vllm:iteration_tokens_total_count"):
-            count += float(line.rsplit(" ", 1)[1])
-        elif line.startswith("vllm:iteration_tokens_total_sum"):
-            total += float(line.rsplit(" ", 1)[1])
-    return count, total
+    text = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()
+    sums = {"vllm:iteration_tokens_total_count": 0.0, "vllm:iteration_tokens_total_sum": 0.0}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:  # one per engine when there are several
+            if sample.name in sums:
+                sums[sample.name] += sample.value
+    return sums["vllm:iteration_tokens_total_count"], sums["vllm:iteration_tokens_total_sum"]
 
 
 def main() -> int:
